@@ -1,0 +1,94 @@
+"""The one small interface every probe kind implements, and the warm-up + timed-run orchestration."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from tokwatch.redact import Redactor
+from tokwatch.result import RunResult
+
+if TYPE_CHECKING:
+    from tokwatch.config import EndpointSettings, ProbeSettings
+    from tokwatch.http import HttpClient
+
+
+class ProbeLog:
+    """Per-probe log lines (returned by `/probe?debug=true`), always redacted, bounded in size."""
+
+    MAX_LINES = 200
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self._redact = redactor or Redactor()
+        self._t0 = time.perf_counter()
+        self.lines: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        """Record one line, prefixed with seconds since the probe started."""
+        if len(self.lines) < self.MAX_LINES:
+            self.lines.append(f"{time.perf_counter() - self._t0:8.3f}s {self._redact(message)}")
+
+    def redact(self, text: str) -> str:
+        """Mask secrets in `text` (for error messages stored on the result)."""
+        return self._redact(text)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterMeasurement:
+    """What the server's own counters say about one timed run (see tokwatch.counters)."""
+
+    tokens_per_second: float | None
+    shared: bool  # other requests ran in the window
+    reason: str | None = None  # why the figure is missing or shared
+
+
+class CounterWindow(Protocol):
+    """Snapshots a server's /metrics around a timed run; implemented by the server-counters module."""
+
+    async def snapshot(self) -> object | None:
+        """Current counter values, or None when /metrics could not be read."""
+        ...
+
+    def measure(self, before: object | None, after: object | None) -> CounterMeasurement | None:
+        """Decode tok/s from two snapshots, or None when they cannot give one."""
+        ...
+
+
+@dataclass
+class ProbeContext:
+    """Everything one probe run needs; built by the scheduler or the /probe handler."""
+
+    endpoint: EndpointSettings
+    settings: ProbeSettings
+    http: HttpClient
+    api_key: str | None
+    log: ProbeLog
+    instance: str = ""
+    counters: CounterWindow | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Probe(ABC):
+    """One endpoint kind. `run_once` sends one request and never raises: every failure is a status."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    async def run_once(self, ctx: ProbeContext, *, timed: bool) -> RunResult:
+        """Send one request and classify it; `timed` is False for the discarded warm-up."""
+
+
+async def run_probe(probe: Probe, ctx: ProbeContext) -> RunResult:
+    """Warm-up (discarded, when configured) then one timed run; no retries."""
+    if ctx.settings.warmup:
+        warm = await probe.run_once(ctx, timed=False)
+        ctx.log(f"warm-up: {warm.status.value} (discarded)")
+    result = await probe.run_once(ctx, timed=True)
+    result.instance = ctx.instance
+    ctx.log(
+        f"timed run: {result.status.value}"
+        + (f", {result.tokens_per_second:.2f} tok/s from {result.source}" if result.tokens_per_second else "")
+    )
+    return result

@@ -1,0 +1,101 @@
+"""The record of one probe run: status, timing source, token events and derived figures.
+
+Everything downstream (Prometheus collectors, storage, reports, the benchmark) reads this one type.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+
+class Status(StrEnum):
+    """Exactly one per run (docs/methodology.md, "Status")."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    PROVIDER_ERROR = "provider_error"
+    AUTH_FAILURE = "auth_failure"
+    UNREACHABLE = "unreachable"
+    DEGRADED = "degraded"
+
+
+class TimingSource(StrEnum):
+    """Where a run's tok/s came from, best first in the default preference order."""
+
+    ENGINE = "engine"
+    VLLM_METRICS = "vllm_metrics"
+    SERVER_WALL = "server_wall"
+    CLIENT_STREAM = "client_stream"
+    CLIENT_WALL = "client_wall"
+
+
+SERVER_SOURCES = frozenset({TimingSource.ENGINE, TimingSource.VLLM_METRICS, TimingSource.SERVER_WALL})
+
+Phase = Literal["think", "output"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One content-bearing stream chunk as the client received it.
+
+    `t` is seconds since the request was sent (time.perf_counter based); `tokens` is how many tokens the
+    chunk carries (>= 1; see docs/methodology.md for how a multi-token chunk is counted).
+    """
+
+    t: float
+    tokens: int
+    phase: Phase
+    chars: int = 0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One timed probe run. Figures are None when the run could not measure them."""
+
+    endpoint: str
+    started_at: float  # unix seconds when the request was sent
+    status: Status
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    http_status: int | None = None
+    error_class: str | None = None  # short, bounded vocabulary (e.g. "http_429", "read_timeout")
+    error_message: str | None = None  # redacted, truncated to 500 chars
+    tokens_per_second: float | None = None
+    source: TimingSource | None = None
+    server_shared: bool = False  # the server-counter window saw other requests
+    candidates: dict[TimingSource, float] = field(default_factory=dict)  # tok/s by every source measured
+    output_tokens: int | None = None
+    think_tokens: int | None = None
+    prompt_tokens: int | None = None
+    tokens_source: Literal["usage", "engine", "chunk_usage", "client_estimate"] | None = None
+    ttft_s: float | None = None
+    ttot_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)  # per-token gaps, whole stream
+    output_itl_s: list[float] = field(default_factory=list)  # per-token gaps, output phase only
+    streamed: bool = False
+    cold: bool | None = None  # Ollama load_duration > 0 on the hot run
+    finish_reason: str | None = None
+    instance: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the run counts towards tok/s averages."""
+        return self.status is Status.OK
+
+    @property
+    def normalized_latency_s(self) -> float | None:
+        """E2E seconds divided by output tokens."""
+        if self.e2e_s is None or not self.output_tokens:
+            return None
+        return self.e2e_s / self.output_tokens
+
+    def itl_percentile(self, q: float) -> float | None:
+        """Percentile (0-100) of the per-token inter-token latency, None without a stream."""
+        from tokwatch.stats import percentile
+
+        return percentile(self.itl_s, q) if self.itl_s else None
