@@ -50,7 +50,9 @@ def parse_duration(value: Any) -> float:
     elif isinstance(value, str):
         m = _DURATION_RE.match(value)
         if not m:
-            raise ValueError(f"invalid duration {value!r}: use a number of seconds or e.g. 500ms, 30s, 15m, 1h")
+            raise ValueError(
+                f"invalid duration {value!r}: use a number of seconds or e.g. 500ms, 30s, 15m, 1h"
+            )
         seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
     else:
         raise ValueError("expected a duration such as 30s, 15m or 1h")
@@ -105,6 +107,9 @@ class ScheduleSettings(_Strict):
     offset: float = 1800.0
     parallelism: int = Field(1, ge=1, le=64)
     window: float = 86400.0  # window for the in-memory median/CV/stddev gauges
+    run_on_start: bool = (
+        True  # one round at start-up, so a restart does not leave the gauges empty for an hour
+    )
     _durations = _duration_fields("interval", "offset", "window")
 
     @model_validator(mode="after")
@@ -184,7 +189,9 @@ class EndpointSettings(_Strict):
     def _check(self) -> EndpointSettings:
         given = [n for n in ("api_key", "api_key_env", "api_key_file") if getattr(self, n) is not None]
         if len(given) > 1:
-            raise ValueError(f"set only one of api_key, api_key_env and api_key_file (got {', '.join(given)})")
+            raise ValueError(
+                f"set only one of api_key, api_key_env and api_key_file (got {', '.join(given)})"
+            )
         return self
 
     @property
@@ -254,7 +261,9 @@ class Config(_Strict):
         for ep in self.endpoints:
             for old in ep.renamed_from:
                 if old in seen:
-                    raise ValueError(f"endpoint {ep.name!r}: renamed_from {old!r} is still a configured endpoint")
+                    raise ValueError(
+                        f"endpoint {ep.name!r}: renamed_from {old!r} is still a configured endpoint"
+                    )
         parse_listen(self.listen)
         return self
 
@@ -306,9 +315,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any,
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
         if key in mapping:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=True)  # type: ignore[no-untyped-call]
         lines[key] = key_node.start_mark.line + 1
     return _LinedDict(mapping, lines, node.start_mark.line + 1)
@@ -391,7 +398,7 @@ def _clean_message(msg: str) -> str:
 def load_config_text(text: str, filename: str = "<config>") -> Config:
     """Parse and validate config text; raises ConfigError with `file:line: field: message` lines."""
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader derives from SafeLoader
+        doc = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename

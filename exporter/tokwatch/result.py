@@ -75,6 +75,7 @@ class RunResult:
     ttot_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
+    duration_s: float | None = None  # wall time of the timed run, also for runs that failed
     itl_s: list[float] = field(default_factory=list)  # per-token gaps, whole stream
     output_itl_s: list[float] = field(default_factory=list)  # per-token gaps, output phase only
     streamed: bool = False

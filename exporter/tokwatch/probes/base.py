@@ -85,7 +85,9 @@ async def run_probe(probe: Probe, ctx: ProbeContext) -> RunResult:
     if ctx.settings.warmup:
         warm = await probe.run_once(ctx, timed=False)
         ctx.log(f"warm-up: {warm.status.value} (discarded)")
+    t0 = time.perf_counter()
     result = await probe.run_once(ctx, timed=True)
+    result.duration_s = time.perf_counter() - t0
     result.instance = ctx.instance
     ctx.log(
         f"timed run: {result.status.value}"

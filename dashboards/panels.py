@@ -1,0 +1,288 @@
+"""Panel builders on top of grafanalib: consistent units, datasources, thresholds and a grid layout.
+
+Only current (non-Angular) panel types are built here: timeseries, stat, table, bargauge, state-timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attr
+from grafanalib import core as g
+
+PROMETHEUS_UID = "tokwatch-prometheus"
+POSTGRES_UID = "tokwatch-postgres"
+POSTGRES_TYPE = "grafana-postgresql-datasource"
+
+# Panels follow the dashboard's `datasource` variable, so one JSON works against any Prometheus.
+PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
+POSTGRES = {"type": POSTGRES_TYPE, "uid": POSTGRES_UID}
+
+TOKS = "suffix: tok/s"
+SECONDS = "s"
+RATIO = "percentunit"
+COUNT = "short"
+
+METHODOLOGY = "docs/methodology.md"
+
+GREEN, AMBER, RED = "green", "#EAB839", "red"
+
+
+def steps(*pairs: tuple[str, float | None]) -> list[dict[str, Any]]:
+    """Threshold steps [(color, from_value)]; the first step's value is None (the base)."""
+    return [{"color": color, "value": value} for color, value in pairs]
+
+
+def prom(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> g.Target:
+    """A Prometheus query target bound to the dashboard's datasource variable."""
+    return g.Target(
+        expr=expr,
+        legendFormat=legend,
+        refId=ref,
+        instant=instant,
+        datasource=PROMETHEUS,
+        intervalFactor=1,
+        step=None,
+    )
+
+
+def sql(raw_sql: str, ref: str = "A", fmt: str = "table") -> g.SqlTarget:
+    """A PostgreSQL query target against the provisioned tokwatch store."""
+    return g.SqlTarget(rawSql=raw_sql, refId=ref, format=fmt, datasource=POSTGRES)
+
+
+def describe(text: str, section: str | None = None) -> str:
+    """Panel description with a pointer to the methodology section defining the number."""
+    where = f"{METHODOLOGY}, section \"{section}\"" if section else METHODOLOGY
+    return f"{text} Definition: {where}."
+
+
+def stat(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    unit: str,
+    thresholds: list[dict[str, Any]] | None = None,
+    mappings: list[dict[str, Any]] | None = None,
+    decimals: int | None = None,
+    text_mode: str = "value_and_name",
+    color_mode: str = "value",
+    graph: bool = False,
+    datasource: dict[str, str] = PROMETHEUS,
+) -> g.Stat:
+    """One tile per series (per endpoint), last value, coloured by thresholds."""
+    return g.Stat(
+        title=title,
+        description=description,
+        dataSource=datasource,
+        targets=list(targets),
+        format=unit,
+        decimals=decimals,
+        reduceCalc="lastNotNull",
+        textMode=text_mode,
+        colorMode=color_mode,
+        graphMode="area" if graph else "none",
+        color={"mode": "thresholds"},
+        thresholds=thresholds or steps((GREEN, None)),
+        mappings=mappings or [],
+        noValue="no data",
+        maxDataPoints=100,
+    )
+
+
+def timeseries(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    unit: str,
+    overrides: list[dict[str, Any]] | None = None,
+    min_interval: str | None = None,
+    draw: str = "line",
+    fill: int = 10,
+    points: str = "auto",
+    datasource: dict[str, str] = PROMETHEUS,
+) -> g.TimeSeries:
+    """A time-series panel with a table legend showing last and max, nulls left as gaps."""
+    return g.TimeSeries(
+        title=title,
+        description=description,
+        dataSource=datasource,
+        targets=list(targets),
+        unit=unit,
+        overrides=overrides or [],
+        interval=min_interval,
+        drawStyle=draw,
+        fillOpacity=fill,
+        showPoints=points,
+        spanNulls=False,
+        legendDisplayMode="table",
+        legendCalcs=["lastNotNull", "max"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        maxDataPoints=500,
+    )
+
+
+def state_timeline(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    mappings: list[dict[str, Any]],
+    min_interval: str | None = None,
+) -> g.StateTimeline:
+    """Per-endpoint state over time, coloured by value mappings."""
+    return g.StateTimeline(
+        title=title,
+        description=description,
+        dataSource=PROMETHEUS,
+        targets=list(targets),
+        mappings=mappings,
+        colorMode="fixed",
+        interval=min_interval,
+        mergeValues=True,
+        showValue="never",
+        fillOpacity=80,
+        rowHeight=0.8,
+        maxDataPoints=500,
+    )
+
+
+def table(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    overrides: list[dict[str, Any]] | None = None,
+    transformations: list[dict[str, Any]] | None = None,
+    datasource: dict[str, str] = PROMETHEUS,
+) -> g.Table:
+    """A (non-Angular) table panel."""
+    return g.Table(
+        title=title,
+        description=description,
+        dataSource=datasource,
+        targets=list(targets),
+        overrides=overrides or [],
+        transformations=transformations or [],
+        filterable=True,
+    )
+
+
+@attr.s
+class BarGauge(g.BarGauge):  # type: ignore[misc]
+    """grafanalib's BarGauge with the current `options.reduceOptions` / `fieldConfig` model.
+
+    The upstream class still emits the Grafana 6 `fieldOptions` block, which current Grafana ignores.
+    """
+
+    def to_json_data(self) -> dict[str, Any]:
+        """Panel JSON in the bargauge model Grafana has used since 7.0."""
+        return self.panel_json(  # type: ignore[no-any-return]
+            {
+                "fieldConfig": {
+                    "defaults": {
+                        "color": {"mode": "thresholds"},
+                        "decimals": self.decimals,
+                        "max": self.max,
+                        "min": self.min,
+                        "unit": self.format,
+                        "mappings": self.valueMaps,
+                        "thresholds": {"mode": "absolute", "steps": self.thresholds},
+                    },
+                    "overrides": [],
+                },
+                "options": {
+                    "displayMode": self.displayMode,
+                    "orientation": self.orientation,
+                    "reduceOptions": {"calcs": [self.calc], "fields": "", "values": self.allValues},
+                    "showUnfilled": True,
+                    "valueMode": "color",
+                    "namePlacement": "auto",
+                    "sizing": "auto",
+                    "minVizWidth": 8,
+                    "minVizHeight": 16,
+                },
+                "type": g.BARGAUGE_TYPE,
+            }
+        )
+
+
+def bargauge(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    unit: str,
+    thresholds: list[dict[str, Any]],
+    maximum: float | None = None,
+) -> BarGauge:
+    """Horizontal bars, one per series, for ranking endpoints."""
+    return BarGauge(
+        title=title,
+        description=description,
+        dataSource=PROMETHEUS,
+        targets=list(targets),
+        format=unit,
+        calc="lastNotNull",
+        displayMode=g.GAUGE_DISPLAY_MODE_GRADIENT,
+        orientation=g.ORIENTATION_HORIZONTAL,
+        thresholds=thresholds,
+        min=0,
+        max=maximum,
+    )
+
+
+def value_mapping(options: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """Grafana value mappings: {raw value: (text, color)}."""
+    return [
+        {
+            "type": "value",
+            "options": {
+                value: {"text": text, "color": color, "index": i}
+                for i, (value, (text, color)) in enumerate(options.items())
+            },
+        }
+    ]
+
+
+def by_ref(ref: str, **properties: Any) -> dict[str, Any]:
+    """A field override for every series of one query (refId)."""
+    return {
+        "matcher": {"id": "byFrameRefID", "options": ref},
+        "properties": [{"id": key, "value": value} for key, value in properties.items()],
+    }
+
+
+class Grid:
+    """Places panels left to right on Grafana's 24-column grid, wrapping to a new line when full.
+
+    Rows start on a fresh line, so no two panels can overlap.
+    """
+
+    WIDTH = 24
+
+    def __init__(self) -> None:
+        self.panels: list[Any] = []
+        self._x = 0
+        self._y = 0
+        self._line_height = 0
+
+    def row(self, title: str) -> None:
+        """A full-width, expanded row header."""
+        self._newline()
+        self.panels.append(g.RowPanel(title=title, gridPos=g.GridPos(h=1, w=self.WIDTH, x=0, y=self._y)))
+        self._y += 1
+
+    def add(self, panel: Any, w: int, h: int) -> None:
+        """Place `panel` with width `w` (1..24) and height `h`, after the previous one."""
+        if not 1 <= w <= self.WIDTH:
+            raise ValueError(f"panel {panel.title!r}: width {w} is outside 1..{self.WIDTH}")
+        if self._x + w > self.WIDTH:
+            self._newline()
+        self.panels.append(attr.evolve(panel, gridPos=g.GridPos(h=h, w=w, x=self._x, y=self._y)))
+        self._x += w
+        self._line_height = max(self._line_height, h)
+
+    def _newline(self) -> None:
+        self._y += self._line_height
+        self._x = 0
+        self._line_height = 0

@@ -1,0 +1,54 @@
+"""PromQL builders shared by the dashboards: selectors, safe division, quantiles, the status code."""
+
+from __future__ import annotations
+
+from tokwatch.result import Status
+
+ENDPOINT = 'endpoint=~"$endpoint"'
+
+# Status -> numeric state, so one series per endpoint can drive a stat pill and a state timeline.
+# Order follows tokwatch.result.Status; the codes are part of the dashboards' value mappings.
+STATUS_CODES: dict[Status, int] = {status: code for code, status in enumerate(Status, start=1)}
+STATUS_TEXT: dict[Status, str] = {status: status.value.replace("_", " ").upper() for status in Status}
+STATUS_COLORS: dict[Status, str] = {
+    Status.OK: "green",
+    Status.TIMEOUT: "red",
+    Status.RATE_LIMITED: "orange",
+    Status.PROVIDER_ERROR: "red",
+    Status.AUTH_FAILURE: "purple",
+    Status.UNREACHABLE: "dark-red",
+    Status.DEGRADED: "yellow",
+}
+
+
+def sel(metric: str, *matchers: str) -> str:
+    """`metric{endpoint=~"$endpoint", ...}`: every per-endpoint query honours the endpoint variable."""
+    return f"{metric}{{{', '.join((ENDPOINT, *matchers))}}}"
+
+
+def divide(numerator: str, denominator: str) -> str:
+    """`a / (b > 0)`: drops the series instead of drawing NaN or +Inf while the denominator is idle."""
+    return f"({numerator}) / (({denominator}) > 0)"
+
+
+def histogram_quantile(q: float, histogram: str, window: str, by: str = "endpoint") -> str:
+    """Quantile `q` of a per-endpoint histogram over `window` (a range like `$latency_window`)."""
+    buckets = sel(f"{histogram}_bucket")
+    return f"histogram_quantile({q:g}, sum by (le, {by}) (increase({buckets}[{window}])))"
+
+
+def histogram_mean(histogram: str, window: str, by: str = "endpoint") -> str:
+    """Mean of a histogram's observations over `window`, per endpoint (NaN-free when nothing was observed)."""
+    return divide(
+        f"sum by ({by}) (increase({sel(histogram + '_sum')}[{window}]))",
+        f"sum by ({by}) (increase({sel(histogram + '_count')}[{window}]))",
+    )
+
+
+def status_code() -> str:
+    """One series per endpoint whose value is STATUS_CODES[last run's status]."""
+    terms = [
+        f"(({sel('tokwatch_probe_status', f'status="{status.value}"')} == 1) * {code})"
+        for status, code in STATUS_CODES.items()
+    ]
+    return "max by (endpoint) (" + " or ".join(terms) + ")"

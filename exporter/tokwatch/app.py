@@ -1,0 +1,233 @@
+"""The exporter application: owns config, Prometheus registry, HTTP client, scheduler and sinks."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, load_config_text
+from tokwatch.http import HttpClient
+from tokwatch.metrics import (
+    ExporterCollector,
+    ExporterStatus,
+    LabelSet,
+    ProbeMetrics,
+    WindowCollector,
+    WindowSourceLike,
+)
+from tokwatch.probes import get_probe
+from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
+from tokwatch.redact import Redactor
+from tokwatch.result import RunResult
+from tokwatch.runner import ProbeOutcome, ProbeRunner
+from tokwatch.scheduler import Scheduler
+from tokwatch.window import RunWindow, WindowFigures
+
+log = logging.getLogger("tokwatch")
+
+
+class MemoryWindows(WindowSourceLike):
+    """24h (configurable) window figures kept in memory, per endpoint."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, RunWindow] = {}
+        self._endpoints: Sequence[EndpointSettings] = ()
+        self._seconds = 86400.0
+
+    def configure(self, endpoints: Sequence[EndpointSettings], seconds: float) -> None:
+        """Apply a (re)loaded config; windows of endpoints that stay keep their runs."""
+        if seconds != self._seconds:
+            self._windows = {}
+            self._seconds = seconds
+        self._windows = {ep.name: self._windows.get(ep.name) or RunWindow(seconds) for ep in endpoints}
+        self._endpoints = endpoints
+
+    def add(self, result: RunResult) -> None:
+        """Account one timed run."""
+        window = self._windows.get(result.endpoint)
+        if window is not None:
+            window.add(result.started_at, result.ok, result.tokens_per_second)
+
+    def window_snapshot(self) -> tuple[LabelSet, list[tuple[EndpointSettings, WindowFigures]]]:
+        """Current figures for every endpoint."""
+        now = time.time()
+        return LabelSet(self._endpoints), [
+            (ep, self._windows[ep.name].figures(now)) for ep in self._endpoints
+        ]
+
+
+class Keys:
+    """API keys resolved at (re)load time, so a missing env var is a config error, not a failed probe."""
+
+    def __init__(self, config: Config) -> None:
+        self._keys: dict[str, str | None] = {}
+        problems = []
+        for ep in config.endpoints:
+            try:
+                self._keys[ep.name] = ep.resolve_api_key()
+            except ConfigError as exc:
+                if ep.enabled:
+                    problems.append(str(exc))
+                self._keys[ep.name] = None
+        if problems:
+            raise ConfigError("\n".join(problems))
+        self.redactor = Redactor(self._keys.values())
+
+    def get(self, name: str) -> str | None:
+        """Key for one endpoint (None when it needs none)."""
+        return self._keys.get(name)
+
+
+class App:
+    """One tokwatch exporter process. Tests build one per test, each with a fresh registry."""
+
+    def __init__(
+        self, config: Config, config_path: str | None = None, *, instance: str | None = None
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self._config_digest = _digest_file(config_path) if config_path else None
+        self.keys = Keys(config)
+        self.instance = instance or config.instance or socket.gethostname()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.probe_metrics = ProbeMetrics()
+        self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
+        self.windows = MemoryWindows()
+        self.registry.register(self.probe_metrics)
+        self.registry.register(ExporterCollector(self.status))
+        self.registry.register(WindowCollector(self.windows))
+        self.runner = ProbeRunner(self._start_probe)
+        self.http: HttpClient | None = None
+        self.ready = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._scheduler: Scheduler | None = None
+        self._apply(config)
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self, *, schedule: bool = True) -> None:
+        """Open the HTTP client and start the scheduler."""
+        self.http = HttpClient()
+        await self.http.__aenter__()
+        if schedule:
+            self._scheduler = Scheduler(
+                self._schedule_settings,
+                self.probe,
+                self._on_round,
+                run_on_start=self.config.schedule.run_on_start,
+            )
+            self._tasks.append(asyncio.create_task(self._scheduler.run(), name="tokwatch-scheduler"))
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Cancel in-flight probes and the scheduler, then close the client (SIGTERM path)."""
+        self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        await self.runner.cancel_all()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
+
+    # --- config ------------------------------------------------------------------------------------
+
+    def _apply(self, config: Config) -> None:
+        self.config = config
+        self.probe_metrics.set_endpoints(config.endpoints)
+        self.windows.configure(config.endpoints, config.schedule.window)
+        self.status.interval_s = config.schedule.interval
+
+    def reload(self, text: str | None = None) -> tuple[bool, str]:
+        """Re-read the config file (or `text`); keeps the old config on error. Returns (ok, message)."""
+        try:
+            if text is not None:
+                config = load_config_text(text, self.config_path or "<reload>")
+                digest = None
+            else:
+                if self.config_path is None:
+                    return True, "no config file to reload"
+                digest = _digest_file(self.config_path)
+                if digest == self._config_digest:
+                    return True, "config unchanged"
+                config = load_config(self.config_path)
+            keys = Keys(config)
+        except ConfigError as exc:
+            self.status.reload_ok = False
+            log.error("config reload failed, keeping the previous config:\n%s", exc)
+            return False, str(exc)
+        if config.listen != self.config.listen:
+            log.warning("listen address changes take effect on restart only")
+        self.keys = keys
+        self._config_digest = digest
+        self._apply(config)
+        self.status.reload_ok = True
+        self.status.reload_success_ts = time.time()
+        if self._scheduler is not None:
+            self._scheduler.reschedule()
+        log.info("config reloaded: %d endpoints", len(config.endpoints))
+        return True, "config reloaded"
+
+    def _schedule_settings(self) -> tuple[float, float, int, Sequence[str]]:
+        s = self.config.schedule
+        return s.interval, s.offset, s.parallelism, [e.name for e in self.config.enabled_endpoints]
+
+    def _on_round(self, planned: float, started: float, following: float) -> None:
+        self.status.lag_s = max(0.0, started - planned)
+        self.status.last_round_ts = started
+        self.status.next_round_ts = following
+
+    # --- probing -----------------------------------------------------------------------------------
+
+    async def probe(self, name: str, timeout_cap: float | None = None) -> ProbeOutcome:
+        """Probe a configured endpoint now (joins a run already in flight) and record the result."""
+        return await self.runner.run(name, timeout_cap)
+
+    def _start_probe(self, name: str, timeout_cap: float | None) -> asyncio.Future[ProbeOutcome]:
+        return asyncio.ensure_future(self._probe_and_record(name, timeout_cap))
+
+    async def _probe_and_record(self, name: str, timeout_cap: float | None) -> ProbeOutcome:
+        ep = self.config.endpoint(name)
+        if ep is None or self.http is None:
+            raise KeyError(name)
+        settings = self.config.probe_for(ep)
+        if timeout_cap is not None:
+            runs = 2 if settings.warmup else 1
+            capped = min(ep.effective_timeout, max(0.5, timeout_cap / runs))
+            ep = ep.model_copy(update={"timeout": capped})
+        plog = ProbeLog(self.keys.redactor)
+        ctx = ProbeContext(
+            endpoint=ep,
+            settings=settings,
+            http=self.http,
+            api_key=self.keys.get(name),
+            log=plog,
+            instance=self.instance,
+        )
+        self.status.in_flight += 1
+        try:
+            result = await run_probe(get_probe(ep.kind), ctx)
+        finally:
+            self.status.in_flight -= 1
+        self.record(result)
+        return ProbeOutcome(result, plog)
+
+    def record(self, result: RunResult) -> None:
+        """Feed one timed run to every sink (metrics, window, store)."""
+        self.probe_metrics.record(result)
+        self.windows.add(result)
+
+
+def _digest_file(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None

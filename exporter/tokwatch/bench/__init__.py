@@ -1,0 +1,1 @@
+"""`tokwatch bench`: load generator with exact client-side latency metrics, SLOs and run reports."""

@@ -1,0 +1,116 @@
+"""Post-run sanity checks (seed 002): did the run do what was asked, so its figures can be trusted?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.stats import median, percentile
+
+RATE_TOLERANCE = 0.05
+LAG_P99_LIMIT_S = 0.005
+LENGTH_TOLERANCE = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One health check line."""
+
+    name: str
+    verdict: Literal["PASS", "WARN", "FAIL", "INFO"]
+    detail: str
+
+    def line(self) -> str:
+        """`[PASS] name: detail`."""
+        return f"[{self.verdict}] {self.name}: {self.detail}"
+
+
+def run_checks(outcome: BenchOutcome) -> list[Check]:
+    """Every check that applies to this run."""
+    checks: list[Check] = []
+    measured = outcome.measured
+    completion = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
+    checks.append(
+        Check("run", "PASS" if outcome.complete else "FAIL", f"{completion}; {len(measured)} measured requests")
+    )
+    sends = sorted(r.sent_at_s for r in measured)
+    dispatches = sorted(r.dispatched_at_s for r in measured)
+    if outcome.requested_rate and len(dispatches) > 1:
+        achieved = (len(dispatches) - 1) / (dispatches[-1] - dispatches[0])
+        err = achieved / outcome.requested_rate - 1
+        checks.append(
+            Check(
+                "dispatch rate",
+                "PASS" if abs(err) <= RATE_TOLERANCE else "WARN",
+                f"achieved {achieved:.3f}/s vs requested {outcome.requested_rate:.3f}/s ({err:+.1%}); "
+                "Poisson/gamma schedules vary around the mean for short runs",
+            )
+        )
+    elif len(sends) > 1 and sends[-1] > sends[0]:
+        checks.append(
+            Check("send rate", "INFO", f"{(len(sends) - 1) / (sends[-1] - sends[0]):.3f}/s (closed loop)")
+        )
+    lags = [lag for r in measured if (lag := r.scheduling_lag_s) is not None]
+    if lags:
+        p99 = percentile(lags, 99)
+        checks.append(
+            Check(
+                "scheduling lag",
+                "PASS" if p99 <= LAG_P99_LIMIT_S else "WARN",
+                f"p50 {median(lags) * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms, max {max(lags) * 1e3:.2f} ms "
+                f"(limit p99 {LAG_P99_LIMIT_S * 1e3:.0f} ms; higher means the client could not keep pace)",
+            )
+        )
+    queues = [r.queue_time_s for r in measured]
+    if queues and max(queues) > 0:
+        checks.append(
+            Check(
+                "client queue time",
+                "INFO",
+                f"mean {sum(queues) / len(queues) * 1e3:.1f} ms, p99 {percentile(queues, 99) * 1e3:.1f} ms "
+                "waiting for a concurrency slot (not part of latency)",
+            )
+        )
+    ratios = [
+        r.prompt_tokens / r.prompt_tokens_target
+        for r in measured
+        if r.ok and r.prompt_tokens and r.prompt_tokens_target and r.tokens_source != "client_estimate"
+    ]
+    if ratios:
+        m = median(ratios)
+        checks.append(
+            Check(
+                "prompt length",
+                "PASS" if abs(m - 1) <= LENGTH_TOLERANCE else "WARN",
+                f"server-counted prompt tokens / target: median {m:.2f} over {len(ratios)} requests",
+            )
+        )
+    fixed = [r for r in measured if r.ok and r.fixed_output and r.max_tokens]
+    if fixed:
+        exact = sum(1 for r in fixed if r.generated_tokens == r.max_tokens)
+        share = exact / len(fixed)
+        checks.append(
+            Check(
+                "output length",
+                "PASS" if share >= 0.9 else "WARN",
+                f"{exact}/{len(fixed)} fixed-length requests got exactly the requested tokens ({share:.0%}); "
+                "a low share means the server ignores ignore_eos/min_tokens",
+            )
+        )
+    errored = [r for r in measured if not r.ok]
+    if errored:
+        by: dict[str, int] = {}
+        for r in errored:
+            key = r.status.value + (f" ({r.error_class})" if r.error_class else "")
+            by[key] = by.get(key, 0) + 1
+        detail = ", ".join(f"{k}: {v}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
+        checks.append(Check("errors", "WARN", f"{len(errored)}/{len(measured)} failed: {detail}"))
+    else:
+        checks.append(Check("errors", "PASS", "no failed requests"))
+    return checks
+
+
+def render(checks: list[Check]) -> str:
+    """health_checks.txt content."""
+    return "\n".join(c.line() for c in checks) + "\n"

@@ -1,0 +1,102 @@
+"""A finished (or stopped) benchmark run, every figure derived from it, and the process exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.slo import Slo, evaluate, goodput
+
+SCHEMA_VERSION = 1
+
+
+class ExitCode(IntEnum):
+    """`tokwatch bench` exit codes (docs/bench.md)."""
+
+    OK = 0  # run complete, every SLO met (or none given)
+    SLO_FAILED = 1  # run complete, at least one SLO missed
+    USAGE = 2  # bad options, config, bench file or dataset; nothing was sent
+    INCOMPLETE = 3  # stopped early (Ctrl-C, server ignoring max_tokens); partial results written
+    FAILED = 4  # no request succeeded (unreachable, auth failure, every request failing)
+
+
+@dataclass(slots=True)
+class BenchOutcome:
+    """Everything a run measured. `options` are the redacted settings echoed into summary.json."""
+
+    options: dict[str, Any]
+    records: list[RequestRecord]
+    started_at_unix: float
+    wall_s: float
+    complete: bool
+    stop_reason: str  # finished, interrupted, all_failed, unreachable, auth_failure, max_tokens_ignored
+    message: str | None = None
+    slos: list[Slo] = field(default_factory=list)
+    requested_rate: float | None = None
+    server: dict[str, Any] = field(default_factory=dict)  # server /metrics figures over the run
+    metrics_before: str | None = None
+    metrics_after: str | None = None
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        """Requests outside the warm-up."""
+        return [r for r in self.records if not r.warmup]
+
+    def slo_results(self) -> dict[str, Any]:
+        """slo_results.json content."""
+        out = evaluate(self.slos, self.records)
+        out["schema_version"] = SCHEMA_VERSION
+        out["complete"] = self.complete
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json content: counts, status classes, every metric's statistics, goodput."""
+        measured = self.measured
+        ok = [r for r in measured if r.ok]
+        sends = [r.sent_at_s for r in measured]
+        span = (max(sends) - min(sends)) if len(sends) > 1 else 0.0
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "complete": self.complete,
+            "stop_reason": self.stop_reason,
+            "message": self.message,
+            "started_at_unix": self.started_at_unix,
+            "wall_time_s": self.wall_s,
+            "options": self.options,
+            "requests": {
+                "total": len(measured),
+                "ok": len(ok),
+                "errored": len(measured) - len(ok),
+                "warmup_excluded": len(self.records) - len(measured),
+                "error_rate": (len(measured) - len(ok)) / len(measured) if measured else None,
+                "by_status": error_counts(self.records),
+            },
+            "requested_rate_per_s": self.requested_rate,
+            "achieved_send_rate_per_s": (len(sends) - 1) / span if span > 0 else None,
+            "metrics": all_summaries(self.records),
+            "goodput": goodput(self.slos, self.records, self.wall_s),
+            "server": self.server,
+        }
+
+    def throughput(self) -> dict[str, Any]:
+        """throughput.json content."""
+        return {"schema_version": SCHEMA_VERSION, **throughput(self.records, self.wall_s)}
+
+    def prefill(self) -> dict[str, Any]:
+        """prefill_stats.json content."""
+        return {"schema_version": SCHEMA_VERSION, **prefill_stats(self.records)}
+
+    def exit_code(self) -> ExitCode:
+        """The documented exit code for this outcome."""
+        if not any(r.ok for r in self.measured):
+            return ExitCode.FAILED
+        if not self.complete:
+            return ExitCode.INCOMPLETE
+        return ExitCode.OK if evaluate(self.slos, self.records)["all_slos_met"] else ExitCode.SLO_FAILED
+
+    def records_for_store(self) -> list[RequestRecord]:
+        """The run's measured request records (for the store, wired by the lead)."""
+        return self.measured

@@ -1,0 +1,85 @@
+"""report.md: a human-readable summary of one run, built only from the JSON figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokwatch.bench.health import Check
+
+_TIME_METRICS = ("ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2e", "normalized_latency")
+_COUNT_METRICS = ("prompt_tokens", "think_tokens", "output_tokens", "fluidity_index")
+_SEND_METRICS = ("scheduling_lag", "queue_time")
+_COLS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "max")
+
+
+def _fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value * scale:.{digits}f}"
+    return str(value)
+
+
+def _table(summary: dict[str, Any], names: tuple[str, ...], scale: float, digits: int) -> list[str]:
+    lines = ["| metric | n | " + " | ".join(_COLS) + " |", "|---|---:|" + "---:|" * len(_COLS)]
+    for name in names:
+        s = summary["metrics"].get(name)
+        if not s or not s["count"]:
+            continue
+        cells = " | ".join(_fmt(s[c], scale, digits) for c in _COLS)
+        lines.append(f"| {name} | {s['count']} | {cells} |")
+    return lines
+
+
+def render(
+    summary: dict[str, Any], throughput: dict[str, Any], slo_results: dict[str, Any], checks: list[Check]
+) -> str:
+    """The Markdown report."""
+    opts = summary["options"]
+    req = summary["requests"]
+    out = [
+        f"# tokwatch bench: {opts.get('model', '?')} @ {opts.get('target', '?')}",
+        "",
+        f"- status: **{'complete' if summary['complete'] else 'INCOMPLETE'}** ({summary['stop_reason']})"
+        + (f" — {summary['message']}" if summary.get("message") else ""),
+        f"- load: {opts.get('load', '?')}; wall time {summary['wall_time_s']:.1f} s",
+        f"- requests: {req['total']} measured, {req['ok']} ok, {req['errored']} errored, "
+        f"{req['warmup_excluded']} warm-up excluded",
+    ]
+    if summary.get("requested_rate_per_s"):
+        out.append(
+            f"- rate: requested {summary['requested_rate_per_s']:.3f}/s, achieved "
+            f"{_fmt(summary.get('achieved_send_rate_per_s'), digits=3)}/s"
+        )
+    out += ["", "## Latency (ms)", "", *_table(summary, _TIME_METRICS, 1e3, 2)]
+    out += ["", "## Client side (ms, not part of latency)", "", *_table(summary, _SEND_METRICS, 1e3, 3)]
+    out += ["", "## Tokens and fluidity", "", *_table(summary, _COUNT_METRICS, 1.0, 2)]
+    out += ["", "## Throughput", "", "| window | s | ok requests/s | tokens/s |", "|---|---:|---:|---:|"]
+    for key in ("overall", "steady_state", "last_30s"):
+        w = throughput[key]
+        span = w["window_end_s"] - w["window_start_s"]
+        out.append(f"| {key} | {span:.1f} | {_fmt(w['requests_per_s'])} | {_fmt(w['tokens_per_s'], digits=1)} |")
+    errors = {k: v for k, v in req["by_status"].items() if v and k != "ok"}
+    out += ["", "## Errors", "", ", ".join(f"{k}: {v}" for k, v in errors.items()) or "none"]
+    out += ["", "## SLOs", ""]
+    if slo_results["results"]:
+        out += ["| objective | observed | threshold | met |", "|---|---:|---:|---|"]
+        for r in slo_results["results"]:
+            out.append(
+                f"| {r['name']} | {_fmt(r['observed_value'], digits=4)} | {r['op']} {r['threshold']:g} | "
+                f"{'yes' if r['met'] else '**no**'} |"
+            )
+        g = summary["goodput"]
+        out += [
+            "",
+            f"All met: **{'yes' if slo_results['all_slos_met'] else 'no'}**; goodput "
+            f"{g['good_requests']}/{g['measured_requests']} requests ({_fmt(g['goodput_ratio'], 100, 1)} %)",
+        ]
+    else:
+        out.append("none given")
+    server = summary.get("server") or {}
+    if server:
+        out += ["", "## Server /metrics over the run", ""]
+        out += [f"- {k}: {_fmt(v, digits=3)}" for k, v in server.items()]
+    out += ["", "## Health checks", "", "```", *(c.line() for c in checks), "```", ""]
+    return "\n".join(out)

@@ -1,0 +1,135 @@
+"""The per-request record of a benchmark run: lifecycle times, status, token counts and latency figures.
+
+Latency figures start at the actual send; time spent before it (scheduling lag against the planned
+arrival, waiting for a concurrency slot) is kept in separate fields so client queueing never hides
+inside TTFT or E2E.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from tokwatch.result import Status
+
+# Scalar per-request figures, in seconds unless named otherwise; list figures are per token or chunk.
+SCALAR_METRICS = (
+    "ttft",
+    "ttot",
+    "tpot",
+    "e2e",
+    "normalized_latency",
+    "fluidity_index",
+    "scheduling_lag",
+    "queue_time",
+    "prompt_tokens",
+    "output_tokens",
+    "think_tokens",
+)
+LIST_METRICS = ("tbt", "inter_chunk", "output_itl")
+# Figures where larger is better (SLOs on them use `>=`).
+HIGHER_IS_BETTER = frozenset({"fluidity_index"})
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One benchmark request. Times ending in `_at_s` are seconds since the run start (perf_counter)."""
+
+    request_id: int
+    category: str  # "chat", "reasoning" or "dataset"
+    warmup: bool = False
+    conversation_id: int | None = None
+    turn: int | None = None
+    intended_at_s: float | None = None  # planned send time (open loop); None in a closed loop
+    dispatched_at_s: float = 0.0  # when the generator released it (after any scheduling lag)
+    sent_at_s: float = 0.0  # when the HTTP request went out (after any wait for a concurrency slot)
+    completed_at_s: float | None = None
+    status: Status = Status.OK
+    http_status: int | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    finish_reason: str | None = None
+    server_request_id: str | None = None
+    prompt_tokens_target: int | None = None
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    fixed_output: bool = False  # the server was asked for exactly max_tokens (ignore_eos/min_tokens)
+    output_tokens: int | None = None  # non-reasoning tokens
+    think_tokens: int | None = None
+    tokens_source: str | None = None  # usage, chunk_usage, engine or client_estimate
+    chunks: int = 0
+    ttft_s: float | None = None
+    ttot_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    tbt_s: list[float] = field(default_factory=list)  # per token after the first (k-token chunk: gap, k-1 zeros)
+    inter_chunk_s: list[float] = field(default_factory=list)  # per chunk after the first
+    output_itl_s: list[float] = field(default_factory=list)  # per token after the first output-phase token
+    fluidity_index: float | None = None
+    history_tokens: int | None = None  # multi-turn: estimated tokens of earlier turns in the prompt
+    reply_text: str = ""  # the model's answer; used for multi-turn history, never written out
+
+    @property
+    def scheduling_lag_s(self) -> float | None:
+        """How late the generator released the request against its planned time (open loop only)."""
+        if self.intended_at_s is None:
+            return None
+        return max(0.0, self.dispatched_at_s - self.intended_at_s)
+
+    @property
+    def queue_time_s(self) -> float:
+        """Time spent waiting for a concurrency slot before the send."""
+        return max(0.0, self.sent_at_s - self.dispatched_at_s)
+
+    @property
+    def normalized_latency_s(self) -> float | None:
+        """E2E divided by all generated tokens (think + output)."""
+        n = self.generated_tokens
+        if self.e2e_s is None or not n:
+            return None
+        return self.e2e_s / n
+
+    @property
+    def generated_tokens(self) -> int:
+        """Think plus output tokens."""
+        return (self.output_tokens or 0) + (self.think_tokens or 0)
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed and counts towards latency figures."""
+        return self.status is Status.OK
+
+    def scalar(self, name: str) -> float | None:
+        """The scalar figure `name` (one of SCALAR_METRICS)."""
+        attr = {
+            "fluidity_index": "fluidity_index",
+            "scheduling_lag": "scheduling_lag_s",
+            "queue_time": "queue_time_s",
+            "prompt_tokens": "prompt_tokens",
+            "output_tokens": "output_tokens",
+            "think_tokens": "think_tokens",
+        }.get(name, f"{name}_s")
+        value = getattr(self, attr)
+        return None if value is None else float(value)
+
+    def series(self, name: str) -> list[float]:
+        """The list figure `name` (one of LIST_METRICS)."""
+        return list(getattr(self, f"{name}_s"))
+
+    def token_times_s(self) -> list[float]:
+        """Receive time of every generated token, seconds since the run start."""
+        if self.ttft_s is None:
+            return []
+        first = self.sent_at_s + self.ttft_s
+        return [first, *(first + t for t in accumulate(self.tbt_s))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the request_level_metrics.jsonl line; docs/bench.md)."""
+        d = asdict(self)
+        d.pop("reply_text")
+        d["status"] = self.status.value
+        d["scheduling_lag_s"] = self.scheduling_lag_s
+        d["queue_time_s"] = self.queue_time_s
+        d["normalized_latency_s"] = self.normalized_latency_s
+        return d

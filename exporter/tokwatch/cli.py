@@ -1,0 +1,230 @@
+"""Command line: `tokwatch serve|probe|check-config|sim|demo|db|report|bench`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from tokwatch import __version__
+from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
+from tokwatch.redact import Redactor
+from tokwatch.result import RunResult
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger("tokwatch")
+
+
+class RedactingFilter(logging.Filter):
+    """Last line of defence: masks known secrets and credential-shaped text in every log record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.redactor = Redactor()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = self.redactor(record.getMessage())
+        record.args = None
+        return True
+
+
+_FILTER = RedactingFilter()
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr with timestamps; every record is redacted."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_FILTER)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _load(path: str) -> Config:
+    config = load_config(path)
+    secrets = []
+    for ep in config.endpoints:
+        with contextlib.suppress(ConfigError):
+            secrets.append(ep.resolve_api_key())
+    _FILTER.redactor = Redactor(secrets)
+    return config
+
+
+def _listen(args: argparse.Namespace, config: Config | None) -> tuple[str, int]:
+    return parse_listen(args.listen or (config.listen if config else DEFAULT_LISTEN))
+
+
+async def _until_signal(on_hup: Callable[[], object] | None = None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if on_hup is not None:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+# --- serve ---------------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the exporter until SIGTERM/SIGINT; SIGHUP reloads the config."""
+    config = _load(args.config)
+    host, port = _listen(args, config)
+    return asyncio.run(_serve(config, args.config, host, port))
+
+
+async def _serve(config: Config, path: str, host: str, port: int) -> int:
+    from tokwatch.app import App
+    from tokwatch.server import start_site
+
+    app = App(config, path)
+    await app.start()
+    try:
+        runner, bound = await start_site(app, host, port)
+    except OSError as exc:
+        await app.stop()
+        print(f"tokwatch: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    log.info("tokwatch %s listening on http://%s:%d/metrics (%d endpoints)", __version__, host, bound,
+             len(config.endpoints))
+    try:
+        await _until_signal(on_hup=app.reload)
+    finally:
+        log.info("shutting down: cancelling probes in flight")
+        await app.stop()
+        await runner.cleanup()
+    return EXIT_OK
+
+
+# --- probe ---------------------------------------------------------------------------------------------
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Probe endpoints once, print a table, exit 1 if any run was not ok."""
+    config = _load(args.config)
+    names = args.endpoints or [e.name for e in config.enabled_endpoints]
+    unknown = [n for n in names if config.endpoint(n) is None]
+    if unknown:
+        print(f"tokwatch: {args.config}: no endpoint named {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_USAGE
+    if not names:
+        print(f"tokwatch: {args.config}: no enabled endpoints to probe", file=sys.stderr)
+        return EXIT_USAGE
+    results = asyncio.run(_probe_once(config, args.config, names))
+    print_results(results)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+async def _probe_once(config: Config, path: str, names: Sequence[str]) -> list[RunResult]:
+    from tokwatch.app import App
+
+    app = App(config, path)
+    await app.start(schedule=False)
+    try:
+        return [(await app.probe(n)).result for n in names]
+    finally:
+        await app.stop()
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.1f}"
+
+
+def print_results(results: Sequence[RunResult]) -> None:
+    """A table of runs: endpoint, status, tok/s, source, TTFT, ITL p50/p99, tokens."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="tokwatch probe")
+    for col in ("endpoint", "status", "tok/s", "source", "TTFT ms", "ITL p50 ms", "ITL p99 ms", "tokens", "error"):
+        table.add_column(col, justify="right" if col not in ("endpoint", "status", "source", "error") else "left")
+    for r in results:
+        table.add_row(
+            r.endpoint,
+            r.status.value,
+            "-" if r.tokens_per_second is None else f"{r.tokens_per_second:.1f}",
+            r.source.value if r.source else "-",
+            _ms(r.ttft_s),
+            _ms(r.itl_percentile(50)),
+            _ms(r.itl_percentile(99)),
+            "-" if r.output_tokens is None else str(r.output_tokens + (r.think_tokens or 0)),
+            (r.error_class or "") if not r.ok else "",
+        )
+    Console(width=140).print(table)
+
+
+# --- check-config --------------------------------------------------------------------------------------
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a config file; exit 0 if valid, 2 with file:line: field: message lines if not."""
+    config = _load(args.file)
+    from tokwatch.app import Keys
+
+    Keys(config)  # env vars and key files must resolve too
+    print(f"{args.file}: ok ({len(config.endpoints)} endpoints, {len(config.enabled_endpoints)} enabled)")
+    return EXIT_OK
+
+
+# --- parser --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="tokwatch", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tokwatch {__version__}")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run the exporter (scheduled probes, /metrics, /probe)")
+    p.add_argument("--config", "-c", required=True, help="tokwatch.yml")
+    p.add_argument("--listen", help=f"HOST:PORT to serve on (default from config, else {DEFAULT_LISTEN})")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("probe", help="probe endpoints once and print a table; exit 1 if any run was not ok")
+    p.add_argument("--config", "-c", required=True)
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("check-config", help="validate a config file")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_check_config)
+
+    for register in _command_modules():
+        register(sub)
+    return parser
+
+
+def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
+    from tokwatch.demo import add_commands as demo_commands
+
+    return [demo_commands]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (config errors: 2, never a traceback)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"tokwatch: configuration error:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

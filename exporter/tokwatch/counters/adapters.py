@@ -1,0 +1,33 @@
+"""Pick the adapter for a scrape: by the endpoint kind, or by the families the server actually exposes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tokwatch.counters.llamacpp import read_llamacpp
+from tokwatch.counters.parse import MetricsSnapshot
+from tokwatch.counters.reading import CounterReading
+from tokwatch.counters.sglang import read_sglang
+from tokwatch.counters.vllm import read_vllm
+
+Adapter = Callable[[MetricsSnapshot, "str | None"], CounterReading]
+
+ADAPTERS: dict[str, Adapter] = {"vllm": read_vllm, "llamacpp": read_llamacpp, "sglang": read_sglang}
+_PREFIXES = {"vllm": "vllm:", "llamacpp": "llamacpp:", "sglang": "sglang:"}
+
+
+def detect_server(snap: MetricsSnapshot, hint: str | None = None) -> str | None:
+    """The server whose families the scrape holds; the endpoint kind wins when its families are present."""
+    names = list(snap.names())
+    present = [s for s, p in _PREFIXES.items() if any(n.startswith(p) for n in names)]
+    if hint in present:
+        return hint
+    return present[0] if present else None
+
+
+def read_counters(snap: MetricsSnapshot, kind: str | None, model: str | None) -> CounterReading | None:
+    """The server-neutral reading of one scrape, or None when it holds no known server's families."""
+    server = detect_server(snap, kind)
+    if server is None:
+        return None
+    return ADAPTERS[server](snap, model)

@@ -1,0 +1,127 @@
+"""Prometheus text format / OpenMetrics -> a typed, immutable snapshot indexed by sample name.
+
+Parsing goes through prometheus_client's own parsers. Samples are indexed by their full sample name
+(`vllm:generation_tokens_total`, `..._sum`, `..._count`, `..._created`) because the text parser strips
+`_total` from counter family names but never from sample names, so sample names are the stable key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as _parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as _parse_text
+
+MAX_TEXT_CHARS = 8 * 1024 * 1024
+MAX_SAMPLES = 200_000
+
+Labels = Mapping[str, str]
+
+
+class MetricsParseError(ValueError):
+    """A /metrics body that is not valid exposition text (or is larger than the caps)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One sample of one time series."""
+
+    labels: Labels
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """Every finite sample of one scrape, by sample name, plus the family type of each sample name."""
+
+    series: Mapping[str, tuple[Series, ...]]
+    types: Mapping[str, str] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        """True when at least one series of this sample name was exposed."""
+        return bool(self.series.get(name))
+
+    def names(self) -> Iterable[str]:
+        """All sample names in the scrape."""
+        return self.series.keys()
+
+    def select(self, name: str, where: Labels | None = None) -> tuple[Series, ...]:
+        """Series of `name` whose labels include every pair of `where`."""
+        found = self.series.get(name, ())
+        if not where:
+            return found
+        return tuple(s for s in found if all(s.labels.get(k) == v for k, v in where.items()))
+
+    def total(self, name: str, where: Labels | None = None) -> float | None:
+        """Sum over the matching series (e.g. over vLLM's `engine` label), None when there are none."""
+        found = self.select(name, where)
+        return math.fsum(s.value for s in found) if found else None
+
+    def mean(self, name: str, where: Labels | None = None) -> float | None:
+        """Mean over the matching series (for ratios such as per-engine KV-cache usage)."""
+        found = self.select(name, where)
+        return math.fsum(s.value for s in found) / len(found) if found else None
+
+    def label_values(self, label: str, prefix: str) -> set[str]:
+        """Distinct values of `label` over all samples whose name starts with `prefix`."""
+        return {
+            s.labels[label]
+            for name, found in self.series.items()
+            if name.startswith(prefix)
+            for s in found
+            if label in s.labels
+        }
+
+    def kind_of(self, name: str) -> str:
+        """Family type of a sample name ('counter', 'gauge', 'histogram', ... or 'unknown')."""
+        return self.types.get(name, "unknown")
+
+
+def is_openmetrics(text: str, content_type: str | None = None) -> bool:
+    """OpenMetrics when the server says so or the body ends with the mandatory `# EOF` line."""
+    if content_type and "openmetrics" in content_type.lower():
+        return True
+    return text.rstrip().endswith("# EOF")
+
+
+def parse_metrics(
+    text: str,
+    *,
+    content_type: str | None = None,
+    max_chars: int = MAX_TEXT_CHARS,
+    max_samples: int = MAX_SAMPLES,
+) -> MetricsSnapshot:
+    """Parse one /metrics body; raises MetricsParseError naming the problem (never another exception)."""
+    if len(text) > max_chars:
+        raise MetricsParseError(f"body of {len(text)} characters exceeds the {max_chars} cap")
+    parser = _parse_openmetrics if is_openmetrics(text, content_type) else _parse_text
+    series: dict[str, list[Series]] = {}
+    types: dict[str, str] = {}
+    count = 0
+    try:
+        families: Iterable[Metric] = parser(text)
+        for family in families:
+            for sample in family.samples:
+                count += 1
+                if count > max_samples:
+                    raise MetricsParseError(f"more than {max_samples} samples")
+                value = float(sample.value)
+                # NaN/Inf carry no counter information and would poison sums and deltas.
+                if not math.isfinite(value):
+                    continue
+                types.setdefault(sample.name, family.type)
+                series.setdefault(sample.name, []).append(
+                    Series(MappingProxyType(dict(sample.labels)), value)
+                )
+    except MetricsParseError:
+        raise
+    except Exception as exc:  # the parsers raise ValueError, IndexError, KeyError... on bad input
+        raise MetricsParseError(f"invalid exposition text: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return MetricsSnapshot(
+        series=MappingProxyType({k: tuple(v) for k, v in series.items()}),
+        types=MappingProxyType(types),
+    )

@@ -1,0 +1,268 @@
+"""The one HTTP client shared by probes, the benchmark and the counters scraper.
+
+Streaming requests record `time.perf_counter()` right before the request is sent and for every piece of the
+body as it arrives; every request has a total deadline and a cap on the body size. Transport failures are
+raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them into run statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import SimpleNamespace, TracebackType
+from typing import Any, Literal
+
+import aiohttp
+
+TransportKind = Literal["connect", "dns", "tls", "timeout", "reset", "too_large", "protocol"]
+Phase = Literal["connect", "response", "body"]
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+_DISCONNECT_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+
+
+class TransportError(Exception):
+    """A request that failed below HTTP semantics: connect, timeout, reset, oversize body, bad framing.
+
+    `phase` says how far the request got: "connect" (no connection), "response" (connected, no response
+    headers yet) or "body" (headers received, failed while reading the body).
+    """
+
+    def __init__(self, kind: TransportKind, phase: Phase, message: str) -> None:
+        super().__init__(message)
+        self.kind: TransportKind = kind
+        self.phase: Phase = phase
+
+
+class HttpStatusError(Exception):
+    """A non-2xx answer from `get_text` (streaming callers inspect `StreamResponse.status` themselves)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:200]}")
+        self.status = status
+        self.body = body
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """Per-attempt connection facts, filled in by the aiohttp trace hooks."""
+
+    connected: bool = False
+    reused: bool = False
+
+
+async def _on_reuse(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.connected = True
+        attempt.reused = True
+
+
+async def _on_create(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.connected = True
+        attempt.reused = False
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    tc = aiohttp.TraceConfig()
+    tc.on_connection_reuseconn.append(_on_reuse)
+    tc.on_connection_create_end.append(_on_create)
+    return tc
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """A peer that closed or reset the connection (as opposed to refusing it or timing out)."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _DISCONNECT_ERRNOS
+
+
+def _wrap(exc: BaseException, attempt: _Attempt, phase: Phase) -> TransportError:
+    """Normalise an aiohttp/OS exception into a TransportError with a bounded kind."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return TransportError("timeout", phase if attempt.connected else "connect", f"timed out: {text}")
+    dns_error = getattr(aiohttp, "ClientConnectorDNSError", None)
+    if dns_error is not None and isinstance(exc, dns_error):
+        return TransportError("dns", "connect", f"DNS lookup failed: {text}")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientConnectorSSLError):
+        return TransportError("tls", "connect", f"TLS handshake failed: {text}")
+    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
+        return TransportError("tls", "connect", f"TLS failed: {text}")
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.InvalidURL):
+        return TransportError("connect", "connect", f"cannot connect: {text}")
+    if _is_disconnect(exc) or isinstance(exc, aiohttp.ClientPayloadError):
+        return TransportError("reset", phase, f"connection lost: {text}")
+    return TransportError("protocol", phase, f"{type(exc).__name__}: {text}")
+
+
+class StreamResponse:
+    """An open response whose body is read piece by piece with receive timestamps."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, sent_at: float, deadline: float, max_bytes: int) -> None:
+        self._resp = resp
+        self._deadline = deadline  # loop.time() based
+        self._max_bytes = max_bytes
+        self.status: int = resp.status
+        self.headers: Mapping[str, str] = resp.headers
+        self.sent_at = sent_at
+        self.headers_at = time.perf_counter()
+        self.first_byte_at: float | None = None
+        self.last_byte_at: float | None = None
+        self.bytes_received = 0
+
+    async def chunks(self) -> AsyncIterator[tuple[float, bytes]]:
+        """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
+        length = self._resp.content_length
+        if length is not None and length > self._max_bytes:
+            raise TransportError("too_large", "body", f"Content-Length {length} exceeds {self._max_bytes} bytes")
+        content = self._resp.content
+        while True:
+            try:
+                async with asyncio.timeout_at(self._deadline):
+                    data = await content.readany()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise _wrap(exc, _Attempt(connected=True), "body") from exc
+            if not data:
+                return
+            now = time.perf_counter()
+            if self.first_byte_at is None:
+                self.first_byte_at = now
+            self.last_byte_at = now
+            self.bytes_received += len(data)
+            if self.bytes_received > self._max_bytes:
+                raise TransportError("too_large", "body", f"response body exceeds {self._max_bytes} bytes")
+            yield now, data
+
+    async def read(self) -> bytes:
+        """The whole body (bounded by the size cap)."""
+        parts = [data async for _, data in self.chunks()]
+        return b"".join(parts)
+
+    async def text(self) -> str:
+        """The whole body decoded as UTF-8, invalid bytes replaced."""
+        return (await self.read()).decode("utf-8", errors="replace")
+
+
+class HttpClient:
+    """Owns one aiohttp session; create and close it inside a running event loop (`async with`)."""
+
+    def __init__(self, *, limit: int = 100, user_agent: str = "tokwatch") -> None:
+        self._limit = limit
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
+        self.stale_resends = 0  # dead pooled connections replaced before a request was sent
+
+    async def __aenter__(self) -> HttpClient:
+        self._ensure_session()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh_session = None
+
+    def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=self._limit, force_close=force_close)
+        return aiohttp.ClientSession(
+            connector=connector,
+            trace_configs=[_trace_config()],
+            timeout=aiohttp.ClientTimeout(total=None),  # deadlines are enforced per request below
+            headers={"User-Agent": self._user_agent},
+            auto_decompress=True,
+        )
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = self._new_session(force_close=False)
+        return self._session
+
+    def _ensure_fresh_session(self) -> aiohttp.ClientSession:
+        # A connector that never pools: the re-send is guaranteed a brand-new connection.
+        if self._fresh_session is None or self._fresh_session.closed:
+            self._fresh_session = self._new_session(force_close=True)
+        return self._fresh_session
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        json_body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> AsyncIterator[StreamResponse]:
+        """Send a request and yield the open response; `timeout` bounds everything up to the last byte.
+
+        A pooled keep-alive connection that turns out dead before any response byte (the server closed it
+        while we kept it) is replaced once by a fresh connection; every other failure is raised.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        body = None if json_body is None else json.dumps(json_body).encode()
+        send_headers = dict(headers or {})
+        if body is not None:
+            send_headers.setdefault("Content-Type", "application/json")
+        attempt = _Attempt()
+        sent_at = time.perf_counter()
+        try:
+            async with asyncio.timeout_at(deadline):
+                try:
+                    resp = await self._ensure_session().request(
+                        method, url, data=body, headers=send_headers, trace_request_ctx=attempt
+                    )
+                except (aiohttp.ClientError, OSError) as exc:
+                    if not (attempt.reused and _is_disconnect(exc)):
+                        raise
+                    self.stale_resends += 1
+                    attempt = _Attempt()
+                    sent_at = time.perf_counter()
+                    resp = await self._ensure_fresh_session().request(
+                        method, url, data=body, headers=send_headers, trace_request_ctx=attempt
+                    )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _wrap(exc, attempt, "response") from exc
+        try:
+            yield StreamResponse(resp, sent_at, deadline, max_bytes)
+        except BaseException:
+            resp.close()  # an unfinished body must not go back to the pool
+            raise
+        else:
+            resp.release()
+
+    async def get_text(
+        self,
+        url: str,
+        *,
+        timeout: float,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
+        """GET a text document (e.g. /metrics); raises TransportError or HttpStatusError."""
+        async with self.stream("GET", url, headers=headers, timeout=timeout, max_bytes=max_bytes) as resp:
+            text = await resp.text()
+            if not 200 <= resp.status < 300:
+                raise HttpStatusError(resp.status, text)
+            return text

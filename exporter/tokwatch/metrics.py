@@ -1,0 +1,402 @@
+"""Prometheus collectors for probe results: in-memory state, read (never computed with I/O) at scrape time.
+
+Names, types and labels are the contract in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import platform
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from tokwatch import __version__
+from tokwatch.result import RunResult, Status
+
+if TYPE_CHECKING:
+    from tokwatch.config import EndpointSettings
+    from tokwatch.window import WindowFigures
+
+# Buckets suited to LLM serving: TTFT spans tens of ms (warm, local) to minutes (cold, overloaded);
+# per-token gaps span sub-ms (batched fast decode) to seconds (stalls, preemption).
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
+    "tokwatch_ttft_seconds": (LATENCY_BUCKETS, "Time to first token of streamed probe runs."),
+    "tokwatch_inter_token_latency_seconds": (
+        TOKEN_GAP_BUCKETS,
+        "Gap before each token after the first; a chunk of k tokens adds its gap and k-1 zeros.",
+    ),
+    "tokwatch_output_inter_token_latency_seconds": (
+        TOKEN_GAP_BUCKETS,
+        "Inter-token latency within the output phase (after reasoning) only.",
+    ),
+    "tokwatch_time_per_output_token_seconds": (TOKEN_GAP_BUCKETS, "(E2E - TTFT) / (tokens - 1) per run."),
+    "tokwatch_e2e_latency_seconds": (E2E_BUCKETS, "End-to-end latency of completed probe runs."),
+    "tokwatch_ttot_seconds": (
+        LATENCY_BUCKETS,
+        "Time from the last reasoning token to the first output token.",
+    ),
+}
+
+
+class _Histogram:
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+        return out
+
+
+@dataclass
+class EndpointState:
+    """What the collectors know about one endpoint."""
+
+    settings: EndpointSettings
+    runs: dict[Status, int] = field(default_factory=lambda: dict.fromkeys(Status, 0))
+    last: RunResult | None = None
+    last_ok: RunResult | None = None
+    hist: dict[str, _Histogram] = field(
+        default_factory=lambda: {name: _Histogram(b) for name, (b, _) in HISTOGRAMS.items()}
+    )
+
+
+class LabelSet:
+    """`endpoint` plus the union of static label names over all endpoints (missing ones are empty)."""
+
+    def __init__(self, endpoints: Sequence[EndpointSettings]) -> None:
+        self.static = sorted({k for ep in endpoints for k in ep.labels})
+        self.names = ["endpoint", *self.static]
+
+    def values(self, ep: EndpointSettings) -> list[str]:
+        """Label values for one endpoint, in `names` order."""
+        return [ep.name, *(ep.labels.get(k, "") for k in self.static)]
+
+
+class ProbeMetrics(Collector):
+    """Probe results per endpoint; `record()` is called after every scheduled run."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, EndpointState] = {}
+        self._labels = LabelSet(())
+
+    def set_endpoints(self, endpoints: Sequence[EndpointSettings]) -> None:
+        """Apply a (re)loaded config: keep history of endpoints that stay, drop removed ones."""
+        states: dict[str, EndpointState] = {}
+        for ep in endpoints:
+            state = self._states.get(ep.name) or EndpointState(ep)
+            state.settings = ep
+            states[ep.name] = state
+        self._states = states
+        self._labels = LabelSet(endpoints)
+
+    def state(self, name: str) -> EndpointState | None:
+        """Current state of one endpoint."""
+        return self._states.get(name)
+
+    def record(self, result: RunResult) -> None:
+        """Account one timed run."""
+        state = self._states.get(result.endpoint)
+        if state is None:  # endpoint removed by a reload while its probe ran
+            return
+        state.runs[result.status] += 1
+        state.last = result
+        if result.ok:
+            state.last_ok = result
+        if result.status in (Status.OK, Status.DEGRADED):
+            _observe(state, result)
+
+    def describe(self) -> Iterable[Metric]:
+        """No up-front description: families depend on config (see prometheus_client custom collectors)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Families built from the in-memory snapshot."""
+        names = self._labels.names
+        fams = _Families(names)
+        for state in self._states.values():
+            lv = self._labels.values(state.settings)
+            ep = state.settings
+            fams.gauge(
+                "tokwatch_endpoint_info",
+                "What each endpoint is; always 1.",
+                lv,
+                1.0,
+                extra={"kind": ep.kind, "model": ep.model},
+            )
+            for status, n in state.runs.items():
+                fams.counter(
+                    "tokwatch_probe_runs_total",
+                    "Timed probe runs by status.",
+                    lv,
+                    n,
+                    extra={"status": status.value},
+                )
+            if state.last is not None:
+                last_run_families(fams, lv, state.last, include_tps=False)
+                fams.gauge(
+                    "tokwatch_probe_last_run_timestamp_seconds",
+                    "Unix time the last timed run started.",
+                    lv,
+                    state.last.started_at,
+                )
+            if state.last_ok is not None:
+                ok = state.last_ok
+                fams.gauge(
+                    "tokwatch_probe_last_ok_timestamp_seconds",
+                    "Unix time the last ok run started.",
+                    lv,
+                    ok.started_at,
+                )
+                if ok.tokens_per_second is not None and ok.source is not None:
+                    fams.gauge(
+                        "tokwatch_probe_decode_tokens_per_second",
+                        "Decode tokens per second of the last ok run, by timing source.",
+                        lv,
+                        ok.tokens_per_second,
+                        extra={"source": ok.source.value},
+                    )
+                fams.gauge(
+                    "tokwatch_probe_server_shared",
+                    "1 if the last ok run's server-counter window saw other requests.",
+                    lv,
+                    float(ok.server_shared),
+                )
+            for hname, (_, doc) in HISTOGRAMS.items():
+                fams.histogram(hname, doc, lv, state.hist[hname])
+        yield from fams.all()
+
+
+def _observe(state: EndpointState, r: RunResult) -> None:
+    h = state.hist
+    if r.ttft_s is not None:
+        h["tokwatch_ttft_seconds"].observe(r.ttft_s)
+    for gap in r.itl_s:
+        h["tokwatch_inter_token_latency_seconds"].observe(gap)
+    for gap in r.output_itl_s:
+        h["tokwatch_output_inter_token_latency_seconds"].observe(gap)
+    if r.tpot_s is not None:
+        h["tokwatch_time_per_output_token_seconds"].observe(r.tpot_s)
+    if r.e2e_s is not None:
+        h["tokwatch_e2e_latency_seconds"].observe(r.e2e_s)
+    if r.ttot_s is not None:
+        h["tokwatch_ttot_seconds"].observe(r.ttot_s)
+
+
+class _Families:
+    """Builds metric families with a shared base label set, one family per name."""
+
+    def __init__(self, base_names: Sequence[str]) -> None:
+        self._base = list(base_names)
+        self._fams: dict[str, Metric] = {}
+
+    def _family(self, cls: type, name: str, doc: str, extra: Sequence[str]) -> Metric:
+        fam = self._fams.get(name)
+        if fam is None:
+            fam = cls(name, doc, labels=[*self._base, *extra])
+            self._fams[name] = fam
+        return fam
+
+    def gauge(
+        self, name: str, doc: str, lv: Sequence[str], value: float, extra: dict[str, str] | None = None
+    ) -> None:
+        extra = extra or {}
+        fam = self._family(GaugeMetricFamily, name, doc, list(extra))
+        fam.add_metric([*lv, *extra.values()], value)  # type: ignore[attr-defined]
+
+    def counter(
+        self, name: str, doc: str, lv: Sequence[str], value: float, extra: dict[str, str] | None = None
+    ) -> None:
+        extra = extra or {}
+        fam = self._family(CounterMetricFamily, name.removesuffix("_total"), doc, list(extra))
+        fam.add_metric([*lv, *extra.values()], value)  # type: ignore[attr-defined]
+
+    def histogram(self, name: str, doc: str, lv: Sequence[str], h: _Histogram) -> None:
+        fam = self._family(HistogramMetricFamily, name, doc, [])
+        fam.add_metric(list(lv), h.buckets(), h.sum)  # type: ignore[attr-defined]
+
+    def all(self) -> Iterator[Metric]:
+        yield from self._fams.values()
+
+
+def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, include_tps: bool) -> None:
+    """Gauges describing one run; shared by /metrics (last run) and /probe (this run)."""
+    fams.gauge("tokwatch_probe_success", "1 if the run was ok, else 0.", lv, float(r.ok))
+    for status in Status:
+        fams.gauge(
+            "tokwatch_probe_status",
+            "1 for the run's status, 0 for the others.",
+            lv,
+            float(r.status is status),
+            extra={"status": status.value},
+        )
+    if r.duration_s is not None:
+        fams.gauge("tokwatch_probe_duration_seconds", "Wall time of the timed run.", lv, r.duration_s)
+    if r.e2e_s is not None:
+        fams.gauge("tokwatch_probe_e2e_seconds", "End-to-end latency of the run.", lv, r.e2e_s)
+    if r.ttft_s is not None:
+        fams.gauge("tokwatch_probe_ttft_seconds", "Time to first token of the run.", lv, r.ttft_s)
+    if r.ttot_s is not None:
+        fams.gauge("tokwatch_probe_ttot_seconds", "Reasoning-to-output gap (TTOT) of the run.", lv, r.ttot_s)
+    if r.output_tokens is not None:
+        fams.gauge("tokwatch_probe_output_tokens", "Output tokens of the run.", lv, float(r.output_tokens))
+    if r.think_tokens is not None:
+        fams.gauge("tokwatch_probe_think_tokens", "Reasoning tokens of the run.", lv, float(r.think_tokens))
+    if include_tps and r.tokens_per_second is not None and r.source is not None:
+        fams.gauge(
+            "tokwatch_probe_decode_tokens_per_second",
+            "Decode tokens per second, by timing source.",
+            lv,
+            r.tokens_per_second,
+            extra={"source": r.source.value},
+        )
+
+
+def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metric]:
+    """The metrics `/probe?target=` returns for one run (blackbox-exporter style)."""
+    labels = LabelSet([ep])
+    fams = _Families(labels.names)
+    last_run_families(fams, labels.values(ep), result, include_tps=True)
+    return list(fams.all())
+
+
+class WindowCollector(Collector):
+    """Window figures (median/stddev/CV of ok-run tok/s, uptime) from whatever source the app provides."""
+
+    def __init__(self, source: WindowSourceLike) -> None:
+        self._source = source
+
+    def describe(self) -> Iterable[Metric]:
+        """Families depend on config; nothing up front."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Families from the source's latest cached snapshot."""
+        labels, figures = self._source.window_snapshot()
+        fams = _Families([*labels.names, "window"])
+        for ep, fig in figures:
+            lv = [*labels.values(ep), fig.window_label]
+            fams.gauge("tokwatch_window_runs", "Runs in the window.", lv, float(fig.runs))
+            fams.gauge("tokwatch_window_ok_runs", "Ok runs in the window.", lv, float(fig.ok_runs))
+            if fig.runs:
+                fams.gauge(
+                    "tokwatch_window_uptime_ratio", "Ok runs / all runs in the window.", lv, fig.uptime
+                )
+            if fig.median is not None:
+                fams.gauge(
+                    "tokwatch_window_decode_tokens_per_second_median",
+                    "Median tok/s of ok runs in the window.",
+                    lv,
+                    fig.median,
+                )
+            if fig.stddev is not None:
+                fams.gauge(
+                    "tokwatch_window_decode_tokens_per_second_stddev",
+                    "Sample standard deviation of ok-run tok/s in the window.",
+                    lv,
+                    fig.stddev,
+                )
+            if fig.cv is not None:
+                fams.gauge(
+                    "tokwatch_window_decode_tokens_per_second_cv_ratio",
+                    "Coefficient of variation (stddev / mean) of ok-run tok/s in the window.",
+                    lv,
+                    fig.cv,
+                )
+        yield from fams.all()
+
+
+class WindowSourceLike:
+    """Anything that can hand the collector a snapshot of window figures without I/O."""
+
+    def window_snapshot(self) -> tuple[LabelSet, list[tuple[EndpointSettings, WindowFigures]]]:
+        """Label set and per-endpoint figures."""
+        raise NotImplementedError
+
+
+@dataclass
+class ExporterStatus:
+    """The exporter's own health figures, updated by the app and scheduler."""
+
+    interval_s: float = 0.0
+    reload_ok: bool = False
+    reload_success_ts: float = 0.0
+    lag_s: float = 0.0
+    last_round_ts: float = 0.0
+    next_round_ts: float = 0.0
+    in_flight: int = 0
+
+
+class ExporterCollector(Collector):
+    """Self-metrics: build info, config reload, scheduler lag, probes in flight."""
+
+    def __init__(self, status: ExporterStatus) -> None:
+        self._s = status
+
+    def describe(self) -> Iterable[Metric]:
+        """Static set, but described lazily like the others."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Families from the status object."""
+        s = self._s
+        info = GaugeMetricFamily(
+            "tokwatch_build_info", "Build information; always 1.", labels=["version", "python"]
+        )
+        info.add_metric([__version__, platform.python_version()], 1.0)
+        yield info
+        yield GaugeMetricFamily(
+            "tokwatch_config_last_reload_successful",
+            "1 if the last configuration (re)load succeeded.",
+            value=float(s.reload_ok),
+        )
+        yield GaugeMetricFamily(
+            "tokwatch_config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully.",
+            value=s.reload_success_ts,
+        )
+        yield GaugeMetricFamily(
+            "tokwatch_scheduler_interval_seconds", "Configured probe interval.", value=s.interval_s
+        )
+        yield GaugeMetricFamily(
+            "tokwatch_scheduler_lag_seconds",
+            "How late the last round started against its planned time.",
+            value=s.lag_s,
+        )
+        yield GaugeMetricFamily(
+            "tokwatch_scheduler_last_round_timestamp_seconds",
+            "When the last round started.",
+            value=s.last_round_ts,
+        )
+        yield GaugeMetricFamily(
+            "tokwatch_scheduler_next_round_timestamp_seconds",
+            "When the next round is planned.",
+            value=s.next_round_ts,
+        )
+        yield GaugeMetricFamily("tokwatch_probes_in_flight", "Probes running now.", value=float(s.in_flight))

@@ -1,0 +1,48 @@
+"""Runs one probe for a named endpoint; a target already in flight is joined, never probed twice at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tokwatch.probes.base import ProbeLog
+from tokwatch.result import RunResult
+
+
+@dataclass
+class ProbeOutcome:
+    """A finished probe: its result and its (redacted) log lines."""
+
+    result: RunResult
+    log: ProbeLog
+
+
+class ProbeRunner:
+    """Deduplicates concurrent requests for the same endpoint and counts probes in flight."""
+
+    def __init__(self, start: Callable[[str, float | None], asyncio.Future[ProbeOutcome]]) -> None:
+        self._start = start  # (endpoint name, timeout cap) -> task running warm-up + timed run
+        self._in_flight: dict[str, asyncio.Future[ProbeOutcome]] = {}
+
+    @property
+    def in_flight(self) -> int:
+        """Number of probes running now."""
+        return len(self._in_flight)
+
+    async def run(self, name: str, timeout_cap: float | None = None) -> ProbeOutcome:
+        """Probe `name` now, or wait for the run already in flight for it."""
+        task = self._in_flight.get(name)
+        if task is None:
+            task = self._start(name, timeout_cap)
+            self._in_flight[name] = task
+            task.add_done_callback(lambda _t: self._in_flight.pop(name, None))
+        # shield: a client that disconnects from /probe must not cancel a run others are waiting for
+        return await asyncio.shield(task)
+
+    async def cancel_all(self) -> None:
+        """Cancel every probe in flight and wait for them to end (shutdown)."""
+        tasks = list(self._in_flight.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,147 @@
+"""The exporter's HTTP interface: /metrics, /probe (multi-target), /-/healthy, /-/ready, /-/reload."""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import choose_encoder
+
+from tokwatch.metrics import probe_result_families
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from tokwatch.app import App
+
+log = logging.getLogger("tokwatch.server")
+APP_KEY = web.AppKey("tokwatch_app", object)
+_SCRAPE_TIMEOUT_OFFSET_S = 0.5  # leave Prometheus time to receive the answer, as blackbox_exporter does
+
+
+class _Families:
+    """Throwaway collector: /probe answers from a fresh registry, so probes' metrics never mix."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def _app(request: web.Request) -> App:
+    return request.app[APP_KEY]  # type: ignore[return-value]
+
+
+def _exposition(request: web.Request, registry: CollectorRegistry) -> web.Response:
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Scheduled-probe metrics; never waits on a probe, the network or the database."""
+    return _exposition(request, _app(request).registry)
+
+
+async def probe(request: web.Request) -> web.Response:
+    """Blackbox-style: probe one configured endpoint now and return only its metrics."""
+    app = _app(request)
+    target = request.query.get("target", "")
+    if not target:
+        return web.Response(status=400, text="target parameter is missing\n")
+    ep = app.config.endpoint(target)
+    if ep is None:
+        # Only configured endpoint names: a URL or unknown name is refused, never requested (no open proxy).
+        shown = html.escape(target[:100])
+        return web.Response(
+            status=400, text=f"unknown target {shown!r}: /probe accepts configured endpoint names\n"
+        )
+    cap = _scrape_timeout(request)
+    outcome = await app.probe(target, cap)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(probe_result_families(outcome.result, ep)))  # type: ignore[arg-type]
+    if request.query.get("debug", "").lower() in ("true", "1", "yes"):
+        body = (
+            "Logs for the probe:\n"
+            + "\n".join(outcome.log.lines)
+            + "\n\nMetrics that would have been returned:\n"
+        )
+        return web.Response(text=body + generate_latest(registry).decode(), content_type="text/plain")
+    return _exposition(request, registry)
+
+
+def _scrape_timeout(request: web.Request) -> float | None:
+    raw = request.headers.get("X-Prometheus-Scrape-Timeout-Seconds")
+    if raw is None:
+        return None
+    try:
+        return max(0.5, float(raw) - _SCRAPE_TIMEOUT_OFFSET_S)
+    except ValueError:
+        return None
+
+
+async def healthy(request: web.Request) -> web.Response:
+    """Liveness."""
+    return web.Response(text="tokwatch is healthy\n")
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness: config loaded and probing started."""
+    if _app(request).ready:
+        return web.Response(text="tokwatch is ready\n")
+    return web.Response(status=503, text="tokwatch is not ready\n")
+
+
+async def reload(request: web.Request) -> web.Response:
+    """Re-read the config file (as SIGHUP does)."""
+    ok, message = _app(request).reload()
+    return web.Response(status=200 if ok else 500, text=message + "\n")
+
+
+async def index(request: web.Request) -> web.Response:
+    """A small landing page listing endpoints and links."""
+    app = _app(request)
+    rows = "".join(
+        f"<li>{html.escape(e.name)} ({e.kind}, {html.escape(e.model)}) "
+        f'<a href="/probe?target={html.escape(e.name)}&amp;debug=true">probe now (debug)</a></li>'
+        for e in app.config.endpoints
+    )
+    page = (
+        "<html><head><title>tokwatch</title></head><body><h1>tokwatch</h1>"
+        '<p><a href="/metrics">/metrics</a></p>'
+        f"<h2>Endpoints</h2><ul>{rows}</ul></body></html>"
+    )
+    return web.Response(text=page, content_type="text/html")
+
+
+def build_web_app(app: App) -> web.Application:
+    """The aiohttp application serving `app`."""
+    web_app = web.Application()
+    web_app[APP_KEY] = app
+    web_app.add_routes(
+        [
+            web.get("/", index),
+            web.get("/metrics", metrics),
+            web.get("/probe", probe),
+            web.get("/-/healthy", healthy),
+            web.get("/-/ready", ready),
+            web.post("/-/reload", reload),
+        ]
+    )
+    return web_app
+
+
+async def start_site(app: App, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve on host:port (0 = any free port); returns the runner and the bound port."""
+    runner = web.AppRunner(build_web_app(app), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, shutdown_timeout=2.0)
+    await site.start()
+    server = site._server  # aiohttp exposes no public accessor for the bound port
+    bound = port
+    if server is not None and getattr(server, "sockets", None):
+        bound = server.sockets[0].getsockname()[1]
+    return runner, bound

@@ -1,0 +1,85 @@
+"""The stored form of a run: a flat, JSON-safe row mapped from `tokwatch.result.RunResult`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from tokwatch.redact import Redactor
+from tokwatch.result import RunResult
+
+ERROR_CLASS_MAX = 64
+ERROR_MESSAGE_MAX = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One row of the `runs` table; `time` is unix seconds (the run's start)."""
+
+    run_id: str
+    time: float
+    endpoint: str
+    status: str
+    tokens_per_second: float | None = None
+    timing_source: str | None = None
+    server_shared: bool = False
+    output_tokens: int | None = None
+    think_tokens: int | None = None
+    prompt_tokens: int | None = None
+    ttft_s: float | None = None
+    ttot_s: float | None = None
+    tpot_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    e2e_s: float | None = None
+    http_status: int | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    cold: bool | None = None
+    instance: str = ""
+
+    @classmethod
+    def from_result(cls, result: RunResult, *, redactor: Redactor | None = None, instance: str = "") -> RunRow:
+        """Map a probe result to a row; error text is redacted again and truncated (defence in depth)."""
+        redact = redactor or Redactor()
+        message = redact(result.error_message)[:ERROR_MESSAGE_MAX] if result.error_message else None
+        error_class = redact(result.error_class)[:ERROR_CLASS_MAX] if result.error_class else None
+        return cls(
+            run_id=result.run_id,
+            time=float(result.started_at),
+            endpoint=result.endpoint,
+            status=str(result.status),
+            tokens_per_second=result.tokens_per_second,
+            timing_source=str(result.source) if result.source is not None else None,
+            server_shared=bool(result.server_shared),
+            output_tokens=result.output_tokens,
+            think_tokens=result.think_tokens,
+            prompt_tokens=result.prompt_tokens,
+            ttft_s=result.ttft_s,
+            ttot_s=result.ttot_s,
+            tpot_s=result.tpot_s,
+            itl_p50_s=result.itl_percentile(50),
+            itl_p95_s=result.itl_percentile(95),
+            itl_p99_s=result.itl_percentile(99),
+            e2e_s=result.e2e_s,
+            http_status=result.http_status,
+            error_class=error_class,
+            error_message=message,
+            cold=result.cold,
+            instance=result.instance or instance,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for the outbox file."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRow:
+        """Inverse of `to_json`; unknown keys (from a newer outbox writer) are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# Column order shared by every backend's INSERT/COPY (endpoint becomes endpoint_id).
+RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "endpoint")
