@@ -34,10 +34,11 @@ def steps(*pairs: tuple[str, float | None]) -> list[dict[str, Any]]:
     return [{"color": color, "value": value} for color, value in pairs]
 
 
-def prom(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> g.Target:
-    """A Prometheus query target bound to the dashboard's datasource variable."""
+def prom(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> g.Target:
+    """A Prometheus query target bound to the dashboard's datasource variable (`fmt="table"` for tables)."""
     return g.Target(
         expr=expr,
+        format=fmt,
         legendFormat=legend,
         refId=ref,
         instant=instant,

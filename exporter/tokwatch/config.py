@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -395,10 +395,13 @@ def _clean_message(msg: str) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def load_config_text(text: str, filename: str = "<config>") -> Config:
-    """Parse and validate config text; raises ConfigError with `file:line: field: message` lines."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_yaml(text: str, filename: str, model: type[M]) -> M:
+    """Parse YAML text into `model`; raises ConfigError with `file:line: field: message` lines."""
     try:
-        doc = yaml.load(text, Loader=_LineLoader)
+        doc = yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader derives from SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename
@@ -416,7 +419,7 @@ def load_config_text(text: str, filename: str = "<config>") -> Config:
             "\n".join(f"{filename}:{_line_of(doc, p) or 1}: {_field_path(p)}: {m}" for p, m in problems)
         )
     try:
-        return Config.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -428,13 +431,22 @@ def load_config_text(text: str, filename: str = "<config>") -> Config:
         raise ConfigError("\n".join(lines)) from None
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file."""
+def read_config_file(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """(text, display name) of a config file; raises ConfigError naming the file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8"), str(p)
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read: {exc}") from None
-    return load_config_text(text, str(p))
+
+
+def load_config_text(text: str, filename: str = "<config>") -> Config:
+    """Parse and validate tokwatch config text; raises ConfigError with `file:line: field: message` lines."""
+    return validate_yaml(text, filename, Config)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file."""
+    return load_config_text(*read_config_file(path))

@@ -236,7 +236,8 @@ class NdjsonDecoder:
 # --- payload helpers -----------------------------------------------------------------------------------
 
 
-def _loads(text: str) -> Any:
+def loads_json(text: str) -> Any:
+    """json.loads raising StreamProtocolError('malformed_json') with a short excerpt."""
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -335,7 +336,7 @@ class OpenAIStreamParser:
             self.done = True
             out.append(Done(t))
             return
-        obj = _loads(payload)
+        obj = loads_json(payload)
         if not isinstance(obj, dict):
             raise StreamProtocolError("bad_shape", f"stream chunk is {type(obj).__name__}, expected an object")
         if "error" in obj and not obj.get("choices"):
@@ -411,14 +412,14 @@ class OllamaStreamParser:
         """Parse one network read received at `t`."""
         out: list[StreamEvent] = []
         for lt, line in self._lines.feed(data, t):
-            out.extend(self.parse_object(_loads(line), lt))
+            out.extend(self.parse_object(loads_json(line), lt))
         return out
 
     def close(self, t: float) -> list[StreamEvent]:
         """End of body: parse an unterminated last line, flush held-back text."""
         out: list[StreamEvent] = []
         for lt, line in self._lines.close(t):
-            out.extend(self.parse_object(_loads(line), lt))
+            out.extend(self.parse_object(loads_json(line), lt))
         out.extend(TextDelta(t, text, ph, c) for ph, text, c in self._think.flush())
         return out
 

@@ -102,3 +102,27 @@ def created_stamps(snap: MetricsSnapshot, samples: Iterable[str], where: Labels)
         if found:
             out[name] = min(s.value for s in found)
     return out
+
+
+def reset_between(before: CounterReading, after: CounterReading) -> str | None:
+    """Why the server's counters were reset between two readings (a restart), or None if they were not."""
+    if before.server != after.server:
+        return f"server type changed from {before.server} to {after.server}"
+    for name, old in before.raw.items():
+        new = after.raw.get(name)
+        if new is None:
+            return f"{name} disappeared"
+        if new < old:
+            return f"{name} decreased from {old:g} to {new:g}"
+    for name, old in before.created.items():
+        new = after.created.get(name)
+        if new is not None and new != old:
+            return f"{name} changed"
+    return None
+
+
+def delta(before: float | None, after: float | None) -> float | None:
+    """after - before, None when either side is missing."""
+    if before is None or after is None:
+        return None
+    return after - before

@@ -1,0 +1,525 @@
+"""Dashboard 1, "tokwatch — Endpoints overview": tiles, trend with incidents, status, latency, reasoning."""
+
+from __future__ import annotations
+
+from grafanalib import core as g
+
+from dashboards import common
+from dashboards.panels import (
+    AMBER,
+    COUNT,
+    GREEN,
+    RATIO,
+    RED,
+    SECONDS,
+    TOKS,
+    Grid,
+    bargauge,
+    by_ref,
+    describe,
+    prom,
+    stat,
+    state_timeline,
+    steps,
+    table,
+    timeseries,
+    value_mapping,
+)
+from dashboards.promql import (
+    STATUS_CODES,
+    STATUS_COLORS,
+    STATUS_TEXT,
+    histogram_quantile,
+    sel,
+    status_code,
+)
+
+UID = "tokwatch-overview"
+TITLE = "tokwatch — Endpoints overview"
+
+WINDOW = 'window="$window"'
+LATENCY_WINDOW = "$latency_window"
+# Bars and the status timeline bucket by $__interval; below ~4 scrapes increase() returns nothing.
+MIN_INTERVAL = "1m"
+
+
+def status_mappings() -> list[dict[str, object]]:
+    """Status code -> pill text and colour (TIMEOUT, RATE LIMITED, ...)."""
+    return value_mapping(
+        {str(code): (STATUS_TEXT[status], STATUS_COLORS[status]) for status, code in STATUS_CODES.items()}
+    )
+
+
+def failed_runs_expr(window: str) -> str:
+    """Non-ok timed runs per endpoint in each `window` bucket; only buckets with failures return a sample."""
+    runs = sel("tokwatch_probe_runs_total", 'status!="ok"')
+    return f"sum by (endpoint) (increase({runs}[{window}])) > 0"
+
+
+def ok_tps_expr() -> str:
+    """Last ok tok/s per endpoint, hidden while the latest run is not ok so the line breaks at incidents."""
+    tps = f"max by (endpoint) ({sel('tokwatch_probe_decode_tokens_per_second')})"
+    ok = f"max by (endpoint) ({sel('tokwatch_probe_success')}) == 1"
+    return f"{tps} and on (endpoint) ({ok})"
+
+
+def _tiles(grid: Grid) -> None:
+    grid.row("Now — one tile per endpoint")
+    grid.add(
+        stat(
+            "Last status",
+            describe(
+                "Status of the most recent timed run (exactly one per run). An incident shows here, "
+                "not as a missing tok/s number.",
+                "Status",
+            ),
+            [prom(status_code(), "{{endpoint}}", instant=True)],
+            unit="none",
+            mappings=status_mappings(),
+            color_mode="background",
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "Last run tok/s",
+            describe(
+                "Decode tok/s of the most recent ok run, labelled with its timing source "
+                "(engine, vllm_metrics, server_wall, client_stream, client_wall). A single sample.",
+                "Decode tok/s",
+            ),
+            [
+                prom(
+                    f"max by (endpoint, source) ({sel('tokwatch_probe_decode_tokens_per_second')})",
+                    "{{endpoint}} ({{source}})",
+                    instant=True,
+                )
+            ],
+            unit=TOKS,
+            decimals=1,
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "$window avg (median tok/s)",
+            describe(
+                "Median tok/s of ok runs in the window. Median rather than mean, so routing outliers do "
+                "not move it; labelled 'avg' because readers expect that word.",
+                "Window figures",
+            ),
+            [
+                prom(
+                    f"max by (endpoint) ({sel('tokwatch_window_decode_tokens_per_second_median', WINDOW)})",
+                    "{{endpoint}}",
+                    instant=True,
+                )
+            ],
+            unit=TOKS,
+            decimals=1,
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "Variance (CV, $window)",
+            describe(
+                "Coefficient of variation of ok-run tok/s: sample stddev / mean. Below 5 % tight (green), "
+                "5-15 % typical for shared infrastructure (amber), above 15 % jittery (red).",
+                "Window figures",
+            ),
+            [
+                prom(
+                    f"max by (endpoint) ({sel('tokwatch_window_decode_tokens_per_second_cv_ratio', WINDOW)})",
+                    "{{endpoint}}",
+                    instant=True,
+                )
+            ],
+            unit=RATIO,
+            decimals=1,
+            thresholds=steps((GREEN, None), (AMBER, 0.05), (RED, 0.15)),
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "Stddev ($window)",
+            describe("Sample standard deviation of ok-run tok/s in the window, in raw units.", "Window figures"),
+            [
+                prom(
+                    f"max by (endpoint) ({sel('tokwatch_window_decode_tokens_per_second_stddev', WINDOW)})",
+                    "{{endpoint}}",
+                    instant=True,
+                )
+            ],
+            unit=TOKS,
+            decimals=2,
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "Uptime ($window)",
+            describe(
+                "ok runs / all timed runs in the window. Every non-ok status (timeout, rate_limited, "
+                "provider_error, auth_failure, unreachable, degraded) lowers it.",
+                "Window figures",
+            ),
+            [
+                prom(
+                    f"max by (endpoint) ({sel('tokwatch_window_uptime_ratio', WINDOW)})",
+                    "{{endpoint}}",
+                    instant=True,
+                )
+            ],
+            unit=RATIO,
+            decimals=2,
+            thresholds=steps((RED, None), (AMBER, 0.95), (GREEN, 0.99)),
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "Since last ok run",
+            describe(
+                "Time since the most recent ok run started. Thresholds suit the default 1 h probe interval: "
+                "amber after two missed rounds, red after six.",
+                "Status",
+            ),
+            [
+                prom(
+                    f"time() - max by (endpoint) ({sel('tokwatch_probe_last_ok_timestamp_seconds')})",
+                    "{{endpoint}}",
+                    instant=True,
+                )
+            ],
+            unit=SECONDS,
+            decimals=0,
+            thresholds=steps((GREEN, None), (AMBER, 7200.0), (RED, 21600.0)),
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        stat(
+            "Fastest vs slowest (7-day median)",
+            describe(
+                "Fleet comparison: the fastest endpoint's 7-day median tok/s divided by the slowest one's "
+                "(1.25 = 25 % faster). A longer window than the tiles, so one bad hour does not flip it.",
+                "Fleet comparison",
+            ),
+            [
+                prom(
+                    "max by (fastest, slowest, window) (tokwatch_fleet_fastest_vs_slowest_ratio)",
+                    "{{fastest}} vs {{slowest}} ({{window}})",
+                    instant=True,
+                )
+            ],
+            unit="x",
+            decimals=2,
+        ),
+        w=8,
+        h=5,
+    )
+    grid.add(
+        bargauge(
+            "Median tok/s by endpoint ($window)",
+            describe("Endpoints ranked by the window median of ok-run tok/s.", "Window figures"),
+            [
+                prom(
+                    f"sort_desc(max by (endpoint) "
+                    f"({sel('tokwatch_window_decode_tokens_per_second_median', WINDOW)}))",
+                    "{{endpoint}}",
+                    instant=True,
+                )
+            ],
+            unit=TOKS,
+            thresholds=steps((GREEN, None)),
+        ),
+        w=16,
+        h=5,
+    )
+
+
+def _trend(grid: Grid) -> None:
+    grid.row("Trend and incidents")
+    grid.add(
+        timeseries(
+            "Decode tok/s and failed runs",
+            describe(
+                "Lines: tok/s of the last ok run per endpoint; the line breaks while the latest run is not "
+                "ok. Red bars (right axis): non-ok runs in each time bucket, so incidents stay visible.",
+                "Decode tok/s",
+            ),
+            [
+                prom(ok_tps_expr(), "{{endpoint}}", ref="A"),
+                prom(failed_runs_expr("$__interval"), "{{endpoint}} failed runs", ref="B"),
+            ],
+            unit=TOKS,
+            min_interval=MIN_INTERVAL,
+            overrides=[
+                by_ref(
+                    "B",
+                    **{
+                        "custom.drawStyle": "bars",
+                        "custom.fillOpacity": 80,
+                        "custom.axisPlacement": "right",
+                        "custom.axisLabel": "failed runs",
+                        "color": {"mode": "fixed", "fixedColor": "red"},
+                        "unit": COUNT,
+                        "decimals": 0,
+                    },
+                )
+            ],
+        ),
+        w=24,
+        h=9,
+    )
+    grid.add(
+        state_timeline(
+            "Status timeline",
+            describe("Status of the latest run per endpoint over time.", "Status"),
+            [prom(status_code(), "{{endpoint}}")],
+            mappings=status_mappings(),
+            min_interval=MIN_INTERVAL,
+        ),
+        w=24,
+        h=7,
+    )
+
+
+def _latency(grid: Grid) -> None:
+    grid.row("Latency (histograms over $latency_window)")
+
+    def quantiles(histogram: str, qs: tuple[float, ...]) -> list[g.Target]:
+        refs = "ABCDEFG"
+        return [
+            prom(histogram_quantile(q, histogram, LATENCY_WINDOW), f"{{{{endpoint}}}} p{q * 100:g}", ref=refs[i])
+            for i, q in enumerate(qs)
+        ]
+
+    grid.add(
+        timeseries(
+            "TTFT p50 / p95 / p99",
+            describe(
+                "Time to first token: request sent to the first content or reasoning token, from the "
+                "tokwatch_ttft_seconds histogram over $latency_window.",
+                "TTFT",
+            ),
+            quantiles("tokwatch_ttft_seconds", (0.5, 0.95, 0.99)),
+            unit=SECONDS,
+        ),
+        w=12,
+        h=8,
+    )
+    grid.add(
+        timeseries(
+            "Inter-token latency p50 / p99",
+            describe(
+                "Gap before each token after the first; a chunk of k tokens counts its gap once and k-1 "
+                "zero gaps (tokwatch_inter_token_latency_seconds).",
+                "Inter-token latency",
+            ),
+            quantiles("tokwatch_inter_token_latency_seconds", (0.5, 0.99)),
+            unit=SECONDS,
+        ),
+        w=12,
+        h=8,
+    )
+    grid.add(
+        timeseries(
+            "TPOT p50 / p95",
+            describe(
+                "Time per output token per run: (E2E - TTFT) / (tokens - 1) "
+                "(tokwatch_time_per_output_token_seconds).",
+                "TPOT",
+            ),
+            quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
+            unit=SECONDS,
+        ),
+        w=8,
+        h=8,
+    )
+    grid.add(
+        timeseries(
+            "E2E latency p50 / p95 / p99",
+            describe("Request sent to last byte of completed runs (tokwatch_e2e_latency_seconds).", "E2E"),
+            quantiles("tokwatch_e2e_latency_seconds", (0.5, 0.95, 0.99)),
+            unit=SECONDS,
+        ),
+        w=8,
+        h=8,
+    )
+    grid.add(_last_run_table(), w=8, h=8)
+
+
+def _last_run_table() -> g.Table:
+    columns = [
+        ("tokwatch_probe_ttft_seconds", "TTFT", SECONDS),
+        ("tokwatch_probe_e2e_seconds", "E2E", SECONDS),
+        ("tokwatch_probe_duration_seconds", "Duration", SECONDS),
+        ("tokwatch_probe_output_tokens", "Output tokens", COUNT),
+        ("tokwatch_probe_think_tokens", "Think tokens", COUNT),
+    ]
+    refs = "ABCDE"
+    targets = []
+    for ref, (metric, _, _) in zip(refs, columns, strict=True):
+        targets.append(prom(f"max by (endpoint) ({sel(metric)})", ref=ref, instant=True, fmt="table"))
+    rename = {f"Value #{ref}": name for ref, (_, name, _) in zip(refs, columns, strict=True)}
+    return table(
+        "Last run",
+        describe("Figures of each endpoint's most recent run (any status that produced them).", "Status"),
+        targets,
+        transformations=[
+            {"id": "joinByField", "options": {"byField": "endpoint", "mode": "outer"}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True, **{f"Time {i}": True for i in range(1, len(refs) + 1)}},
+                    "renameByName": rename,
+                },
+            },
+        ],
+        overrides=[
+            {
+                "matcher": {"id": "byName", "options": name},
+                "properties": [{"id": "unit", "value": unit}],
+            }
+            for _, name, unit in columns
+        ],
+    )
+
+
+def _reasoning(grid: Grid) -> None:
+    grid.row("Reasoning endpoints")
+    grid.add(
+        timeseries(
+            "TTOT p50 / p95",
+            describe(
+                "Time to first output token after the reasoning phase: last reasoning token to first "
+                "answer token (tokwatch_ttot_seconds). Only reasoning endpoints report it.",
+                "TTOT",
+            ),
+            [
+                prom(histogram_quantile(0.5, "tokwatch_ttot_seconds", LATENCY_WINDOW), "{{endpoint}} p50"),
+                prom(
+                    histogram_quantile(0.95, "tokwatch_ttot_seconds", LATENCY_WINDOW),
+                    "{{endpoint}} p95",
+                    ref="B",
+                ),
+            ],
+            unit=SECONDS,
+        ),
+        w=8,
+        h=8,
+    )
+    grid.add(
+        timeseries(
+            "Output-phase inter-token latency p50 / p99",
+            describe(
+                "Inter-token gaps of the answer phase only, so a fast reasoning phase cannot hide a slow "
+                "answer (tokwatch_output_inter_token_latency_seconds).",
+                "Inter-token latency",
+            ),
+            [
+                prom(
+                    histogram_quantile(0.5, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW),
+                    "{{endpoint}} p50",
+                ),
+                prom(
+                    histogram_quantile(0.99, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW),
+                    "{{endpoint}} p99",
+                    ref="B",
+                ),
+            ],
+            unit=SECONDS,
+        ),
+        w=8,
+        h=8,
+    )
+    grid.add(
+        timeseries(
+            "Think vs output tokens (last run)",
+            describe(
+                "Reasoning tokens and answer tokens of each reasoning endpoint's latest completed run.",
+                "Reasoning",
+            ),
+            [
+                prom(f"max by (endpoint) ({sel('tokwatch_probe_think_tokens')}) > 0", "{{endpoint}} think"),
+                prom(
+                    f"max by (endpoint) ({sel('tokwatch_probe_output_tokens')}) "
+                    f"and on (endpoint) (max by (endpoint) ({sel('tokwatch_probe_think_tokens')}) > 0)",
+                    "{{endpoint}} output",
+                    ref="B",
+                ),
+            ],
+            unit=COUNT,
+            points="never",
+        ),
+        w=8,
+        h=8,
+    )
+
+
+def _inventory(grid: Grid) -> None:
+    grid.row("Endpoints")
+    grid.add(
+        table(
+            "Probed endpoints",
+            "What each endpoint is: probe kind and model, from tokwatch_endpoint_info (config).",
+            [
+                prom(
+                    f"max by (endpoint, kind, model) ({sel('tokwatch_endpoint_info')})",
+                    instant=True,
+                    fmt="table",
+                )
+            ],
+            transformations=[
+                {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}},
+            ],
+        ),
+        w=24,
+        h=6,
+    )
+
+
+def build() -> g.Dashboard:
+    """The Endpoints overview dashboard."""
+    grid = Grid()
+    _tiles(grid)
+    _trend(grid)
+    _latency(grid)
+    _reasoning(grid)
+    _inventory(grid)
+    failed = sel("tokwatch_probe_runs_total", 'status!="ok"')
+    return common.dashboard(
+        title=TITLE,
+        uid=UID,
+        description="Per-endpoint decode tok/s, variance, uptime, status and latency from tokwatch probes.",
+        panels=grid.panels,
+        variables=[
+            common.datasource_variable(),
+            common.query_variable("endpoint", "Endpoint", "label_values(tokwatch_endpoint_info, endpoint)"),
+            common.query_variable(
+                "window", "Window", "label_values(tokwatch_window_runs, window)", multi=False, default="24h"
+            ),
+            common.custom_variable("latency_window", "Latency window", ["1h", "6h", "24h", "7d"], "24h"),
+        ],
+        annotations=[
+            common.prometheus_annotation(
+                "Failed runs",
+                f"sum by (endpoint, status) (increase({failed}[5m])) > 0",
+                title="{{status}}",
+                text="{{endpoint}}",
+                tags="endpoint,status",
+                color="red",
+            )
+        ],
+        time_from="now-24h",
+    )

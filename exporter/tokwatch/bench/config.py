@@ -1,0 +1,188 @@
+"""Typed benchmark options: from command-line flags and/or a YAML bench file (flags win)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tokwatch.bench.arrivals import ArrivalKind
+from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
+from tokwatch.bench.workload import LengthRange, WorkloadError
+from tokwatch.config import ConfigError, _field_path, _line_of, _LinedDict, _LineLoader, parse_duration, parse_listen
+
+Kind = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
+DEFAULT_NUMBER = 100
+
+
+class BenchOptions(BaseModel):
+    """Every setting of one benchmark run (docs/bench.md lists them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # target
+    endpoint: str | None = None
+    config: str | None = None
+    url: str | None = None
+    kind: Kind = "openai"
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout: float = Field(300.0, gt=0)
+    # load
+    concurrency: int | None = Field(None, ge=1, le=100_000)
+    rate: float | None = Field(None, gt=0)
+    arrivals: ArrivalKind = "poisson"
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, ge=1, le=100_000)
+    number: int | None = Field(None, ge=1)
+    duration: float | None = Field(None, gt=0)
+    warmup: int = Field(0, ge=0)
+    seed: int = 0
+    # workload
+    input_tokens: str = "128"
+    output_tokens: str = "128"
+    reasoning_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    reasoning_tokens: str = "600:6000"
+    fixed_output: bool = True
+    dataset: str | None = None
+    multi_turn: bool = False
+    parallel: int | None = Field(None, ge=1)
+    max_turns: int | None = Field(None, ge=1)
+    # figures
+    fluidity_prefill_deadline: float = Field(1.0, gt=0)
+    fluidity_decode_deadline: float = Field(0.05, gt=0)
+    slos: tuple[str | dict[str, Any], ...] = ()
+    # outputs and live view
+    output_dir: str | None = None
+    live_interval: float = Field(5.0, gt=0)
+    listen: str | None = None
+    metrics_url: str | None = None
+    server_metrics: bool = True
+    mirror_metrics: tuple[str, ...] = ()
+    plots: bool = True
+    fail_fast: int = Field(5, ge=1)
+
+    _dur = field_validator("timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", mode="before")(
+        lambda v: v if v is None else parse_duration(v)
+    )
+
+    @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
+    @classmethod
+    def _range(cls, v: Any) -> str:
+        text = str(v)
+        try:
+            LengthRange.parse(text, "range")
+        except WorkloadError as exc:
+            raise ValueError(str(exc).removeprefix("range: ")) from None
+        return text
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_listen(v)
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchOptions:
+        if (self.endpoint is None) == (self.url is None):
+            raise ValueError("give exactly one of endpoint (with config) or url")
+        if self.endpoint is not None and self.config is None:
+            raise ValueError("endpoint needs config (the tokwatch.yml that defines it)")
+        if self.concurrency is not None and self.rate is not None:
+            raise ValueError("give either concurrency (closed loop) or rate (open loop), not both")
+        if self.multi_turn and self.dataset is None:
+            raise ValueError("multi_turn needs a dataset of conversations")
+        if self.multi_turn and self.rate is not None:
+            raise ValueError("multi_turn runs conversations in a closed loop: use parallel, not rate")
+        return self
+
+    @property
+    def input_range(self) -> LengthRange:
+        """Prompt token range."""
+        return LengthRange.parse(self.input_tokens, "input_tokens")
+
+    @property
+    def output_range(self) -> LengthRange:
+        """Output token range."""
+        return LengthRange.parse(self.output_tokens, "output_tokens")
+
+    @property
+    def reasoning_range(self) -> LengthRange:
+        """Think-token range of reasoning requests."""
+        return LengthRange.parse(self.reasoning_tokens, "reasoning_tokens")
+
+    @property
+    def effective_number(self) -> int | None:
+        """Measured requests to send: --number, or 100 when neither number nor duration is given."""
+        if self.number is None and self.duration is None:
+            return DEFAULT_NUMBER
+        return self.number
+
+    @property
+    def closed_loop_workers(self) -> int:
+        """Concurrent workers of a closed loop (concurrency, or parallel conversations)."""
+        return self.parallel or self.concurrency or 1
+
+    def parsed_slos(self) -> list[Slo]:
+        """The SLO list; raises SloError naming the bad entry."""
+        out = []
+        for i, item in enumerate(self.slos):
+            out.append(parse_slo(item) if isinstance(item, str) else slo_from_mapping(item, f"slos[{i}]"))
+        return out
+
+    def load_description(self) -> str:
+        """A short description of the load, for reports."""
+        if self.rate is not None:
+            cap = f", max concurrency {self.max_concurrency}" if self.max_concurrency else ""
+            shape = f" (burstiness {self.burstiness:g})" if self.arrivals == "gamma" else ""
+            return f"open loop {self.rate:g}/s {self.arrivals}{shape}{cap}"
+        label = "parallel conversations" if self.multi_turn else "concurrency"
+        return f"closed loop, {label} {self.closed_loop_workers}"
+
+
+def load_bench_file(path: str | Path) -> tuple[dict[str, Any], _LinedDict]:
+    """Read a YAML bench file into option values (seed 002's `slos:` list allowed at the top level)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such bench file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from None
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader derives from SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise ConfigError(f"{p}:{mark.line + 1 if mark else 1}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    if doc is None:
+        doc = _LinedDict({}, {}, 1)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{p}:1: a bench file must be a mapping of options")
+    values = {str(k).replace("-", "_"): v for k, v in doc.items()}
+    return values, doc
+
+
+def build_options(values: dict[str, Any], *, source: str = "options", doc: Any = None) -> BenchOptions:
+    """Validate option values; raises ConfigError with `source:line: field: message` lines."""
+    try:
+        opts = BenchOptions.model_validate(values)
+        opts.parsed_slos()
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown option"
+            line = _line_of(doc, loc) if doc is not None else None
+            lines.append(f"{source}{f':{line}' if line else ''}: {_field_path(loc)}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+    except SloError as exc:
+        line = _line_of(doc, ("slos",)) if doc is not None else None
+        raise ConfigError(f"{source}{f':{line}' if line else ''}: {exc}") from None
+    return opts

@@ -1,0 +1,219 @@
+"""Typed simulator configuration (sim.yml): strict pydantic models with `file:line: field: message` errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from tokwatch.config import (
+    ConfigError,
+    _clean_message,
+    _expand_env,
+    _field_path,
+    _LinedDict,
+    _line_of,
+    _LineLoader,
+    parse_duration,
+    parse_listen,
+)
+
+DEFAULT_SIM_LISTEN = "127.0.0.1:8900"
+FAULT_KINDS = (
+    "http_401",
+    "http_403",
+    "http_429",
+    "http_5xx",
+    "malformed_json",
+    "wrong_shape",
+    "error_mid_stream",
+    "stall",
+    "reset",
+)
+Dialect = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
+ReasoningFormat = Literal["reasoning_content", "reasoning", "think_tags"]
+# Server names become the first path segment; "_sim" is reserved for the admin routes.
+_SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _durations(*names: str) -> Any:
+    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_duration(v))
+
+
+class FaultSettings(_Strict):
+    """Per-request fault probabilities; at most one fault is drawn per request, so they must sum to <= 1."""
+
+    http_401: float = Field(0.0, ge=0.0, le=1.0)
+    http_403: float = Field(0.0, ge=0.0, le=1.0)
+    http_429: float = Field(0.0, ge=0.0, le=1.0)
+    http_5xx: float = Field(0.0, ge=0.0, le=1.0)
+    malformed_json: float = Field(0.0, ge=0.0, le=1.0)
+    wrong_shape: float = Field(0.0, ge=0.0, le=1.0)
+    error_mid_stream: float = Field(0.0, ge=0.0, le=1.0)
+    stall: float = Field(0.0, ge=0.0, le=1.0)
+    reset: float = Field(0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _sum(self) -> FaultSettings:
+        total = sum(getattr(self, k) for k in FAULT_KINDS)
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"fault probabilities sum to {total:g}; they must sum to at most 1")
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        """Probabilities by fault kind, in draw order."""
+        return {k: float(getattr(self, k)) for k in FAULT_KINDS}
+
+
+class ModelProfile(_Strict):
+    """One simulated model: its timing model, output shape, faults and hostile behaviours."""
+
+    name: str = Field(min_length=1, max_length=200)
+    decode_tps: float = Field(50.0, gt=0.0, le=1_000_000.0)
+    prefill_tps: float = Field(2000.0, gt=0.0)
+    jitter: float = Field(0.0, ge=0.0, le=1.0)
+    contention: float = Field(0.0, ge=0.0)
+    think_tokens: int = Field(0, ge=0)
+    reasoning_format: ReasoningFormat = "reasoning_content"
+    tokens_per_chunk: int = Field(1, ge=1, le=1024)
+    natural_stop_tokens: int | None = Field(None, ge=1)
+    default_max_tokens: int = Field(256, ge=1)
+    ping_interval: float | None = None
+    strip_eval_duration: bool = False
+    cold_load_probability: float = Field(0.0, ge=0.0, le=1.0)
+    cold_load_duration: float = 2.0
+    warm_load_duration: float = 0.0
+    vram_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    size_bytes: int = Field(4_000_000_000, ge=0)
+    faults: FaultSettings = Field(default_factory=FaultSettings)  # type: ignore[arg-type]
+    fault_after_tokens: int | None = Field(None, ge=0)
+    stall_seconds: float = 600.0
+    endless_stream: bool = False
+    huge_body_bytes: int | None = Field(None, ge=1)
+    invalid_utf8: bool = False
+    _d = _durations("ping_interval", "cold_load_duration", "warm_load_duration", "stall_seconds")
+
+    @field_validator("ping_interval")
+    @classmethod
+    def _ping(cls, v: float | None) -> float | None:
+        if v is not None and v < 0.001:
+            raise ValueError("ping_interval must be at least 1ms")
+        return v
+
+
+class ServerSettings(_Strict):
+    """One simulated inference server, reachable under `/<name>/`."""
+
+    name: str
+    dialect: Dialect
+    models: tuple[ModelProfile, ...] = Field(min_length=1)
+    kv_capacity_tokens: int | None = Field(None, ge=1)
+    max_running: int = Field(256, ge=1)
+    close_after_stream: bool = False
+    background_rps: float = Field(0.0, ge=0.0, le=1000.0)
+    background_prompt_tokens: int = Field(64, ge=1)
+    background_max_tokens: int = Field(128, ge=1)
+    legacy_names: bool = False
+    data_parallel: int = Field(1, ge=1, le=64)
+    prefix_caching: bool = True
+    api_key: SecretStr | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _SERVER_NAME_RE.match(v):
+            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-', not starting with '_'")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerSettings:
+        seen: set[str] = set()
+        for m in self.models:
+            if m.name in seen:
+                raise ValueError(f"model name {m.name!r} appears twice")
+            seen.add(m.name)
+        if self.legacy_names and self.dialect != "vllm":
+            raise ValueError("legacy_names applies only to dialect vllm")
+        if self.data_parallel > 1 and self.dialect != "vllm":
+            raise ValueError("data_parallel applies only to dialect vllm")
+        if self.legacy_names and self.data_parallel > 1:
+            raise ValueError("data_parallel needs the V1 metric names (legacy_names: false): V0 had no engine label")
+        return self
+
+    def model(self, name: str) -> ModelProfile | None:
+        """The profile serving `name`, or None."""
+        return next((m for m in self.models if m.name == name), None)
+
+
+class SimConfig(_Strict):
+    """The whole sim.yml."""
+
+    listen: str = DEFAULT_SIM_LISTEN
+    seed: int = 0
+    truth_capacity: int = Field(10000, ge=1, le=1_000_000)
+    servers: tuple[ServerSettings, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SimConfig:
+        seen: set[str] = set()
+        for s in self.servers:
+            if s.name in seen:
+                raise ValueError(f"server name {s.name!r} appears twice")
+            seen.add(s.name)
+        parse_listen(self.listen)
+        return self
+
+    def server(self, name: str) -> ServerSettings | None:
+        """The server with this name, or None."""
+        return next((s for s in self.servers if s.name == name), None)
+
+
+def load_sim_config_text(text: str, filename: str = "<sim config>") -> SimConfig:
+    """Parse and validate sim config text; raises ConfigError with `file:line: field: message` lines."""
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader derives from SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{filename}:{mark.line + 1}" if mark else filename
+        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{filename}: invalid YAML: {exc}") from None
+    if doc is None:
+        doc = _LinedDict({}, {}, 1)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{filename}:1: the file must be a mapping of settings, not {type(doc).__name__}")
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    doc = _expand_env(doc, (), problems)
+    if problems:
+        raise ConfigError(
+            "\n".join(f"{filename}:{_line_of(doc, p) or 1}: {_field_path(p)}: {m}" for p, m in problems)
+        )
+    try:
+        return SimConfig.model_validate(doc)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            msg = "unknown setting" if err["type"] == "extra_forbidden" else _clean_message(err["msg"])
+            lines.append(f"{filename}:{_line_of(doc, loc) or 1}: {_field_path(loc)}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_sim_config(path: str | os.PathLike[str]) -> SimConfig:
+    """Read and validate a simulator config file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from None
+    return load_sim_config_text(text, str(p))

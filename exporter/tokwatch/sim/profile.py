@@ -1,0 +1,90 @@
+"""The timing model: a deterministic plan of tokens (phase, text, base gap) for one request."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from tokwatch.result import Phase
+from tokwatch.sim.config import ModelProfile
+from tokwatch.sim.text import output_word, think_word
+
+FinishReason = Literal["stop", "length"]
+_MIN_GAP_FACTOR = 0.05  # a jittered gap never drops below 5% of the mean, so time never runs backwards
+
+
+def request_rng(seed: int, server: str, seq: int, stream: str) -> random.Random:
+    """An RNG for one purpose of one request; string seeds hash with SHA-512, stable across processes."""
+    return random.Random(f"{seed}:{server}:{seq}:{stream}")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the request asked for, already parsed from its dialect."""
+
+    max_tokens: int | None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPlan:
+    """Planned tokens of one request. `n` is None for an endless stream."""
+
+    n: int | None
+    think_tokens: int
+    finish_reason: FinishReason
+    mean_gap: float
+    jitter: float
+    rng_seed: str
+
+    def phase(self, i: int) -> Phase:
+        """Phase of token i."""
+        return "think" if i < self.think_tokens else "output"
+
+    def text(self, i: int) -> str:
+        """Text of token i; think_tags wraps the reasoning phase in <think>...</think> tokens."""
+        if i < self.think_tokens:
+            return think_word(i)
+        return output_word(i - self.think_tokens)
+
+    def gaps(self) -> GapStream:
+        """A fresh deterministic stream of single-stream decode gaps (seconds) for tokens 1, 2, ..."""
+        return GapStream(random.Random(self.rng_seed), self.mean_gap, self.jitter)
+
+    @property
+    def output_tokens(self) -> int | None:
+        """Tokens of the output phase (None when endless)."""
+        return None if self.n is None else self.n - self.think_tokens
+
+
+class GapStream:
+    """Jittered gaps around the mean: mean x max(0.05, 1 + jitter x N(0, 1))."""
+
+    def __init__(self, rng: random.Random, mean_gap: float, jitter: float) -> None:
+        self._rng = rng
+        self._mean = mean_gap
+        self._jitter = jitter
+
+    def next(self) -> float:
+        """The next gap in seconds."""
+        if self._jitter == 0.0:
+            return self._mean
+        return self._mean * max(_MIN_GAP_FACTOR, 1.0 + self._jitter * self._rng.gauss(0.0, 1.0))
+
+
+def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPlan:
+    """How many tokens of each phase the request produces and why it stops."""
+    mean_gap = 1.0 / profile.decode_tps
+    if profile.endless_stream:
+        return TokenPlan(None, profile.think_tokens, "length", mean_gap, profile.jitter, rng_seed)
+    max_tokens = limits.max_tokens if limits.max_tokens is not None else profile.default_max_tokens
+    n = max_tokens
+    finish: FinishReason = "length"
+    if profile.natural_stop_tokens is not None and not limits.ignore_eos:
+        natural = max(profile.natural_stop_tokens, limits.min_tokens)
+        if natural < max_tokens:
+            n, finish = natural, "stop"
+    n = max(1, n)
+    return TokenPlan(n, min(profile.think_tokens, n), finish, mean_gap, profile.jitter, rng_seed)

@@ -1,0 +1,53 @@
+"""Prompt token counting and deterministic output words for the simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# A fixed vocabulary: output text depends only on the token index, so two runs produce identical bodies.
+_WORDS = (
+    "the", "speed", "of", "light", "is", "constant", "for", "every", "observer", "and", "time", "runs",
+    "slower", "when", "you", "move", "fast", "relative", "to", "someone", "else", "mass", "bends", "space",
+    "so", "objects", "fall", "along", "curved", "paths", "energy", "equals", "squared", "clocks", "near",
+    "heavy", "stars", "tick", "more", "slowly", "than", "far", "away", "simple", "idea", "with", "deep",
+    "consequences",
+)  # fmt: skip
+_THINK_WORDS = ("let", "me", "think", "about", "this", "step", "by", "carefully", "first", "then", "check")
+PROMPT_TOKENS_PER_WORD = 1.3
+
+
+def count_prompt_tokens(texts: Iterable[str]) -> int:
+    """Whitespace-separated words of all texts x 1.3, rounded, at least 1 (documented in docs/simulator.md)."""
+    words = sum(len(t.split()) for t in texts)
+    return max(1, round(words * PROMPT_TOKENS_PER_WORD))
+
+
+def message_texts(messages: Any) -> list[str]:
+    """The text of every chat message content, including OpenAI content-part lists."""
+    out: list[str] = []
+    if not isinstance(messages, list):
+        return out
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        content = msg.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out.extend(
+                str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+            )
+    return out
+
+
+def output_word(index: int) -> str:
+    """Text of output token `index`: a leading-space word, the first without the space."""
+    word = _WORDS[index % len(_WORDS)]
+    return word.capitalize() if index == 0 else " " + word
+
+
+def think_word(index: int) -> str:
+    """Text of reasoning token `index`."""
+    word = _THINK_WORDS[index % len(_THINK_WORDS)]
+    return word.capitalize() if index == 0 else " " + word

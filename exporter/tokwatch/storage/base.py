@@ -1,0 +1,116 @@
+"""The `Store` interface every backend implements, and the plain records its queries return."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tokwatch.storage.rows import RunRow
+from tokwatch.storage.schema import SchemaStatus
+
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """A configured endpoint as the store sees it: its name and the names it had before."""
+
+    name: str
+    renamed_from: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """Aggregates of one endpoint's runs in a time window; tok/s figures cover `ok` runs with a figure."""
+
+    endpoint: str
+    runs: int
+    ok_runs: int
+    tps_samples: int
+    median: float | None
+    mean: float | None
+    stddev: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LastRun:
+    """An endpoint's most recent run and most recent `ok` run."""
+
+    endpoint: str
+    time: float
+    status: str
+    ok_time: float | None
+    ok_tokens_per_second: float | None
+
+
+@dataclass(slots=True)
+class MaintenanceReport:
+    """What one maintenance pass changed."""
+
+    partitions_created: list[str] = field(default_factory=list)
+    partitions_dropped: list[str] = field(default_factory=list)
+    rows_deleted: int = 0
+
+
+class Store(ABC):
+    """One database holding every run; all methods are safe to await from the event loop."""
+
+    backend: str  # "sqlite", "postgres" or "timescaledb"
+    location: str  # where the data lives, with any password masked
+
+    @abstractmethod
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; returns the versions applied. Raises SchemaTooNewError."""
+
+    @abstractmethod
+    async def schema_status(self) -> SchemaStatus:
+        """Current and known schema versions."""
+
+    @abstractmethod
+    async def ensure_ready(self) -> None:
+        """Migrate if needed and refuse a schema newer than this tokwatch (SchemaTooNewError)."""
+
+    @abstractmethod
+    async def sync_endpoints(self, specs: Sequence[EndpointSpec]) -> dict[str, int]:
+        """Give every configured endpoint a stable id (a rename keeps the old id); returns name -> id."""
+
+    @abstractmethod
+    async def write_runs(self, rows: Sequence[RunRow]) -> int:
+        """Insert runs idempotently (a run id already stored is skipped) and refresh their hourly rollup.
+
+        Returns how many rows were new.
+        """
+
+    @abstractmethod
+    async def bulk_load(self, rows: Sequence[RunRow]) -> int:
+        """Fast load of new rows (COPY / executemany) for benchmarks and imports, then refresh the rollup."""
+
+    @abstractmethod
+    async def window_stats(self, since: float, until: float) -> dict[str, WindowStats]:
+        """Per-endpoint aggregates of runs with since <= time < until, keyed by current endpoint name."""
+
+    @abstractmethod
+    async def last_runs(self, since: float) -> dict[str, LastRun]:
+        """Per endpoint, the newest run and newest `ok` run at or after `since`."""
+
+    @abstractmethod
+    async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
+        """Rows of the hourly rollup in a time range (endpoint name, bucket start, counts, tok/s figures)."""
+
+    @abstractmethod
+    async def count_runs(self) -> int:
+        """Rows in the runs table."""
+
+    @abstractmethod
+    async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
+        """Partitions ahead, retention, policies: the periodic housekeeping of this backend."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+
+def hour_bucket(t: float) -> float:
+    """Start of the UTC hour containing unix time `t`."""
+    return float(int(t // HOUR_S) * HOUR_S)

@@ -1,0 +1,213 @@
+"""Timing math as pure functions: token events, TTFT, ITL, TPOT, TTOT, tok/s candidates, source choice.
+
+Every definition here is documented with its unit and source in docs/methodology.md. Inputs are plain
+values or `TokenEvent` lists (times in seconds since the request was sent), so the probe, the benchmark and
+tests share one implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from tokwatch.result import SERVER_SOURCES, Phase, TimingSource, TokenEvent
+
+TokensSource = Literal["usage", "engine", "chunk_usage", "client_estimate"]
+
+
+class DeltaLike(Protocol):
+    """What `token_events` needs from a parsed chunk (see `tokwatch.streams.TextDelta`)."""
+
+    @property
+    def t(self) -> float: ...
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def chars(self) -> int: ...
+    @property
+    def chunk_tokens(self) -> int | None: ...
+
+
+def apportion(total: int, weights: Sequence[int]) -> list[int]:
+    """Split `total` into integer shares by weight (largest remainder); each share >= 1 when total allows.
+
+    Every content chunk carries at least one token, so when `total >= len(weights)` each gets 1 and only the
+    surplus is split by weight; this keeps one-token chunks at one token however short their text.
+    """
+    n = len(weights)
+    if n == 0:
+        return []
+    total = max(total, 0)
+    base = 1 if total >= n else 0
+    rest = total - base * n
+    w = [max(x, 0) for x in weights]
+    wsum = sum(w)
+    if wsum == 0:
+        w, wsum = [1] * n, n
+    shares = [rest * x // wsum for x in w]
+    remainders = [rest * x % wsum for x in w]
+    left = rest - sum(shares)
+    for i in sorted(range(n), key=lambda i: (-remainders[i], i))[:left]:
+        shares[i] += 1
+    return [base + s for s in shares]
+
+
+def token_events(
+    deltas: Sequence[DeltaLike],
+    sent_at: float,
+    total_tokens: int | None,
+    total_source: Literal["usage", "engine"] = "usage",
+) -> tuple[list[TokenEvent], TokensSource | None]:
+    """Token events (times relative to `sent_at`) and how their token counts were obtained.
+
+    Per-chunk server counts when every chunk has one; else the server total apportioned by text length;
+    else one token per chunk (client estimate).
+    """
+    if not deltas:
+        return [], None
+    source: TokensSource
+    if all(d.chunk_tokens is not None for d in deltas):
+        counts = [int(d.chunk_tokens or 0) for d in deltas]
+        source = "chunk_usage"
+    elif total_tokens is not None and total_tokens >= len(deltas):
+        counts = apportion(total_tokens, [d.chars for d in deltas])
+        source = total_source
+    else:
+        counts = [1] * len(deltas)
+        source = "client_estimate"
+    events = [
+        TokenEvent(t=d.t - sent_at, tokens=k, phase=d.phase, chars=d.chars)
+        for d, k in zip(deltas, counts, strict=True)
+        if k > 0  # a chunk the server says carried no new token (text held back by the detokenizer)
+    ]
+    return events, source
+
+
+def total_tokens(events: Sequence[TokenEvent], phase: Phase | None = None) -> int:
+    """Tokens carried by the events (of one phase when given)."""
+    return sum(e.tokens for e in events if phase is None or e.phase == phase)
+
+
+def ttft(events: Sequence[TokenEvent]) -> float | None:
+    """Seconds from sending the request to the first content or reasoning token."""
+    return events[0].t if events else None
+
+
+def _gaps(events: Sequence[TokenEvent]) -> list[float]:
+    """Per-token gaps: a chunk of k tokens gives its gap from the previous chunk then k-1 zeros."""
+    out: list[float] = []
+    for i, e in enumerate(events):
+        if i:
+            out.append(e.t - events[i - 1].t)
+            out.extend([0.0] * (e.tokens - 1))
+        else:
+            out.extend([0.0] * (e.tokens - 1))  # the first chunk's extra tokens arrived with it
+    return out
+
+
+def itl(events: Sequence[TokenEvent]) -> list[float]:
+    """Inter-token latencies in seconds over the whole stream (n-1 values for n tokens)."""
+    return _gaps(events)
+
+
+def output_itl(events: Sequence[TokenEvent]) -> list[float]:
+    """Inter-token latencies among output-phase tokens only (the think->output gap excluded)."""
+    return _gaps([e for e in events if e.phase == "output"])
+
+
+def ttot(events: Sequence[TokenEvent]) -> float | None:
+    """Seconds from the last think token before the output to the first output token; None without both."""
+    last_think: float | None = None
+    for e in events:
+        if e.phase == "think":
+            last_think = e.t
+        elif last_think is not None:
+            return e.t - last_think
+    return None
+
+
+def tpot(e2e_s: float | None, ttft_s: float | None, n_tokens: int) -> float | None:
+    """Time per output token after the first: (E2E - TTFT) / (n - 1) seconds."""
+    if e2e_s is None or ttft_s is None or n_tokens < 2:
+        return None
+    return max(e2e_s - ttft_s, 0.0) / (n_tokens - 1)
+
+
+def client_stream_tps(events: Sequence[TokenEvent], n_tokens: int | None = None) -> float | None:
+    """Decode tok/s over the first->last token window: (N - k1) / (t_last - t_first)."""
+    if len(events) < 2:
+        return None
+    n = total_tokens(events) if n_tokens is None else n_tokens
+    window = events[-1].t - events[0].t
+    decoded = n - events[0].tokens
+    if window <= 0 or decoded <= 0:
+        return None
+    return decoded / window
+
+
+def client_wall_tps(n_tokens: int | None, e2e_s: float | None) -> float | None:
+    """Completion tokens per second of end-to-end wall time (last resort; includes network and prefill)."""
+    if not n_tokens or not e2e_s or e2e_s <= 0:
+        return None
+    return n_tokens / e2e_s
+
+
+def ollama_engine_tps(eval_count: int | None, eval_duration_ns: int | None) -> float | None:
+    """Ollama eval_count / eval_duration (nanoseconds)."""
+    if not eval_count or not eval_duration_ns or eval_duration_ns <= 0:
+        return None
+    return eval_count / (eval_duration_ns / 1e9)
+
+
+def ollama_server_wall_tps(eval_count: int | None, total_duration_ns: int | None) -> float | None:
+    """Ollama eval_count / total_duration (nanoseconds): includes load and prompt evaluation."""
+    if not eval_count or not total_duration_ns or total_duration_ns <= 0:
+        return None
+    return eval_count / (total_duration_ns / 1e9)
+
+
+def llamacpp_engine_tps(predicted_n: int | None, predicted_ms: float | None) -> float | None:
+    """llama.cpp predicted_n / (predicted_ms / 1000)."""
+    if not predicted_n or not predicted_ms or predicted_ms <= 0:
+        return None
+    return predicted_n / (predicted_ms / 1000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The chosen tok/s figure."""
+
+    source: TimingSource | None
+    tokens_per_second: float | None
+    server_shared: bool = False
+    skipped: dict[TimingSource, str] = field(default_factory=dict)  # source -> why it was not used
+
+
+def select_source(
+    candidates: Mapping[TimingSource, float],
+    preference: Sequence[TimingSource],
+    *,
+    counters_shared: bool = False,
+    shared_policy: Literal["flag", "fallback"] = "fallback",
+) -> Selection:
+    """First available source in `preference`; a client source never wins while a server source exists.
+
+    A shared counter window (`counters_shared`) is skipped under "fallback" and used but flagged under "flag".
+    """
+    skipped: dict[TimingSource, str] = {}
+    usable = dict(candidates)
+    if counters_shared and TimingSource.VLLM_METRICS in usable and shared_policy == "fallback":
+        del usable[TimingSource.VLLM_METRICS]
+        skipped[TimingSource.VLLM_METRICS] = "shared window"
+    has_server = any(s in SERVER_SOURCES for s in usable)
+    order = list(preference) + [s for s in TimingSource if s not in preference]
+    if has_server:
+        order = [s for s in order if s in SERVER_SOURCES]
+    else:
+        order = [s for s in order if s in preference]
+    for source in order:
+        if source in usable:
+            shared = source is TimingSource.VLLM_METRICS and counters_shared
+            return Selection(source, usable[source], shared, skipped)
+    return Selection(None, None, False, skipped)
