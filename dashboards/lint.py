@@ -175,24 +175,28 @@ def iter_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def iter_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(where, PromQL) for every Prometheus query of panels, annotations and template variables."""
+    """(where, PromQL) for every Prometheus query of panels, annotations and template variables.
+
+    Queries against other datasources (the PostgreSQL store) are skipped.
+    """
     for panel in iter_panels(dashboard):
         for target in panel.get("targets", []):
-            if _is_sql(target) or not target.get("expr"):
-                continue
-            yield f"panel {panel.get('id')} {panel.get('title')!r} ref {target.get('refId')}", target["expr"]
+            source = target.get("datasource") or panel.get("datasource")
+            if _is_prometheus(source) and target.get("expr"):
+                where = f"panel {panel.get('id')} {panel.get('title')!r} ref {target.get('refId')}"
+                yield where, target["expr"]
     for annotation in dashboard.get("annotations", {}).get("list", []):
-        if annotation.get("expr"):
+        if _is_prometheus(annotation.get("datasource")) and annotation.get("expr"):
             yield f"annotation {annotation.get('name')!r}", annotation["expr"]
     for variable in dashboard.get("templating", {}).get("list", []):
-        if variable.get("type") == "query":
+        if variable.get("type") == "query" and _is_prometheus(variable.get("datasource")):
             query = variable.get("query")
             text = query.get("query", "") if isinstance(query, dict) else str(query or "")
             yield f"variable {variable.get('name')!r}", text
 
 
-def _is_sql(target: dict[str, Any]) -> bool:
-    return "rawSql" in target
+def _is_prometheus(datasource: object) -> bool:
+    return isinstance(datasource, dict) and datasource.get("type") == "prometheus"
 
 
 def unknown_metrics(dashboard: dict[str, Any], catalog: MetricCatalog) -> list[str]:

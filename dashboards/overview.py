@@ -11,6 +11,11 @@ from dashboards.panels import (
     GREEN,
     RATIO,
     RED,
+    REF_LATENCY,
+    REF_STATUS,
+    REF_TIMING,
+    REF_TOKENS,
+    REF_WINDOW,
     SECONDS,
     TOKS,
     Grid,
@@ -37,10 +42,15 @@ from dashboards.promql import (
 UID = "tokwatch-overview"
 TITLE = "tokwatch — Endpoints overview"
 
-WINDOW = 'window="$window"'
+IN_WINDOW = 'window="$window"'
 LATENCY_WINDOW = "$latency_window"
 # Bars and the status timeline bucket by $__interval; below ~4 scrapes increase() returns nothing.
 MIN_INTERVAL = "1m"
+
+
+def window_figure(metric: str) -> str:
+    """A window gauge per endpoint for the selected `$window` (24h unless configured otherwise)."""
+    return f"max by (endpoint) ({sel(metric, IN_WINDOW)})"
 
 
 def status_mappings() -> list[dict[str, object]]:
@@ -71,7 +81,7 @@ def _tiles(grid: Grid) -> None:
             describe(
                 "Status of the most recent timed run (exactly one per run). An incident shows here, "
                 "not as a missing tok/s number.",
-                "Status",
+                REF_STATUS,
             ),
             [prom(status_code(), "{{endpoint}}", instant=True)],
             unit="none",
@@ -87,7 +97,7 @@ def _tiles(grid: Grid) -> None:
             describe(
                 "Decode tok/s of the most recent ok run, labelled with its timing source "
                 "(engine, vllm_metrics, server_wall, client_stream, client_wall). A single sample.",
-                "Decode tok/s",
+                REF_TIMING,
             ),
             [
                 prom(
@@ -108,11 +118,11 @@ def _tiles(grid: Grid) -> None:
             describe(
                 "Median tok/s of ok runs in the window. Median rather than mean, so routing outliers do "
                 "not move it; labelled 'avg' because readers expect that word.",
-                "Window figures",
+                REF_WINDOW,
             ),
             [
                 prom(
-                    f"max by (endpoint) ({sel('tokwatch_window_decode_tokens_per_second_median', WINDOW)})",
+                    window_figure("tokwatch_window_decode_tokens_per_second_median"),
                     "{{endpoint}}",
                     instant=True,
                 )
@@ -129,11 +139,11 @@ def _tiles(grid: Grid) -> None:
             describe(
                 "Coefficient of variation of ok-run tok/s: sample stddev / mean. Below 5 % tight (green), "
                 "5-15 % typical for shared infrastructure (amber), above 15 % jittery (red).",
-                "Window figures",
+                REF_WINDOW,
             ),
             [
                 prom(
-                    f"max by (endpoint) ({sel('tokwatch_window_decode_tokens_per_second_cv_ratio', WINDOW)})",
+                    window_figure("tokwatch_window_decode_tokens_per_second_cv_ratio"),
                     "{{endpoint}}",
                     instant=True,
                 )
@@ -148,10 +158,10 @@ def _tiles(grid: Grid) -> None:
     grid.add(
         stat(
             "Stddev ($window)",
-            describe("Sample standard deviation of ok-run tok/s in the window, in raw units.", "Window figures"),
+            describe("Sample standard deviation of ok-run tok/s in the window, in raw units.", REF_WINDOW),
             [
                 prom(
-                    f"max by (endpoint) ({sel('tokwatch_window_decode_tokens_per_second_stddev', WINDOW)})",
+                    window_figure("tokwatch_window_decode_tokens_per_second_stddev"),
                     "{{endpoint}}",
                     instant=True,
                 )
@@ -168,11 +178,11 @@ def _tiles(grid: Grid) -> None:
             describe(
                 "ok runs / all timed runs in the window. Every non-ok status (timeout, rate_limited, "
                 "provider_error, auth_failure, unreachable, degraded) lowers it.",
-                "Window figures",
+                REF_WINDOW,
             ),
             [
                 prom(
-                    f"max by (endpoint) ({sel('tokwatch_window_uptime_ratio', WINDOW)})",
+                    window_figure("tokwatch_window_uptime_ratio"),
                     "{{endpoint}}",
                     instant=True,
                 )
@@ -190,7 +200,7 @@ def _tiles(grid: Grid) -> None:
             describe(
                 "Time since the most recent ok run started. Thresholds suit the default 1 h probe interval: "
                 "amber after two missed rounds, red after six.",
-                "Status",
+                REF_STATUS,
             ),
             [
                 prom(
@@ -210,19 +220,20 @@ def _tiles(grid: Grid) -> None:
         stat(
             "Fastest vs slowest (7-day median)",
             describe(
-                "Fleet comparison: the fastest endpoint's 7-day median tok/s divided by the slowest one's "
-                "(1.25 = 25 % faster). A longer window than the tiles, so one bad hour does not flip it.",
-                "Fleet comparison",
+                "Fleet comparison: how much faster the fastest endpoint is than the slowest, by 7-day median "
+                "tok/s of ok runs (fastest / slowest - 1). A longer window than the tiles, so one bad hour "
+                "does not flip it.",
+                REF_WINDOW,
             ),
             [
                 prom(
-                    "max by (fastest, slowest, window) (tokwatch_fleet_fastest_vs_slowest_ratio)",
-                    "{{fastest}} vs {{slowest}} ({{window}})",
+                    "max by (fastest, slowest, window) (tokwatch_fleet_fastest_vs_slowest_ratio) - 1",
+                    "{{fastest}} faster than {{slowest}} ({{window}} median)",
                     instant=True,
                 )
             ],
-            unit="x",
-            decimals=2,
+            unit=RATIO,
+            decimals=0,
         ),
         w=8,
         h=5,
@@ -230,11 +241,10 @@ def _tiles(grid: Grid) -> None:
     grid.add(
         bargauge(
             "Median tok/s by endpoint ($window)",
-            describe("Endpoints ranked by the window median of ok-run tok/s.", "Window figures"),
+            describe("Endpoints ranked by the window median of ok-run tok/s.", REF_WINDOW),
             [
                 prom(
-                    f"sort_desc(max by (endpoint) "
-                    f"({sel('tokwatch_window_decode_tokens_per_second_median', WINDOW)}))",
+                    f"sort_desc({window_figure('tokwatch_window_decode_tokens_per_second_median')})",
                     "{{endpoint}}",
                     instant=True,
                 )
@@ -255,7 +265,7 @@ def _trend(grid: Grid) -> None:
             describe(
                 "Lines: tok/s of the last ok run per endpoint; the line breaks while the latest run is not "
                 "ok. Red bars (right axis): non-ok runs in each time bucket, so incidents stay visible.",
-                "Decode tok/s",
+                REF_TIMING,
             ),
             [
                 prom(ok_tps_expr(), "{{endpoint}}", ref="A"),
@@ -284,7 +294,7 @@ def _trend(grid: Grid) -> None:
     grid.add(
         state_timeline(
             "Status timeline",
-            describe("Status of the latest run per endpoint over time.", "Status"),
+            describe("Status of the latest run per endpoint over time.", REF_STATUS),
             [prom(status_code(), "{{endpoint}}")],
             mappings=status_mappings(),
             min_interval=MIN_INTERVAL,
@@ -300,7 +310,11 @@ def _latency(grid: Grid) -> None:
     def quantiles(histogram: str, qs: tuple[float, ...]) -> list[g.Target]:
         refs = "ABCDEFG"
         return [
-            prom(histogram_quantile(q, histogram, LATENCY_WINDOW), f"{{{{endpoint}}}} p{q * 100:g}", ref=refs[i])
+            prom(
+                histogram_quantile(q, histogram, LATENCY_WINDOW),
+                f"{{{{endpoint}}}} p{q * 100:g}",
+                ref=refs[i],
+            )
             for i, q in enumerate(qs)
         ]
 
@@ -310,7 +324,7 @@ def _latency(grid: Grid) -> None:
             describe(
                 "Time to first token: request sent to the first content or reasoning token, from the "
                 "tokwatch_ttft_seconds histogram over $latency_window.",
-                "TTFT",
+                REF_LATENCY,
             ),
             quantiles("tokwatch_ttft_seconds", (0.5, 0.95, 0.99)),
             unit=SECONDS,
@@ -324,7 +338,7 @@ def _latency(grid: Grid) -> None:
             describe(
                 "Gap before each token after the first; a chunk of k tokens counts its gap once and k-1 "
                 "zero gaps (tokwatch_inter_token_latency_seconds).",
-                "Inter-token latency",
+                REF_LATENCY,
             ),
             quantiles("tokwatch_inter_token_latency_seconds", (0.5, 0.99)),
             unit=SECONDS,
@@ -338,7 +352,7 @@ def _latency(grid: Grid) -> None:
             describe(
                 "Time per output token per run: (E2E - TTFT) / (tokens - 1) "
                 "(tokwatch_time_per_output_token_seconds).",
-                "TPOT",
+                REF_LATENCY,
             ),
             quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
             unit=SECONDS,
@@ -349,7 +363,9 @@ def _latency(grid: Grid) -> None:
     grid.add(
         timeseries(
             "E2E latency p50 / p95 / p99",
-            describe("Request sent to last byte of completed runs (tokwatch_e2e_latency_seconds).", "E2E"),
+            describe(
+                "Request sent to last byte of completed runs (tokwatch_e2e_latency_seconds).", REF_LATENCY
+            ),
             quantiles("tokwatch_e2e_latency_seconds", (0.5, 0.95, 0.99)),
             unit=SECONDS,
         ),
@@ -374,7 +390,7 @@ def _last_run_table() -> g.Table:
     rename = {f"Value #{ref}": name for ref, (_, name, _) in zip(refs, columns, strict=True)}
     return table(
         "Last run",
-        describe("Figures of each endpoint's most recent run (any status that produced them).", "Status"),
+        describe("Figures of each endpoint's most recent run (any status that produced them).", REF_STATUS),
         targets,
         transformations=[
             {"id": "joinByField", "options": {"byField": "endpoint", "mode": "outer"}},
@@ -404,7 +420,7 @@ def _reasoning(grid: Grid) -> None:
             describe(
                 "Time to first output token after the reasoning phase: last reasoning token to first "
                 "answer token (tokwatch_ttot_seconds). Only reasoning endpoints report it.",
-                "TTOT",
+                REF_LATENCY,
             ),
             [
                 prom(histogram_quantile(0.5, "tokwatch_ttot_seconds", LATENCY_WINDOW), "{{endpoint}} p50"),
@@ -425,7 +441,7 @@ def _reasoning(grid: Grid) -> None:
             describe(
                 "Inter-token gaps of the answer phase only, so a fast reasoning phase cannot hide a slow "
                 "answer (tokwatch_output_inter_token_latency_seconds).",
-                "Inter-token latency",
+                REF_LATENCY,
             ),
             [
                 prom(
@@ -448,7 +464,7 @@ def _reasoning(grid: Grid) -> None:
             "Think vs output tokens (last run)",
             describe(
                 "Reasoning tokens and answer tokens of each reasoning endpoint's latest completed run.",
-                "Reasoning",
+                REF_TOKENS,
             ),
             [
                 prom(f"max by (endpoint) ({sel('tokwatch_probe_think_tokens')}) > 0", "{{endpoint}} think"),

@@ -47,8 +47,8 @@ def histogram_mean(histogram: str, window: str, by: str = "endpoint") -> str:
 
 def status_code() -> str:
     """One series per endpoint whose value is STATUS_CODES[last run's status]."""
-    terms = [
-        f"(({sel('tokwatch_probe_status', f'status="{status.value}"')} == 1) * {code})"
-        for status, code in STATUS_CODES.items()
-    ]
+    terms = []
+    for status, code in STATUS_CODES.items():
+        selector = sel("tokwatch_probe_status", f'status="{status.value}"')
+        terms.append(f"(({selector} == 1) * {code})")
     return "max by (endpoint) (" + " or ".join(terms) + ")"

@@ -7,7 +7,7 @@ import hashlib
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -108,6 +108,7 @@ class App:
         self.ready = False
         self._tasks: list[asyncio.Task[None]] = []
         self._scheduler: Scheduler | None = None
+        self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
         self._apply(config)
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -122,6 +123,7 @@ class App:
                 self.probe,
                 self._on_round,
                 run_on_start=self.config.schedule.run_on_start,
+                after_round=self._after_round,
             )
             self._tasks.append(asyncio.create_task(self._scheduler.run(), name="tokwatch-scheduler"))
         self.ready = True
@@ -175,6 +177,15 @@ class App:
             self._scheduler.reschedule()
         log.info("config reloaded: %d endpoints", len(config.endpoints))
         return True, "config reloaded"
+
+    @property
+    def rounds_completed(self) -> int:
+        """Scheduled rounds finished so far."""
+        return self._scheduler.rounds if self._scheduler else 0
+
+    def _after_round(self) -> None:
+        if self.after_round is not None:
+            self.after_round()
 
     def _schedule_settings(self) -> tuple[float, float, int, Sequence[str]]:
         s = self.config.schedule

@@ -96,8 +96,13 @@ async def _serve(config: Config, path: str, host: str, port: int) -> int:
         await app.stop()
         print(f"tokwatch: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    log.info("tokwatch %s listening on http://%s:%d/metrics (%d endpoints)", __version__, host, bound,
-             len(config.endpoints))
+    log.info(
+        "tokwatch %s listening on http://%s:%d/metrics (%d endpoints)",
+        __version__,
+        host,
+        bound,
+        len(config.endpoints),
+    )
     try:
         await _until_signal(on_hup=app.reload)
     finally:
@@ -147,8 +152,20 @@ def print_results(results: Sequence[RunResult]) -> None:
     from rich.table import Table
 
     table = Table(title="tokwatch probe")
-    for col in ("endpoint", "status", "tok/s", "source", "TTFT ms", "ITL p50 ms", "ITL p99 ms", "tokens", "error"):
-        table.add_column(col, justify="right" if col not in ("endpoint", "status", "source", "error") else "left")
+    for col in (
+        "endpoint",
+        "status",
+        "tok/s",
+        "source",
+        "TTFT ms",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "tokens",
+        "error",
+    ):
+        table.add_column(
+            col, justify="right" if col not in ("endpoint", "status", "source", "error") else "left"
+        )
     for r in results:
         table.add_row(
             r.endpoint,
@@ -206,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
+def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     from tokwatch.demo import add_commands as demo_commands
 
     return [demo_commands]

@@ -130,7 +130,11 @@ class StorageSettings(_Strict):
     retention: float = 400 * 86400.0
     enabled: bool = True
     queue_size: int = Field(10000, ge=1)
-    _durations = _duration_fields("retention")
+    pool_size: int = Field(4, ge=1, le=64)  # PostgreSQL connections
+    write_timeout: float = 5.0  # a write slower than this sends its runs to the outbox
+    compress_after: float = 7 * 86400.0  # TimescaleDB: compress chunks older than this
+    timescale: bool = True  # use TimescaleDB when the extension is available
+    _durations = _duration_fields("retention", "write_timeout", "compress_after")
 
 
 class EndpointSettings(_Strict):
@@ -313,16 +317,16 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any,
     mapping: dict[Any, Any] = {}
     lines: dict[Any, int] = {}
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=True)
         if key in mapping:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        mapping[key] = loader.construct_object(value_node, deep=True)  # type: ignore[no-untyped-call]
+        mapping[key] = loader.construct_object(value_node, deep=True)
         lines[key] = key_node.start_mark.line + 1
     return _LinedDict(mapping, lines, node.start_mark.line + 1)
 
 
 def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> list[Any]:
-    items = [loader.construct_object(n, deep=True) for n in node.value]  # type: ignore[no-untyped-call]
+    items = [loader.construct_object(n, deep=True) for n in node.value]
     return _LinedList(items, [n.start_mark.line + 1 for n in node.value], node.start_mark.line + 1)
 
 

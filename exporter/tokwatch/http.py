@@ -55,6 +55,7 @@ class _Attempt:
 
     connected: bool = False
     reused: bool = False
+    headers_sent_at: float | None = None
 
 
 async def _on_reuse(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
@@ -71,22 +72,40 @@ async def _on_create(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object
         attempt.reused = False
 
 
+async def _on_headers_sent(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.headers_sent_at = time.perf_counter()
+
+
 def _trace_config() -> aiohttp.TraceConfig:
     tc = aiohttp.TraceConfig()
+    tc.on_request_headers_sent.append(_on_headers_sent)
     tc.on_connection_reuseconn.append(_on_reuse)
     tc.on_connection_create_end.append(_on_create)
     return tc
 
 
 def _is_disconnect(exc: BaseException) -> bool:
-    """A peer that closed or reset the connection (as opposed to refusing it or timing out)."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return False
-    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _DISCONNECT_ERRNOS
+    """A peer that closed or reset the connection (as opposed to refusing it or timing out).
+
+    aiohttp wraps a write onto a closed socket as `ClientOSError(None, "Can not write request body")`, so the
+    cause chain is inspected too.
+    """
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 5:
+        if isinstance(cur, aiohttp.ClientConnectorError):
+            return False
+        if isinstance(cur, aiohttp.ServerDisconnectedError | ConnectionResetError | BrokenPipeError):
+            return True
+        if isinstance(cur, ConnectionAbortedError):
+            return True
+        if isinstance(cur, OSError) and cur.errno in _DISCONNECT_ERRNOS:
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
 
 
 def _wrap(exc: BaseException, attempt: _Attempt, phase: Phase) -> TransportError:
@@ -127,7 +146,9 @@ class StreamResponse:
         """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
         length = self._resp.content_length
         if length is not None and length > self._max_bytes:
-            raise TransportError("too_large", "body", f"Content-Length {length} exceeds {self._max_bytes} bytes")
+            raise TransportError(
+                "too_large", "body", f"Content-Length {length} exceeds {self._max_bytes} bytes"
+            )
         content = self._resp.content
         while True:
             try:
@@ -211,7 +232,7 @@ class HttpClient:
         *,
         json_body: Any = None,
         headers: Mapping[str, str] | None = None,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 - the deadline must also cover the stale-connection re-send
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> AsyncIterator[StreamResponse]:
         """Send a request and yield the open response; `timeout` bounds everything up to the last byte.
@@ -244,6 +265,8 @@ class HttpClient:
                     )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _wrap(exc, attempt, "response") from exc
+        # t = 0 is when the request headers hit the socket (connection set-up excluded), when aiohttp says so.
+        sent_at = attempt.headers_sent_at or sent_at
         try:
             yield StreamResponse(resp, sent_at, deadline, max_bytes)
         except BaseException:
@@ -256,7 +279,7 @@ class HttpClient:
         self,
         url: str,
         *,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 - passed through to stream()
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: Mapping[str, str] | None = None,
     ) -> str:

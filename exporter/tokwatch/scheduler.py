@@ -45,12 +45,14 @@ class Scheduler:
         on_round: Callable[[float, float, float], None],
         *,
         run_on_start: bool = True,
+        after_round: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings  # -> (interval, offset, parallelism, endpoint names)
         self._probe = probe
         self._on_round = on_round  # (planned, actual start, next planned)
         self._run_on_start = run_on_start
+        self._after_round = after_round
         self._clock = clock
         self._wake = asyncio.Event()
         self.rounds = 0
@@ -61,12 +63,11 @@ class Scheduler:
 
     async def run(self) -> None:
         """Loop until cancelled."""
-        planned = self._clock() if self._run_on_start else None
+        planned: float | None = self._clock() if self._run_on_start else None
         while True:
             interval, offset, parallelism, names = self._settings()
-            if planned is None:
-                planned = next_round_time(self._clock(), interval, offset)
-            delay = planned - self._clock()
+            target = planned if planned is not None else next_round_time(self._clock(), interval, offset)
+            delay = target - self._clock()
             if delay > 0:
                 self._wake.clear()
                 try:
@@ -77,8 +78,10 @@ class Scheduler:
                     pass
             started = self._clock()
             # A round that overran skips the slots it missed rather than running them back to back.
-            following = next_round_time(max(started, planned) + 1e-6, interval, offset)
-            self._on_round(planned, started, following)
+            following = next_round_time(max(started, target) + 1e-6, interval, offset)
+            self._on_round(target, started, following)
             await run_round(names, self._probe, parallelism)
             self.rounds += 1
+            if self._after_round is not None:
+                self._after_round()
             planned = following

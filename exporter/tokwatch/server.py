@@ -62,7 +62,7 @@ async def probe(request: web.Request) -> web.Response:
     cap = _scrape_timeout(request)
     outcome = await app.probe(target, cap)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(probe_result_families(outcome.result, ep)))  # type: ignore[arg-type]
+    registry.register(_Families(probe_result_families(outcome.result, ep)))
     if request.query.get("debug", "").lower() in ("true", "1", "yes"):
         body = (
             "Logs for the probe:\n"
@@ -136,12 +136,9 @@ def build_web_app(app: App) -> web.Application:
 
 async def start_site(app: App, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve on host:port (0 = any free port); returns the runner and the bound port."""
-    runner = web.AppRunner(build_web_app(app), access_log=None, handle_signals=False)
+    runner = web.AppRunner(build_web_app(app), access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, shutdown_timeout=2.0)
+    site = web.TCPSite(runner, host, port)
     await site.start()
-    server = site._server  # aiohttp exposes no public accessor for the bound port
-    bound = port
-    if server is not None and getattr(server, "sockets", None):
-        bound = server.sockets[0].getsockname()[1]
+    bound = int(runner.addresses[0][1]) if runner.addresses else port
     return runner, bound

@@ -66,6 +66,7 @@ class LlamaTimings:
     predicted_ms: float | None
     prompt_n: int | None
     prompt_ms: float | None
+    predicted_per_second: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +241,7 @@ def loads_json(text: str) -> Any:
     """json.loads raising StreamProtocolError('malformed_json') with a short excerpt."""
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise StreamProtocolError("malformed_json", f"invalid JSON ({exc.msg}): {text[:120]!r}") from None
 
 
@@ -275,6 +276,11 @@ def _str_field(obj: dict[str, Any], key: str, where: str) -> str:
     return v
 
 
+def _reasoning(obj: dict[str, Any], where: str) -> str:
+    """Reasoning text under either name servers use (`reasoning_content`: vLLM/DeepSeek, `reasoning`)."""
+    return _str_field(obj, "reasoning_content", where) or _str_field(obj, "reasoning", where)
+
+
 def _usage(u: Any, t: float) -> Usage:
     if not isinstance(u, dict):
         raise StreamProtocolError("bad_shape", f"usage is {type(u).__name__}, expected an object")
@@ -287,7 +293,12 @@ def _timings(d: Any, t: float) -> LlamaTimings | None:
     if not isinstance(d, dict):
         return None
     return LlamaTimings(
-        t, _int(d, "predicted_n"), _float(d, "predicted_ms"), _int(d, "prompt_n"), _float(d, "prompt_ms")
+        t,
+        _int(d, "predicted_n"),
+        _float(d, "predicted_ms"),
+        _int(d, "prompt_n"),
+        _float(d, "prompt_ms"),
+        _float(d, "predicted_per_second"),
     )
 
 
@@ -338,7 +349,7 @@ class OpenAIStreamParser:
             return
         obj = loads_json(payload)
         if not isinstance(obj, dict):
-            raise StreamProtocolError("bad_shape", f"stream chunk is {type(obj).__name__}, expected an object")
+            raise StreamProtocolError("bad_shape", f"chunk is {type(obj).__name__}, expected an object")
         if "error" in obj and not obj.get("choices"):
             raise StreamProtocolError("stream_error", f"error in stream: {_error_text(obj['error'])}")
         choices = obj.get("choices")
@@ -352,7 +363,7 @@ class OpenAIStreamParser:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise StreamProtocolError("bad_shape", "choices[0].delta is not an object")
-            reasoning = _str_field(delta, "reasoning_content", "delta") or _str_field(delta, "reasoning", "delta")
+            reasoning = _reasoning(delta, "delta")
             content = _str_field(delta, "content", "delta")
             chunk_tokens = None
             if usage is not None and usage.completion_tokens is not None and (reasoning or content):
@@ -382,7 +393,7 @@ def parse_chat_completion(obj: Any, t: float) -> list[StreamEvent]:
     message = choices[0].get("message")
     if not isinstance(message, dict):
         raise StreamProtocolError("bad_shape", "choices[0].message is not an object")
-    reasoning = _str_field(message, "reasoning_content", "message") or _str_field(message, "reasoning", "message")
+    reasoning = _reasoning(message, "message")
     content = _str_field(message, "content", "message")
     think = ThinkTagSplitter()
     out: list[StreamEvent] = list(_deltas(t, reasoning, content, think, None))

@@ -167,8 +167,16 @@ def ollama_server_wall_tps(eval_count: int | None, total_duration_ns: int | None
     return eval_count / (total_duration_ns / 1e9)
 
 
-def llamacpp_engine_tps(predicted_n: int | None, predicted_ms: float | None) -> float | None:
-    """llama.cpp predicted_n / (predicted_ms / 1000)."""
+def llamacpp_engine_tps(
+    predicted_n: int | None, predicted_ms: float | None, predicted_per_second: float | None = None
+) -> float | None:
+    """llama.cpp's own `predicted_per_second` when sent, else predicted_n / (predicted_ms / 1000).
+
+    Current llama-server samples the first token during prompt processing, so `predicted_ms` spans n-1 decode
+    steps and its own figure is (n-1)/predicted_ms; preferring it keeps us equal to the server's number.
+    """
+    if predicted_per_second is not None and predicted_per_second > 0:
+        return predicted_per_second
     if not predicted_n or not predicted_ms or predicted_ms <= 0:
         return None
     return predicted_n / (predicted_ms / 1000.0)
@@ -202,10 +210,8 @@ def select_source(
         skipped[TimingSource.VLLM_METRICS] = "shared window"
     has_server = any(s in SERVER_SOURCES for s in usable)
     order = list(preference) + [s for s in TimingSource if s not in preference]
-    if has_server:
-        order = [s for s in order if s in SERVER_SOURCES]
-    else:
-        order = [s for s in order if s in preference]
+    # Server sources outside the preference still beat client ones; client ones must be preferred to be used.
+    order = [s for s in order if (s in SERVER_SOURCES if has_server else s in preference)]
     for source in order:
         if source in usable:
             shared = source is TimingSource.VLLM_METRICS and counters_shared

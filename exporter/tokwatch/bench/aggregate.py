@@ -13,6 +13,7 @@ from tokwatch.result import Status
 from tokwatch.stats import percentile
 
 PERCENTILES = (50, 90, 95, 99)
+SEND_METRICS = ("scheduling_lag", "queue_time", "connect")  # client-side, before the latency clock starts
 LAST_WINDOW_S = 30.0
 STEADY_STATE_SKIP = 0.2  # fraction of wall time dropped as ramp-up
 
@@ -39,7 +40,7 @@ def metric_values(records: Sequence[RequestRecord], name: str) -> list[float]:
     measured = [r for r in records if r.ok and not r.warmup]
     if name in LIST_METRICS:
         return [v for r in measured for v in r.series(name)]
-    if name in ("scheduling_lag", "queue_time"):
+    if name in SEND_METRICS:
         # Send-side figures apply to every request, including the ones that failed afterwards.
         measured = [r for r in records if not r.warmup]
     if name not in SCALAR_METRICS:

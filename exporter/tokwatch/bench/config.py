@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
-from tokwatch.config import ConfigError, _field_path, _line_of, _LinedDict, _LineLoader, parse_duration, parse_listen
+from tokwatch.config import (
+    ConfigError,
+    _field_path,
+    _line_of,
+    _LinedDict,
+    _LineLoader,
+    parse_duration,
+    parse_listen,
+)
 
 Kind = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
 DEFAULT_NUMBER = 100
@@ -64,9 +72,9 @@ class BenchOptions(BaseModel):
     plots: bool = True
     fail_fast: int = Field(5, ge=1)
 
-    _dur = field_validator("timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", mode="before")(
-        lambda v: v if v is None else parse_duration(v)
-    )
+    _dur = field_validator(
+        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", mode="before"
+    )(lambda v: v if v is None else parse_duration(v))
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
     @classmethod
@@ -143,7 +151,7 @@ class BenchOptions(BaseModel):
         return f"closed loop, {label} {self.closed_loop_workers}"
 
 
-def load_bench_file(path: str | Path) -> tuple[dict[str, Any], _LinedDict]:
+def load_bench_file(path: str | Path) -> tuple[dict[str, Any], Any]:
     """Read a YAML bench file into option values (seed 002's `slos:` list allowed at the top level)."""
     p = Path(path)
     try:
@@ -153,10 +161,11 @@ def load_bench_file(path: str | Path) -> tuple[dict[str, Any], _LinedDict]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read: {exc}") from None
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader derives from SafeLoader
+        doc = yaml.load(text, Loader=_LineLoader)  # _LineLoader derives from SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise ConfigError(f"{p}:{mark.line + 1 if mark else 1}: invalid YAML: {exc.problem or exc.context}") from None
+        line = mark.line + 1 if mark else 1
+        raise ConfigError(f"{p}:{line}: invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: invalid YAML: {exc}") from None
     if doc is None:
@@ -171,7 +180,6 @@ def build_options(values: dict[str, Any], *, source: str = "options", doc: Any =
     """Validate option values; raises ConfigError with `source:line: field: message` lines."""
     try:
         opts = BenchOptions.model_validate(values)
-        opts.parsed_slos()
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -182,7 +190,10 @@ def build_options(values: dict[str, Any], *, source: str = "options", doc: Any =
             line = _line_of(doc, loc) if doc is not None else None
             lines.append(f"{source}{f':{line}' if line else ''}: {_field_path(loc)}: {msg}")
         raise ConfigError("\n".join(lines)) from None
-    except SloError as exc:
-        line = _line_of(doc, ("slos",)) if doc is not None else None
-        raise ConfigError(f"{source}{f':{line}' if line else ''}: {exc}") from None
+    for i, item in enumerate(opts.slos):
+        try:
+            parse_slo(item) if isinstance(item, str) else slo_from_mapping(item, f"slos[{i}]")
+        except SloError as exc:
+            line = _line_of(doc, ("slos", i)) if doc is not None and not isinstance(item, str) else None
+            raise ConfigError(f"{source}{f':{line}' if line else ''}: {exc}") from None
     return opts

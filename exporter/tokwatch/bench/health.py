@@ -32,7 +32,9 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     measured = outcome.measured
     completion = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
     checks.append(
-        Check("run", "PASS" if outcome.complete else "FAIL", f"{completion}; {len(measured)} measured requests")
+        Check(
+            "run", "PASS" if outcome.complete else "FAIL", f"{completion}; {len(measured)} measured requests"
+        )
     )
     sends = sorted(r.sent_at_s for r in measured)
     dispatches = sorted(r.dispatched_at_s for r in measured)

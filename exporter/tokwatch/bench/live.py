@@ -79,7 +79,9 @@ class LiveCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the live bench metric families."""
         s = self._stats
-        runs = CounterMetricFamily("tokwatch_bench_requests", "Measured bench requests by status", labels=["status"])
+        runs = CounterMetricFamily(
+            "tokwatch_bench_requests", "Measured bench requests by status", labels=["status"]
+        )
         for status in Status:
             runs.add_metric([status.value], s.by_status.get(status.value, 0))
         yield runs
@@ -98,7 +100,9 @@ class LiveCollector(Collector):
             yield g
         now = time.perf_counter() - s.started
         yield GaugeMetricFamily(
-            "tokwatch_bench_tokens_per_second", "Tokens received per second, last 10 s", value=s.tokens_per_s(now)
+            "tokwatch_bench_tokens_per_second",
+            "Tokens received per second, last 10 s",
+            value=s.tokens_per_s(now),
         )
 
 

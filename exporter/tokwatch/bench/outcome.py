@@ -39,6 +39,7 @@ class BenchOutcome:
     server: dict[str, Any] = field(default_factory=dict)  # server /metrics figures over the run
     metrics_before: str | None = None
     metrics_after: str | None = None
+    client: dict[str, Any] = field(default_factory=dict)  # the benchmark client's own CPU cost
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -79,6 +80,7 @@ class BenchOutcome:
             "metrics": all_summaries(self.records),
             "goodput": goodput(self.slos, self.records, self.wall_s),
             "server": self.server,
+            "client": self.client,
         }
 
     def throughput(self) -> dict[str, Any]:

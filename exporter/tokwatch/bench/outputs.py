@@ -13,8 +13,8 @@ from typing import Any
 from tokwatch.bench import health, plots, report
 from tokwatch.bench.aggregate import PERCENTILES, metric_values
 from tokwatch.bench.outcome import BenchOutcome
-from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS
 
+PLOTTED = ("ttft", "ttot", "tbt", "output_itl", "tpot", "e2e", "normalized_latency", "fluidity_index")
 CSV_COLUMNS = ("count", *(f"p{q}" for q in PERCENTILES), "min", "max", "mean", "std")
 
 
@@ -31,7 +31,7 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)  # readers never see a half-written file
 
 
-def write_run(outcome: BenchOutcome, out_dir: Path) -> list[Path]:
+def write_run(outcome: BenchOutcome, out_dir: Path, *, plots_enabled: bool = True) -> list[Path]:
     """Write every output file of the run into `out_dir` (created); returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -76,8 +76,7 @@ def write_run(outcome: BenchOutcome, out_dir: Path) -> list[Path]:
             (out_dir / name).write_text(text, encoding="utf-8")
             written.append(out_dir / name)
 
-    pngs = plots.write_histograms(
-        {m: metric_values(outcome.records, m) for m in (*SCALAR_METRICS, *LIST_METRICS)}, out_dir
-    )
-    written += pngs or []
+    if plots_enabled:
+        pngs = plots.write_histograms({m: metric_values(outcome.records, m) for m in PLOTTED}, out_dir)
+        written += pngs or []
     return written

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-_SECONDS = frozenset({"ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2e", "normalized_latency"})
+_SECONDS = frozenset(
+    {"ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2e", "normalized_latency"}
+)
 
 
 def write_histograms(values: Mapping[str, Sequence[float]], out_dir: Path) -> list[Path] | None:

@@ -8,7 +8,7 @@ from tokwatch.bench.health import Check
 
 _TIME_METRICS = ("ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2e", "normalized_latency")
 _COUNT_METRICS = ("prompt_tokens", "think_tokens", "output_tokens", "fluidity_index")
-_SEND_METRICS = ("scheduling_lag", "queue_time")
+_SEND_METRICS = ("scheduling_lag", "queue_time", "connect")
 _COLS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "max")
 
 
@@ -58,7 +58,9 @@ def render(
     for key in ("overall", "steady_state", "last_30s"):
         w = throughput[key]
         span = w["window_end_s"] - w["window_start_s"]
-        out.append(f"| {key} | {span:.1f} | {_fmt(w['requests_per_s'])} | {_fmt(w['tokens_per_s'], digits=1)} |")
+        out.append(
+            f"| {key} | {span:.1f} | {_fmt(w['requests_per_s'])} | {_fmt(w['tokens_per_s'], digits=1)} |"
+        )
     errors = {k: v for k, v in req["by_status"].items() if v and k != "ok"}
     out += ["", "## Errors", "", ", ".join(f"{k}: {v}" for k, v in errors.items()) or "none"]
     out += ["", "## SLOs", ""]

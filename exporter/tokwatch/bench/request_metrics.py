@@ -23,6 +23,7 @@ SCALAR_METRICS = (
     "fluidity_index",
     "scheduling_lag",
     "queue_time",
+    "connect",
     "prompt_tokens",
     "output_tokens",
     "think_tokens",
@@ -43,7 +44,8 @@ class RequestRecord:
     turn: int | None = None
     intended_at_s: float | None = None  # planned send time (open loop); None in a closed loop
     dispatched_at_s: float = 0.0  # when the generator released it (after any scheduling lag)
-    sent_at_s: float = 0.0  # when the HTTP request went out (after any wait for a concurrency slot)
+    started_at_s: float = 0.0  # when it got its concurrency slot and the client began the request
+    sent_at_s: float = 0.0  # when the request headers hit the socket (connection set-up excluded)
     completed_at_s: float | None = None
     status: Status = Status.OK
     http_status: int | None = None
@@ -63,7 +65,8 @@ class RequestRecord:
     ttot_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
-    tbt_s: list[float] = field(default_factory=list)  # per token after the first (k-token chunk: gap, k-1 zeros)
+    # Per token after the first: a k-token chunk gives its gap then k-1 zeros.
+    tbt_s: list[float] = field(default_factory=list)
     inter_chunk_s: list[float] = field(default_factory=list)  # per chunk after the first
     output_itl_s: list[float] = field(default_factory=list)  # per token after the first output-phase token
     fluidity_index: float | None = None
@@ -80,7 +83,12 @@ class RequestRecord:
     @property
     def queue_time_s(self) -> float:
         """Time spent waiting for a concurrency slot before the send."""
-        return max(0.0, self.sent_at_s - self.dispatched_at_s)
+        return max(0.0, self.started_at_s - self.dispatched_at_s)
+
+    @property
+    def connect_s(self) -> float:
+        """Client time from starting the request to its headers on the wire (a new connection, if any)."""
+        return max(0.0, self.sent_at_s - self.started_at_s)
 
     @property
     def normalized_latency_s(self) -> float | None:
@@ -131,5 +139,6 @@ class RequestRecord:
         d["status"] = self.status.value
         d["scheduling_lag_s"] = self.scheduling_lag_s
         d["queue_time_s"] = self.queue_time_s
+        d["connect_s"] = self.connect_s
         d["normalized_latency_s"] = self.normalized_latency_s
         return d

@@ -56,7 +56,8 @@ class ServerWatch:
         return text, time.perf_counter(), reading, snap
 
     def _track_peaks(self, r: CounterReading) -> None:
-        for attr, value in (("_kv_peak", r.kv_cache_usage), ("_running_peak", r.running), ("_waiting_peak", r.waiting)):
+        peaks = (("_kv_peak", r.kv_cache_usage), ("_running_peak", r.running), ("_waiting_peak", r.waiting))
+        for attr, value in peaks:
             if value is not None:
                 current = getattr(self, attr)
                 setattr(self, attr, value if current is None else max(current, value))
@@ -65,8 +66,8 @@ class ServerWatch:
         """Take the before-run snapshot."""
         got = await self._scrape()
         if got is not None:
-            self.before_text, *rest = got
-            self._before = (rest[0], rest[1], rest[2])
+            self.before_text, t, reading, snap = got
+            self._before = (t, reading, snap)
 
     async def sample_forever(self) -> None:
         """Sample gauges (KV usage, queue depth) until cancelled."""
@@ -78,8 +79,8 @@ class ServerWatch:
         """Take the after-run snapshot."""
         got = await self._scrape()
         if got is not None:
-            self.after_text, *rest = got
-            self._after = (rest[0], rest[1], rest[2])
+            self.after_text, t, reading, snap = got
+            self._after = (t, reading, snap)
 
     def figures(self) -> dict[str, Any]:
         """Server figures over the run (deltas of counters, peaks of gauges); empty when unavailable."""

@@ -8,13 +8,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokwatch.bench.aggregate import metric_values
+from tokwatch.bench.aggregate import SEND_METRICS, metric_values
 from tokwatch.bench.request_metrics import HIGHER_IS_BETTER, LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.stats import percentile
 
 # Peers' names for the same figures (Veeksha: ttfc, tbc; etalon/vLLM: itl).
-ALIASES = {"ttfc": "ttft", "tbc": "tbt", "itl": "tbt", "end_to_end_latency": "e2e", "fluidity": "fluidity_index"}
-SLO_METRICS = tuple(m for m in (*SCALAR_METRICS, *LIST_METRICS) if m not in ("scheduling_lag", "queue_time"))
+ALIASES = {
+    "ttfc": "ttft",
+    "tbc": "tbt",
+    "itl": "tbt",
+    "end_to_end_latency": "e2e",
+    "fluidity": "fluidity_index",
+}
+SLO_METRICS = tuple(m for m in (*SCALAR_METRICS, *LIST_METRICS) if m not in SEND_METRICS)
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     "<": operator.lt,

@@ -15,12 +15,13 @@ Category = Literal["chat", "reasoning", "dataset"]
 CHAT_OUTPUT_RANGE = (40, 240)
 REASONING_THINK_RANGE = (600, 6000)
 # Short common words: each is about one token for BPE tokenizers, so N words ~ N prompt tokens.
-_WORDS = (
+_WORD_TEXT = (
     "the of and to in is was for on are with as at be by this have from or one had not but what all were "
     "when we there can an your which their said if do will each about how up out them then she many some so "
     "these would other into has more her two like him see time could no make than first been its who now "
     "people my made over did down only way find use may water long little very after words called just where"
-).split()
+)
+_WORDS = _WORD_TEXT.split()
 
 
 class WorkloadError(ValueError):
@@ -150,10 +151,10 @@ def _messages(value: Any, where: str) -> list[Message]:
         raise WorkloadError(f"{where}: messages must be a non-empty JSON array")
     out = []
     for i, m in enumerate(value):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
             raise WorkloadError(f"{where}: message {i} needs string 'role' and 'content' fields")
         if m["role"] not in ("system", "user", "assistant"):
-            raise WorkloadError(f"{where}: message {i} has role {m['role']!r} (use system, user or assistant)")
+            raise WorkloadError(f"{where}: message {i} has role {m['role']!r} (use system/user/assistant)")
         out.append({"role": m["role"], "content": m["content"]})
     if not any(m["role"] == "user" for m in out):
         raise WorkloadError(f"{where}: needs at least one user message")
@@ -181,7 +182,7 @@ def load_prompts(path: str | Path, output_tokens: LengthRange, seed: int) -> lis
         elif isinstance(row, list):
             messages = _messages(row, where)
         else:
-            raise WorkloadError(f"{where}: expected {{\"prompt\": ...}}, {{\"messages\": [...]}} or a messages array")
+            raise WorkloadError(f"{where}: expected a prompt or messages object, or a messages array")
         content = "".join(m["content"] for m in messages)
         specs.append(
             RequestSpec(
@@ -204,7 +205,7 @@ def load_conversations(
     """
     p = Path(path)
     rng = random.Random(seed)
-    out = []
+    out: list[Conversation] = []
     for lineno, row in _read_jsonl(p):
         where = f"{p}:{lineno}"
         if isinstance(row, dict) and isinstance(row.get("conversation"), list):

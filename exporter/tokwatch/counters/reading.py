@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tokwatch.counters.parse import Labels, MetricsSnapshot
 
+
 @dataclass(frozen=True, slots=True)
 class CounterReading:
     """Cumulative counters and current gauges of one server (one model), None where not exposed.

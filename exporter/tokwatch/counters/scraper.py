@@ -110,7 +110,7 @@ class ServerCounters:
             try:
                 await self.scrape_once()
             except Exception as exc:  # the loop must outlive any surprise in a server's exposition
-                log.exception("endpoint %s: unexpected error while scraping server metrics", self.endpoint.name)
+                log.exception("endpoint %s: unexpected error scraping server metrics", self.endpoint.name)
                 self.state.record_error(None, f"{type(exc).__name__}")
             next_at += self.endpoint.scrape_interval
             # A scrape that overran its slot skips ahead instead of firing back-to-back.

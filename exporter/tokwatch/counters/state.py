@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from tokwatch.counters.parse import MetricsSnapshot
-from tokwatch.counters.reading import CounterReading, delta, reset_between
+from tokwatch.counters.reading import CounterReading, created_name, delta, reset_between
+from tokwatch.redact import redact
 
 log = logging.getLogger("tokwatch.counters")
 
@@ -30,7 +31,8 @@ class MonotonicTotal:
     def observe(self, value: float, created: float | None = None, *, reset: bool = False) -> None:
         """Feed the server's current value; the first value only sets the baseline."""
         if self._last is not None:
-            restarted = reset or value < self._last or (created is not None and created != self._created)
+            moved = created is not None and self._created is not None and created != self._created
+            restarted = reset or moved or value < self._last
             # After a restart the server counted `value` from zero.
             self.total += value if restarted else value - self._last
         self._last = value
@@ -91,7 +93,7 @@ class ServerState:
         """A failed scrape: count it, log it with the endpoint name, drop every gauge (up 0)."""
         self.scrape_errors += 1
         self.scraped = True
-        log.warning("endpoint %s: server metrics scrape failed: %s", self.endpoint, message)
+        log.warning("endpoint %s: server metrics scrape failed: %s", self.endpoint, redact(message))
         self._last = None
         self._last_ratio = None
         self.view = ServerView(up=False, scrape_duration_s=duration_s)
@@ -148,8 +150,7 @@ class ServerState:
             if value is None:
                 continue
             if is_counter:
-                created = snap.select(sample[: -len("_total")] + "_created") if sample.endswith("_total") else ()
-                stamp = min((s.value for s in created), default=None)
+                stamp = min((s.value for s in snap.select(created_name(sample))), default=None)
                 self.mirrored_totals.setdefault(name, MonotonicTotal()).observe(value, stamp)
             else:
                 gauges[name] = value

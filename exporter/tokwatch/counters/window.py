@@ -101,7 +101,7 @@ class ServerCounterWindow:
         return None if reading is None else WindowSnapshot(reading, self._clock())
 
     def measure(self, before: object | None, after: object | None) -> CounterMeasurement:
-        """Decode tok/s between two snapshots taken by `snapshot()`; the reason says why a figure is missing."""
+        """Decode tok/s between two `snapshot()` results; the reason says why a figure is missing."""
         return measure_readings(
             before.reading if isinstance(before, WindowSnapshot) else None,
             after.reading if isinstance(after, WindowSnapshot) else None,

@@ -8,15 +8,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tokwatch.config import (
     ConfigError,
     _clean_message,
     _expand_env,
     _field_path,
-    _LinedDict,
     _line_of,
+    _LinedDict,
     _LineLoader,
     parse_duration,
     parse_listen,
@@ -130,7 +138,9 @@ class ServerSettings(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _SERVER_NAME_RE.match(v):
-            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-', not starting with '_'")
+            raise ValueError(
+                "must be 1-64 characters of letters, digits, '.', '_' or '-', not starting with '_'"
+            )
         return v
 
     @model_validator(mode="after")
@@ -145,7 +155,9 @@ class ServerSettings(_Strict):
         if self.data_parallel > 1 and self.dialect != "vllm":
             raise ValueError("data_parallel applies only to dialect vllm")
         if self.legacy_names and self.data_parallel > 1:
-            raise ValueError("data_parallel needs the V1 metric names (legacy_names: false): V0 had no engine label")
+            raise ValueError(
+                "data_parallel needs the V1 metric names (legacy_names: false): V0 had no engine label"
+            )
         return self
 
     def model(self, name: str) -> ModelProfile | None:
@@ -179,7 +191,7 @@ class SimConfig(_Strict):
 def load_sim_config_text(text: str, filename: str = "<sim config>") -> SimConfig:
     """Parse and validate sim config text; raises ConfigError with `file:line: field: message` lines."""
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader derives from SafeLoader
+        doc = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename

@@ -11,6 +11,9 @@ from tokwatch.sim.config import ModelProfile
 from tokwatch.sim.text import output_word, think_word
 
 FinishReason = Literal["stop", "length"]
+# ASCII placeholder swapped for raw invalid bytes after JSON encoding (json.dumps cannot emit them).
+INVALID_UTF8_MARKER = "@@sim-invalid-utf8@@"
+INVALID_UTF8_BYTES = b"\xff\xfe\xc3("
 _MIN_GAP_FACTOR = 0.05  # a jittered gap never drops below 5% of the mean, so time never runs backwards
 
 
@@ -38,6 +41,8 @@ class TokenPlan:
     mean_gap: float
     jitter: float
     rng_seed: str
+    think_tags: bool = False
+    first_output_text: str | None = None  # hostile bodies: a huge or invalid-UTF-8 first output token
 
     def phase(self, i: int) -> Phase:
         """Phase of token i."""
@@ -46,7 +51,14 @@ class TokenPlan:
     def text(self, i: int) -> str:
         """Text of token i; think_tags wraps the reasoning phase in <think>...</think> tokens."""
         if i < self.think_tokens:
+            if self.think_tags:
+                if i == 0:
+                    return "<think>" + ("</think>\n\n" if self.think_tokens == 1 else "")
+                if i == self.think_tokens - 1:
+                    return "</think>\n\n"
             return think_word(i)
+        if i == self.think_tokens and self.first_output_text is not None:
+            return self.first_output_text
         return output_word(i - self.think_tokens)
 
     def gaps(self) -> GapStream:
@@ -77,8 +89,16 @@ class GapStream:
 def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPlan:
     """How many tokens of each phase the request produces and why it stops."""
     mean_gap = 1.0 / profile.decode_tps
+    tags = profile.reasoning_format == "think_tags"
+    first: str | None = None
+    if profile.huge_body_bytes:
+        first = "x" * profile.huge_body_bytes
+    elif profile.invalid_utf8:
+        first = INVALID_UTF8_MARKER
     if profile.endless_stream:
-        return TokenPlan(None, profile.think_tokens, "length", mean_gap, profile.jitter, rng_seed)
+        return TokenPlan(
+            None, profile.think_tokens, "length", mean_gap, profile.jitter, rng_seed, tags, first
+        )
     max_tokens = limits.max_tokens if limits.max_tokens is not None else profile.default_max_tokens
     n = max_tokens
     finish: FinishReason = "length"
@@ -87,4 +107,4 @@ def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPl
         if natural < max_tokens:
             n, finish = natural, "stop"
     n = max(1, n)
-    return TokenPlan(n, min(profile.think_tokens, n), finish, mean_gap, profile.jitter, rng_seed)
+    return TokenPlan(n, min(profile.think_tokens, n), finish, mean_gap, profile.jitter, rng_seed, tags, first)

@@ -7,18 +7,61 @@ from typing import Any
 
 # A fixed vocabulary: output text depends only on the token index, so two runs produce identical bodies.
 _WORDS = (
-    "the", "speed", "of", "light", "is", "constant", "for", "every", "observer", "and", "time", "runs",
-    "slower", "when", "you", "move", "fast", "relative", "to", "someone", "else", "mass", "bends", "space",
-    "so", "objects", "fall", "along", "curved", "paths", "energy", "equals", "squared", "clocks", "near",
-    "heavy", "stars", "tick", "more", "slowly", "than", "far", "away", "simple", "idea", "with", "deep",
+    "the",
+    "speed",
+    "of",
+    "light",
+    "is",
+    "constant",
+    "for",
+    "every",
+    "observer",
+    "and",
+    "time",
+    "runs",
+    "slower",
+    "when",
+    "you",
+    "move",
+    "fast",
+    "relative",
+    "to",
+    "someone",
+    "else",
+    "mass",
+    "bends",
+    "space",
+    "so",
+    "objects",
+    "fall",
+    "along",
+    "curved",
+    "paths",
+    "energy",
+    "equals",
+    "squared",
+    "clocks",
+    "near",
+    "heavy",
+    "stars",
+    "tick",
+    "more",
+    "slowly",
+    "than",
+    "far",
+    "away",
+    "simple",
+    "idea",
+    "with",
+    "deep",
     "consequences",
-)  # fmt: skip
+)
 _THINK_WORDS = ("let", "me", "think", "about", "this", "step", "by", "carefully", "first", "then", "check")
 PROMPT_TOKENS_PER_WORD = 1.3
 
 
 def count_prompt_tokens(texts: Iterable[str]) -> int:
-    """Whitespace-separated words of all texts x 1.3, rounded, at least 1 (documented in docs/simulator.md)."""
+    """Whitespace-separated words of all texts x 1.3, rounded, at least 1 (see docs/simulator.md)."""
     words = sum(len(t.split()) for t in texts)
     return max(1, round(words * PROMPT_TOKENS_PER_WORD))
 

@@ -58,6 +58,7 @@ class Store(ABC):
 
     backend: str  # "sqlite", "postgres" or "timescaledb"
     location: str  # where the data lives, with any password masked
+    instance: str = ""  # exporter instance recorded on runs that do not name one
 
     @abstractmethod
     async def migrate(self) -> list[int]:

@@ -40,7 +40,9 @@ class RunRow:
     instance: str = ""
 
     @classmethod
-    def from_result(cls, result: RunResult, *, redactor: Redactor | None = None, instance: str = "") -> RunRow:
+    def from_result(
+        cls, result: RunResult, *, redactor: Redactor | None = None, instance: str = ""
+    ) -> RunRow:
         """Map a probe result to a row; error text is redacted again and truncated (defence in depth)."""
         redact = redactor or Redactor()
         message = redact(result.error_message)[:ERROR_MESSAGE_MAX] if result.error_message else None

@@ -1,0 +1,212 @@
+"""Sends one benchmark request over the shared HTTP layer and turns the stream into a RequestRecord.
+
+Parsing is `tokwatch.streams`, token counting and latency math are `tokwatch.timing`, failure statuses are
+`tokwatch.status`: the benchmark measures exactly what the probe measures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tokwatch import status as status_mod
+from tokwatch import timing
+from tokwatch.bench.fluidity import fluidity_index
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.workload import Message, estimate_tokens
+from tokwatch.config import server_root
+from tokwatch.http import HttpClient
+from tokwatch.redact import Redactor
+from tokwatch.result import Status
+from tokwatch.streams import OllamaStreamParser, OpenAIStreamParser, StreamCollector, TextDelta
+
+# Kinds whose OpenAI-compatible API accepts ignore_eos/min_tokens for an exact output length.
+FIXED_LENGTH_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
+MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where and how requests go. `api_key` never leaves this object except in the auth header."""
+
+    kind: str
+    base_url: str
+    model: str
+    api_key: str | None
+    timeout_s: float
+    metrics_url: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The generation URL for this kind."""
+        root = server_root(self.base_url)
+        return f"{root}/api/chat" if self.kind == "ollama" else f"{root}/v1/chat/completions"
+
+    def headers(self) -> dict[str, str]:
+        """Request headers (Authorization when a key is set)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
+        """The JSON body for one streamed request."""
+        if self.kind == "ollama":
+            return {
+                "model": self.model,
+                "messages": list(messages),
+                "stream": True,
+                "options": {"num_predict": max_tokens, "temperature": 0},
+            }
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(messages),
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.kind == "vllm":
+            # Usage on every chunk gives exact per-chunk token counts (multi-token chunks counted as k).
+            body["stream_options"]["continuous_usage_stats"] = True
+        if fixed_output and self.kind in FIXED_LENGTH_KINDS:
+            body["ignore_eos"] = True
+            if self.kind != "llamacpp":
+                body["min_tokens"] = max_tokens
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """fluidity-index deadlines in seconds."""
+
+    prefill_s: float
+    decode_s: float
+
+
+def _runaway_limit(max_tokens: int) -> int:
+    """Client-counted tokens after which a stream is cut: the server is ignoring max_tokens."""
+    return max_tokens * 2 + 16
+
+
+async def execute(
+    http: HttpClient,
+    target: Target,
+    messages: Sequence[Message],
+    record: RequestRecord,
+    *,
+    run_t0: float,
+    deadlines: Deadlines,
+    redactor: Redactor,
+) -> RequestRecord:
+    """Send the request, stream the answer, fill `record`; never raises except on cancellation."""
+    max_tokens = record.max_tokens or 1
+    body = target.body(messages, max_tokens, record.fixed_output)
+    collector = StreamCollector()
+    parser: OpenAIStreamParser | OllamaStreamParser = (
+        OllamaStreamParser() if target.kind == "ollama" else OpenAIStreamParser()
+    )
+    sent_at = time.perf_counter()
+    record.started_at_s = record.sent_at_s = sent_at - run_t0
+    end: float | None = None
+    runaway = False
+    try:
+        async with http.stream(
+            "POST", target.url, json_body=body, headers=target.headers(), timeout=target.timeout_s
+        ) as resp:
+            sent_at = resp.sent_at
+            record.sent_at_s = sent_at - run_t0
+            record.http_status = resp.status
+            headers = resp.headers
+            record.server_request_id = headers.get("x-sim-request-id") or headers.get("x-request-id")
+            if not 200 <= resp.status < 300:
+                text = await resp.text()
+                failure = status_mod.classify_http_status(resp.status, text)
+                if failure is not None:
+                    return _fail(record, failure, redactor, run_t0)
+            client_tokens = 0
+            async for t, data in resp.chunks():
+                events = parser.feed(data, t)
+                collector.add(events)
+                client_tokens += sum((ev.chunk_tokens or 1) for ev in events if isinstance(ev, TextDelta))
+                if client_tokens > _runaway_limit(max_tokens):
+                    runaway = True
+                    break
+            end = time.perf_counter()
+            if not runaway:
+                collector.add(parser.close(end))
+    except Exception as exc:  # every failure is a status; only cancellation propagates
+        return _fail(record, status_mod.classify_exception(exc), redactor, run_t0)
+    assert end is not None
+    record.completed_at_s = end - run_t0
+    _fill_figures(record, collector, sent_at, end, deadlines)
+    if runaway or (record.generated_tokens > max_tokens and record.tokens_source != "client_estimate"):
+        record.status = Status.DEGRADED
+        record.error_class = "max_tokens_ignored"
+        record.error_message = f"server sent {record.generated_tokens} tokens for max_tokens {max_tokens}" + (
+            " (stream cut by the client)" if runaway else ""
+        )
+    elif not record.generated_tokens:
+        record.status = Status.DEGRADED
+        record.error_class = "no_tokens"
+        record.error_message = "the answer carried no generated token"
+    return record
+
+
+def _fail(
+    record: RequestRecord, failure: status_mod.Classification, redactor: Redactor, run_t0: float
+) -> RequestRecord:
+    record.status = failure.status
+    record.error_class = failure.error_class
+    record.error_message = redactor(failure.message)[:MAX_ERROR_CHARS]
+    record.completed_at_s = time.perf_counter() - run_t0
+    return record
+
+
+def _fill_figures(
+    record: RequestRecord, c: StreamCollector, sent_at: float, end: float, deadlines: Deadlines
+) -> None:
+    """Token counts (server first, client estimate last) and every latency figure of a finished stream."""
+    total: int | None = None
+    total_source: Any = "usage"
+    if c.usage is not None and c.usage.completion_tokens is not None:
+        total = c.usage.completion_tokens
+    elif c.ollama is not None and c.ollama.eval_count is not None:
+        total, total_source = c.ollama.eval_count, "engine"
+    elif c.timings is not None and c.timings.predicted_n is not None:
+        total, total_source = c.timings.predicted_n, "engine"
+    events, source = timing.token_events(c.deltas, sent_at, total, total_source)
+    record.tokens_source = source
+    record.chunks = len(events)
+    record.finish_reason = c.finish_reason
+    think = timing.total_tokens(events, "think")
+    output = timing.total_tokens(events, "output")
+    if c.usage is not None and c.usage.reasoning_tokens is not None and total is not None:
+        think, output = c.usage.reasoning_tokens, max(0, total - c.usage.reasoning_tokens)
+    record.think_tokens, record.output_tokens = think, output
+    prompt = None
+    if c.usage is not None:
+        prompt = c.usage.prompt_tokens
+    elif c.ollama is not None:
+        prompt = c.ollama.prompt_eval_count
+    elif c.timings is not None:
+        prompt = c.timings.prompt_n
+    record.prompt_tokens = prompt
+    record.reply_text = c.text
+    record.e2e_s = end - sent_at
+    record.ttft_s = timing.ttft(events)
+    record.ttot_s = timing.ttot(events)
+    record.tbt_s = timing.itl(events)
+    record.inter_chunk_s = [b.t - a.t for a, b in itertools.pairwise(events)]
+    record.output_itl_s = timing.output_itl(events)
+    n = timing.total_tokens(events)
+    record.tpot_s = timing.tpot(record.e2e_s, record.ttft_s, n)
+    if record.ttft_s is not None:
+        record.fluidity_index = fluidity_index(
+            record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s
+        )
+
+
+def estimate_prompt_tokens(messages: Sequence[Message]) -> int:
+    """Client estimate of a prompt's tokens (used only when the server reports none)."""
+    return sum(estimate_tokens(m["content"]) for m in messages)

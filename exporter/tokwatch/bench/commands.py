@@ -1,0 +1,158 @@
+"""`tokwatch bench`: argument parsing, bench-file merging, the run itself and the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from tokwatch.bench.arrivals import ARRIVAL_KINDS
+from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
+from tokwatch.bench.outcome import BenchOutcome, ExitCode
+from tokwatch.bench.slo import SloError
+from tokwatch.bench.workload import WorkloadError
+from tokwatch.config import ConfigError
+
+# Flags whose value is copied into the options when given (argparse dest == option name).
+_VALUE_FLAGS = (
+    "endpoint", "config", "url", "kind", "model", "api_key_env", "timeout", "concurrency", "rate", "arrivals",
+    "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
+    "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
+    "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
+)  # fmt: skip
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register `bench` on the tokwatch CLI."""
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark an endpoint: load generator, latency percentiles, SLOs, report",
+        description="Benchmark one endpoint. Exit codes: 0 complete and all SLOs met, 1 an SLO missed, "
+        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded.",
+    )
+    t = p.add_argument_group("target")
+    t.add_argument("--endpoint", help="endpoint name from --config")
+    t.add_argument("--config", "-c", help="tokwatch.yml defining --endpoint")
+    t.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000/v1")
+    t.add_argument("--kind", choices=["openai", "vllm", "llamacpp", "ollama", "sglang"], help="API dialect")
+    t.add_argument("--model", help="model name (default: the endpoint's)")
+    t.add_argument("--api-key-env", help="environment variable holding the API key (with --url)")
+    t.add_argument("--timeout", help="per-request timeout, e.g. 300s")
+    t.add_argument("--bench-file", help="YAML file with any of these options and a seed-002 `slos:` list")
+    ld = p.add_argument_group("load")
+    ld.add_argument("--concurrency", type=int, help="closed loop with N concurrent requests")
+    ld.add_argument("--rate", type=float, help="open loop at R requests/s")
+    ld.add_argument("--arrivals", choices=ARRIVAL_KINDS, help="open-loop arrival process (poisson)")
+    ld.add_argument("--burstiness", type=float, help="gamma shape: 1 = Poisson, <1 burstier")
+    ld.add_argument("--max-concurrency", type=int, help="cap on in-flight requests in the open loop")
+    ld.add_argument("--number", type=int, help="measured requests (conversations with --multi-turn)")
+    ld.add_argument("--duration", help="measured duration, e.g. 60s; in-flight requests finish")
+    ld.add_argument("--warmup", type=int, help="requests sent first and excluded from figures")
+    ld.add_argument("--seed", type=int, help="seed for arrivals and workload (0)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--input-tokens", help="prompt tokens N or MIN:MAX (128)")
+    w.add_argument("--output-tokens", help="output tokens N or MIN:MAX (128)")
+    w.add_argument("--reasoning-ratio", type=float, help="share of reasoning requests (0)")
+    w.add_argument("--reasoning-tokens", help="think tokens MIN:MAX of reasoning requests (600:6000)")
+    w.add_argument("--no-fixed-output", dest="fixed_output", action="store_false", default=None,
+                   help="do not send ignore_eos/min_tokens")  # fmt: skip
+    w.add_argument("--dataset", help="JSONL prompts or (with --multi-turn) conversations")
+    w.add_argument("--multi-turn", action="store_true", default=None, help="conversations with real replies")
+    w.add_argument("--parallel", type=int, help="concurrent conversations with --multi-turn")
+    w.add_argument("--max-turns", type=int, help="truncate conversations to N user turns")
+    f = p.add_argument_group("figures and SLOs")
+    f.add_argument("--slo", action="append", default=[], help="e.g. ttft:p99<=0.5 (repeatable)")
+    f.add_argument("--fluidity-prefill-deadline", help="fluidity-index prefill deadline (1s)")
+    f.add_argument("--fluidity-decode-deadline", help="fluidity-index decode deadline (50ms)")
+    o = p.add_argument_group("outputs")
+    o.add_argument("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)")
+    o.add_argument("--live-interval", help="seconds between live lines (5)")
+    o.add_argument("--listen", help="HOST:PORT serving live Prometheus metrics during the run")
+    o.add_argument("--metrics-url", help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)")
+    o.add_argument("--no-server-metrics", dest="server_metrics", action="store_false", default=None)
+    o.add_argument("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff")
+    o.add_argument("--fail-fast", type=int, help="stop after N failures before any success (5)")
+    p.set_defaults(func=cmd_bench)
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    """Bench file values overridden by flags; raises ConfigError naming file, line and option."""
+    values: dict[str, Any] = {}
+    doc = None
+    source = "command line"
+    if getattr(args, "bench_file", None):
+        values, doc = load_bench_file(args.bench_file)
+        source = args.bench_file
+    for name in _VALUE_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    for name in ("fixed_output", "multi_turn", "server_metrics"):
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    if getattr(args, "mirror_metrics", None):
+        values["mirror_metrics"] = tuple(args.mirror_metrics)
+    if args.slo:
+        values["slos"] = (*values.get("slos", ()), *args.slo)
+    return build_options(values, source=source, doc=doc)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run `tokwatch bench`; returns the documented exit code, never a traceback for bad input."""
+    console = Console(stderr=True)
+    try:
+        opts = options_from_args(args)
+        outcome, out_dir = asyncio.run(_main(opts, console))
+    except (ConfigError, WorkloadError, SloError) as exc:
+        print(f"tokwatch bench: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except OSError as exc:
+        print(f"tokwatch bench: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    print_result(outcome, str(out_dir), console)
+    return int(outcome.exit_code())
+
+
+async def _main(opts: BenchOptions, console: Console) -> tuple[BenchOutcome, Any]:
+    from tokwatch.bench.session import run_bench
+
+    task = asyncio.create_task(run_bench(opts, console=console))
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def print_result(outcome: BenchOutcome, out_dir: str, console: Console) -> None:
+    """A short end-of-run summary on stderr."""
+    s = outcome.summary()
+    req = s["requests"]
+    m = s["metrics"]
+
+    def ms(name: str, q: str) -> str:
+        v = m[name][q]
+        return "-" if v is None else f"{v * 1e3:.1f}ms"
+
+    state = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
+    console.print(f"run {state}: {req['ok']}/{req['total']} ok in {outcome.wall_s:.1f}s", highlight=False)
+    if outcome.message:
+        console.print(f"  {outcome.message}", highlight=False)
+    console.print(
+        f"  TTFT p50 {ms('ttft', 'p50')} p99 {ms('ttft', 'p99')} | TBT p50 {ms('tbt', 'p50')} "
+        f"p99 {ms('tbt', 'p99')} | E2E p99 {ms('e2e', 'p99')}",
+        highlight=False,
+    )
+    if outcome.slos:
+        slo = outcome.slo_results()
+        for r in slo["results"]:
+            obs = "-" if r["observed_value"] is None else f"{r['observed_value']:.4g}"
+            console.print(f"  SLO {r['name']}: {obs} {'met' if r['met'] else 'MISSED'}", highlight=False)
+    console.print(f"  results: {out_dir}", highlight=False)

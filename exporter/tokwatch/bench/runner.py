@@ -1,0 +1,314 @@
+"""The load generator: closed loop, open loop (absolute-time arrivals), multi-turn conversations.
+
+Latency starts at the actual send. Before it, an open-loop request may be late against its planned
+arrival (scheduling lag: the client could not keep pace) and may wait for a `max_concurrency` slot
+(queue time); both are recorded separately. Stopping: `number` and/or `duration` stop new sends and let
+in-flight requests finish (soft exit); cancellation (Ctrl-C) cancels in-flight requests and the run is
+returned marked incomplete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from tokwatch.bench.arrivals import arrival_offsets, sleep_until
+from tokwatch.bench.client import Deadlines, Target, estimate_prompt_tokens, execute
+from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, estimate_tokens
+from tokwatch.http import HttpClient
+from tokwatch.redact import Redactor
+from tokwatch.result import Status
+
+RequestSource = SyntheticWorkload | list[RequestSpec]
+OnRecord = Callable[[RequestRecord], None]
+_IMMEDIATE_STOP = frozenset({Status.AUTH_FAILURE, Status.UNREACHABLE})
+
+
+class _Stop(Exception):
+    """Raised inside the runner to end dispatch early (fail-fast)."""
+
+
+@dataclass
+class RunState:
+    """What the runner has done so far; read by the live view and by the outcome builder."""
+
+    t0: float = field(default_factory=time.perf_counter)
+    records: list[RequestRecord] = field(default_factory=list)
+    measure_start: float | None = None  # seconds since t0 when the measured phase began
+    end_s: float | None = None
+    in_flight: int = 0
+    stop_reason: str | None = None  # set when the run ended early
+    message: str | None = None
+    seen_ok: bool = False
+    failures_without_ok: int = 0
+    cpu_start: float = field(default_factory=time.process_time)
+
+
+class BenchRunner:
+    """Runs one benchmark against one target; `run()` is the whole run."""
+
+    def __init__(
+        self,
+        options: BenchOptions,
+        target: Target,
+        http: HttpClient,
+        *,
+        requests: RequestSource | None = None,
+        conversations: list[Conversation] | None = None,
+        on_record: OnRecord | None = None,
+        on_start: OnRecord | None = None,
+    ) -> None:
+        if (requests is None) == (conversations is None):
+            raise ValueError("give either requests or conversations")
+        self.options = options
+        self.target = target
+        self.http = http
+        self.state = RunState()
+        self._requests = requests
+        self._conversations = conversations
+        self._on_record = on_record
+        self._on_start = on_start
+        self._redactor = Redactor([target.api_key])
+        self._deadlines = Deadlines(options.fluidity_prefill_deadline, options.fluidity_decode_deadline)
+        self._ids = itertools.count()
+        self._dataset_cycle: Iterator[RequestSpec] | None = (
+            itertools.cycle(requests) if isinstance(requests, list) else None
+        )
+        self._stopping = asyncio.Event()
+
+    # --- helpers -------------------------------------------------------------------------------------
+
+    def _now_s(self) -> float:
+        return time.perf_counter() - self.state.t0
+
+    def _next_spec(self) -> RequestSpec:
+        if self._dataset_cycle is not None:
+            return next(self._dataset_cycle)
+        assert isinstance(self._requests, SyntheticWorkload)
+        return self._requests.next_request()
+
+    def _new_record(self, spec: RequestSpec | None, warmup: bool, category: str = "dataset") -> RequestRecord:
+        return RequestRecord(
+            request_id=next(self._ids),
+            category=spec.category if spec else category,
+            warmup=warmup,
+            prompt_tokens_target=spec.prompt_tokens_target if spec else None,
+            max_tokens=spec.max_tokens if spec else None,
+            fixed_output=bool(spec and spec.fixed_output),
+        )
+
+    async def _send(
+        self, record: RequestRecord, messages: tuple[Message, ...] | list[Message]
+    ) -> RequestRecord:
+        state = self.state
+        state.in_flight += 1
+        if self._on_start is not None:
+            self._on_start(record)
+        try:
+            await execute(
+                self.http,
+                self.target,
+                messages,
+                record,
+                run_t0=state.t0,
+                deadlines=self._deadlines,
+                redactor=self._redactor,
+            )
+        finally:
+            state.in_flight -= 1
+        if record.prompt_tokens is None and record.ok:
+            record.prompt_tokens = estimate_prompt_tokens(messages)
+        state.records.append(record)
+        if self._on_record is not None:
+            self._on_record(record)
+        self._judge(record)
+        return record
+
+    def _judge(self, record: RequestRecord) -> None:
+        """Fail fast when the target cannot work at all, or ignores max_tokens."""
+        state = self.state
+        if record.ok:
+            state.seen_ok = True
+            return
+        if record.error_class == "max_tokens_ignored":
+            self._stop("max_tokens_ignored", f"the server ignores max_tokens: {record.error_message}")
+            return
+        if state.seen_ok:
+            return
+        state.failures_without_ok += 1
+        if record.status in _IMMEDIATE_STOP or state.failures_without_ok >= self.options.fail_fast:
+            reason = record.status.value if record.status in _IMMEDIATE_STOP else "all_failed"
+            self._stop(
+                reason,
+                f"no request succeeded ({state.failures_without_ok} failed); last: {record.status.value}"
+                f" ({record.error_class}): {record.error_message}",
+            )
+
+    def _stop(self, reason: str, message: str) -> None:
+        if self.state.stop_reason is None:
+            self.state.stop_reason = reason
+            self.state.message = message
+        self._stopping.set()
+
+    def _budget(self) -> tuple[int | None, float | None]:
+        """(measured requests or conversations to send, measured duration end in s since t0)."""
+        number = self.options.effective_number
+        start = self.state.measure_start or 0.0
+        end = start + self.options.duration if self.options.duration is not None else None
+        return number, end
+
+    def _may_send(self, sent: int) -> bool:
+        number, end = self._budget()
+        if self._stopping.is_set():
+            return False
+        if number is not None and sent >= number:
+            return False
+        return not (end is not None and self._now_s() >= end)
+
+    # --- phases --------------------------------------------------------------------------------------
+
+    async def run(self) -> RunState:
+        """Warm-up, then the measured phase; returns the state (records, stop reason)."""
+        try:
+            if self.options.warmup:
+                await self._warmup()
+            self.state.measure_start = self._now_s()
+            if not self._stopping.is_set():
+                if self._conversations is not None:
+                    await self._closed_conversations()
+                elif self.options.rate is not None:
+                    await self._open_loop()
+                else:
+                    await self._closed_loop()
+        finally:
+            self.state.end_s = self._now_s()
+        return self.state
+
+    async def _warmup(self) -> None:
+        n = self.options.warmup
+        workers = min(n, self.options.closed_loop_workers)
+        counter = itertools.count()
+
+        async def worker() -> None:
+            while next(counter) < n and not self._stopping.is_set():
+                if self._conversations is not None:
+                    conv = self._conversations[0]
+                    record = self._new_record(None, True, "dataset")
+                    record.max_tokens = conv.max_tokens
+                    messages: tuple[Message, ...] = ({"role": "user", "content": conv.user_turns[0]},)
+                else:
+                    spec = self._next_spec()
+                    record, messages = self._new_record(spec, True), spec.messages
+                record.dispatched_at_s = self._now_s()
+                await self._send(record, messages)
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+
+    async def _closed_loop(self) -> None:
+        sent = itertools.count()
+        total = [0]
+
+        async def worker() -> None:
+            while self._may_send(total[0]):
+                total[0] = next(sent) + 1
+                spec = self._next_spec()
+                record = self._new_record(spec, False)
+                record.dispatched_at_s = self._now_s()
+                await self._send(record, spec.messages)
+
+        await asyncio.gather(*(worker() for _ in range(self.options.closed_loop_workers)))
+
+    async def _open_loop(self) -> None:
+        opts = self.options
+        assert opts.rate is not None
+        slots = asyncio.Semaphore(opts.max_concurrency) if opts.max_concurrency else None
+        tasks: set[asyncio.Task[RequestRecord]] = set()
+        start_abs = self.state.t0 + (self.state.measure_start or 0.0)
+        number, end = self._budget()
+
+        async def one(record: RequestRecord, spec: RequestSpec) -> RequestRecord:
+            if slots is None:
+                return await self._send(record, spec.messages)
+            async with slots:
+                return await self._send(record, spec.messages)
+
+        try:
+            for i, offset in enumerate(arrival_offsets(opts.arrivals, opts.rate, opts.seed, opts.burstiness)):
+                if number is not None and i >= number:
+                    break
+                intended = (self.state.measure_start or 0.0) + offset
+                if end is not None and intended >= end:
+                    break
+                if self._stopping.is_set():
+                    break
+                # Wait for the planned instant, but wake at once when the run is stopped.
+                waiter = asyncio.ensure_future(sleep_until(start_abs + offset))
+                stopper = asyncio.ensure_future(self._stopping.wait())
+                try:
+                    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for f in (waiter, stopper):
+                        f.cancel()
+                if self._stopping.is_set():
+                    break
+                spec = self._next_spec()
+                record = self._new_record(spec, False)
+                record.intended_at_s = intended
+                record.dispatched_at_s = self._now_s()
+                task = asyncio.create_task(one(record, spec))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _closed_conversations(self) -> None:
+        convs = self._conversations
+        assert convs
+        number, _ = self._budget()
+        started = itertools.count()
+
+        async def worker() -> None:
+            while True:
+                if not self._may_send(0):
+                    return
+                k = next(started)
+                if number is not None and k >= number:
+                    return
+                await self._conversation(convs[k % len(convs)], k)
+
+        await asyncio.gather(*(worker() for _ in range(self.options.closed_loop_workers)))
+
+    async def _conversation(self, conv: Conversation, run_index: int) -> None:
+        """Seed 003: each turn sends the whole history with the model's real replies; a failure ends it."""
+        history: list[Message] = []
+        history_tokens = 0
+        for turn, user_text in enumerate(conv.user_turns):
+            if self._stopping.is_set():
+                return
+            _, end = self._budget()
+            if end is not None and self._now_s() >= end:
+                return
+            history.append({"role": "user", "content": user_text})
+            record = self._new_record(None, False)
+            record.conversation_id = run_index
+            record.turn = turn
+            record.max_tokens = conv.max_tokens
+            record.history_tokens = history_tokens
+            record.prompt_tokens_target = history_tokens + estimate_tokens(user_text)
+            record.dispatched_at_s = self._now_s()
+            await self._send(record, list(history))
+            if not record.ok:
+                return
+            history.append({"role": "assistant", "content": record.reply_text})
+            history_tokens = record.prompt_tokens_target + record.generated_tokens

@@ -1,0 +1,237 @@
+"""One whole benchmark session: resolve the target, run with the live view, then write every output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tokwatch.bench.client import Target
+from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
+from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.outputs import default_output_dir, write_run
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.runner import BenchRunner, RunState
+from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
+from tokwatch.bench.workload import (
+    Conversation,
+    RequestSpec,
+    SyntheticWorkload,
+    load_conversations,
+    load_prompts,
+)
+from tokwatch.config import ConfigError, load_config, parse_listen, server_root
+from tokwatch.redact import Redactor
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The target plus server-metrics settings, from --endpoint/--config or --url/--kind."""
+
+    target: Target
+    mirror_metrics: tuple[str, ...]
+
+
+def resolve_target(opts: BenchOptions) -> Resolved:
+    """Look the endpoint up in the config, or build one from --url; raises ConfigError naming the problem."""
+    if opts.endpoint is not None:
+        assert opts.config is not None
+        config = load_config(opts.config)
+        ep = config.endpoint(opts.endpoint)
+        if ep is None:
+            names = ", ".join(e.name for e in config.endpoints) or "none"
+            raise ConfigError(f"{opts.config}: no endpoint named {opts.endpoint!r} (configured: {names})")
+        target = Target(
+            kind=ep.kind,
+            base_url=ep.base_url,
+            model=opts.model or ep.model,
+            api_key=ep.resolve_api_key(),
+            timeout_s=opts.timeout,
+            metrics_url=opts.metrics_url or ep.effective_metrics_url,
+        )
+        return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
+    assert opts.url is not None
+    if not opts.model:
+        raise ConfigError("--model is required with --url")
+    api_key = None
+    if opts.api_key_env:
+        api_key = os.environ.get(opts.api_key_env)
+        if api_key is None:
+            raise ConfigError(f"--api-key-env: environment variable {opts.api_key_env} is not set")
+    metrics_url = opts.metrics_url
+    if metrics_url is None and opts.kind in ("vllm", "llamacpp", "sglang"):
+        metrics_url = f"{server_root(opts.url)}/metrics"
+    target = Target(opts.kind, opts.url.rstrip("/"), opts.model, api_key, opts.timeout, metrics_url)
+    return Resolved(target, tuple(opts.mirror_metrics))
+
+
+def build_workload(
+    opts: BenchOptions,
+) -> tuple[SyntheticWorkload | list[RequestSpec] | None, list[Conversation] | None]:
+    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn)."""
+    if opts.dataset is not None and opts.multi_turn:
+        return None, load_conversations(opts.dataset, opts.output_range, opts.seed, opts.max_turns)
+    if opts.dataset is not None:
+        return load_prompts(opts.dataset, opts.output_range, opts.seed), None
+    return (
+        SyntheticWorkload(
+            opts.input_range,
+            opts.output_range,
+            opts.seed,
+            reasoning_ratio=opts.reasoning_ratio,
+            reasoning_tokens=opts.reasoning_range,
+            fixed_output=opts.fixed_output,
+        ),
+        None,
+    )
+
+
+def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
+    """Options for summary.json: no secret, the target's URL without credentials."""
+    data = opts.model_dump(mode="json")
+    data["slos"] = [s.name for s in opts.parsed_slos()]
+    data.update(
+        target=Redactor([target.api_key])(target.base_url),
+        kind=target.kind,
+        model=target.model,
+        load=opts.load_description(),
+    )
+    return data
+
+
+async def run_bench(
+    opts: BenchOptions,
+    *,
+    console: Console | None = None,
+    out_dir: Path | None = None,
+) -> tuple[BenchOutcome, Path]:
+    """Run the benchmark and write its directory; a cancelled run still writes, marked incomplete.
+
+    Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
+    """
+    from tokwatch.http import HttpClient
+
+    console = console or Console(stderr=True)
+    resolved = resolve_target(opts)
+    target = resolved.target
+    slos = opts.parsed_slos()
+    requests, conversations = build_workload(opts)
+    out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(target.model))
+    started_unix = time.time()
+    stats = LiveStats()
+    progress = make_progress(console)
+    total = opts.effective_number if conversations is None else None
+    task_id = progress.add_task("bench", total=total, status="")
+    live_server = None
+    if opts.listen:
+        host, port = parse_listen(opts.listen)
+        live_server, _ = serve_live_metrics(stats, host, port)
+
+    def on_start(_r: RequestRecord) -> None:
+        stats.in_flight += 1
+
+    def on_record(r: RequestRecord) -> None:
+        stats.in_flight -= 1
+        stats.add(r)
+        if not r.warmup:
+            errors = stats.completed - stats.by_status.get("ok", 0)
+            progress.update(task_id, advance=1, status=f"errors {errors}")
+
+    interrupted = False
+    # limit=0: no connection-pool cap, so no request ever queues inside aiohttp after its send time.
+    async with HttpClient(limit=0, user_agent="tokwatch-bench") as http:
+        watch: ServerWatch | None = None
+        if opts.server_metrics and target.metrics_url:
+            watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
+            await watch.start()
+        runner = BenchRunner(
+            opts,
+            target,
+            http,
+            requests=requests,
+            conversations=conversations,
+            on_record=on_record,
+            on_start=on_start,
+        )
+        stats.started = runner.state.t0
+        helpers = [asyncio.create_task(_live_lines(stats, console, opts.live_interval), name="bench-live")]
+        if watch is not None:
+            helpers.append(await watch_during(watch))
+        run_task = asyncio.create_task(runner.run(), name="bench-run")
+        progress.start()
+        try:
+            await asyncio.shield(run_task)
+        except asyncio.CancelledError:
+            # Ctrl-C or a cancelled caller: stop the requests, keep what was measured.
+            interrupted = True
+            run_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run_task
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+        finally:
+            progress.stop()
+            for h in helpers:
+                await stop_task(h)
+            if watch is not None:
+                await asyncio.shield(watch.finish())
+        if live_server is not None:
+            live_server.shutdown()
+    state = runner.state
+    outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch)
+    write_run(outcome, out_dir, plots_enabled=opts.plots)
+    return outcome, out_dir
+
+
+def _outcome(
+    opts: BenchOptions,
+    target: Target,
+    slos: list[Any],
+    state: RunState,
+    started_unix: float,
+    interrupted: bool,
+    watch: ServerWatch | None,
+) -> BenchOutcome:
+    wall = state.end_s if state.end_s is not None else time.perf_counter() - state.t0
+    reason = "interrupted" if interrupted else (state.stop_reason or "finished")
+    message = state.message
+    if interrupted:
+        message = "interrupted: in-flight requests were cancelled and are not counted"
+    cpu = time.process_time() - state.cpu_start
+    measured = [r for r in state.records if not r.warmup]
+    tokens = sum(r.generated_tokens for r in measured)
+    outcome = BenchOutcome(
+        options=echo_options(opts, target),
+        records=state.records,
+        started_at_unix=started_unix,
+        wall_s=wall,
+        complete=not interrupted and state.stop_reason is None,
+        stop_reason=reason,
+        message=message,
+        slos=slos,
+        requested_rate=opts.rate,
+        server=watch.figures() if watch else {},
+        metrics_before=watch.before_text if watch else None,
+        metrics_after=watch.after_text if watch else None,
+    )
+    outcome.client = {
+        "cpu_s": cpu,
+        "cpu_per_request_s": cpu / len(state.records) if state.records else None,
+        "cpu_per_token_s": cpu / tokens if tokens else None,
+    }
+    return outcome
+
+
+async def _live_lines(stats: LiveStats, console: Console, interval: float) -> None:
+    """Print seed 002's periodic line every `interval` seconds."""
+    while True:
+        await asyncio.sleep(interval)
+        console.print(stats.line(), highlight=False)

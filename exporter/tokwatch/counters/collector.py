@@ -1,0 +1,128 @@
+"""prometheus_client Collector yielding the `tokwatch_server_*` families from in-memory state (no I/O).
+
+For the app: one per registry::
+
+    collector = ServerCollector()                 # or ServerCollector(states)
+    registry.register(collector)
+    collector.add(server_counters.state)          # ServerCounters / OllamaSignals .state
+    collector.remove("endpoint-name")             # endpoint removed on config reload
+
+Every family carries `endpoint` plus the endpoint's static labels (union over endpoints, "" where an
+endpoint lacks one), as the rest of tokwatch's metrics do. Gauges of an endpoint whose server is down are
+not exported at all; its counters (`_total`) keep their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tokwatch.counters.state import ServerState, ServerView
+
+_GAUGES: tuple[tuple[str, str, str], ...] = (
+    (
+        "decode_tps",
+        "tokwatch_server_decode_tokens_per_second",
+        "Server-wide generated tokens per second over the last scrape interval (all requests)",
+    ),
+    (
+        "prefill_tps",
+        "tokwatch_server_prefill_tokens_per_second",
+        "Server-wide prompt tokens processed per second over the last scrape interval",
+    ),
+    ("running", "tokwatch_server_requests_running", "Requests the server is running now"),
+    ("waiting", "tokwatch_server_requests_waiting", "Requests queued on the server now"),
+    ("kv_cache_usage", "tokwatch_server_kv_cache_usage_ratio", "KV-cache usage from the server (0..1)"),
+    (
+        "prefix_hit_ratio",
+        "tokwatch_server_prefix_cache_hit_ratio",
+        "Prefix-cache hit ratio: cached / queried prompt tokens over the last interval with queries (0..1)",
+    ),
+    (
+        "vram_ratio",
+        "tokwatch_server_model_vram_ratio",
+        "Ollama: share of the loaded model in GPU memory (size_vram / size); < 1 means partly on the CPU",
+    ),
+)
+
+
+class ServerCollector(Collector):
+    """Exports the server-side figures of every registered endpoint."""
+
+    def __init__(self, states: Iterable[ServerState] = ()) -> None:
+        self._states: dict[str, ServerState] = {s.endpoint: s for s in states}
+
+    def add(self, state: ServerState) -> None:
+        """Export this endpoint's state (replaces an earlier state of the same endpoint)."""
+        self._states = {**self._states, state.endpoint: state}
+
+    def remove(self, endpoint: str) -> None:
+        """Stop exporting an endpoint."""
+        self._states = {k: v for k, v in self._states.items() if k != endpoint}
+
+    def describe(self) -> Iterable[Metric]:
+        """Nothing up front: families depend on the endpoints registered later."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Build the families from the current in-memory state."""
+        states = list(self._states.values())
+        extra = sorted({k for s in states for k in s.labels})
+        names = ["endpoint", *extra]
+
+        def labels(s: ServerState, *more: str) -> list[str]:
+            return [s.endpoint, *(s.labels.get(k, "") for k in extra), *more]
+
+        up = GaugeMetricFamily("tokwatch_server_up", "1 if the server metrics source answered", labels=names)
+        errors = CounterMetricFamily(
+            "tokwatch_server_scrape_errors", "Failed, malformed, oversized or slow scrapes", labels=names
+        )
+        duration = GaugeMetricFamily(
+            "tokwatch_server_scrape_duration_seconds",
+            "Duration of the last server metrics scrape",
+            labels=names,
+        )
+        preempt = CounterMetricFamily(
+            "tokwatch_server_preemptions",
+            "Server preemptions (vLLM) or retractions (SGLang), accumulated across server restarts",
+            labels=names,
+        )
+        reloads = CounterMetricFamily(
+            "tokwatch_server_model_reloads",
+            "Ollama: timed runs that found the model evicted and reloaded it",
+            labels=names,
+        )
+        mirrored_total = CounterMetricFamily(
+            "tokwatch_server_mirrored",
+            "Mirrored server counters, accumulated across server restarts",
+            labels=[*names, "metric"],
+        )
+        mirrored = GaugeMetricFamily(
+            "tokwatch_server_mirrored", "Mirrored server gauges", labels=[*names, "metric"]
+        )
+        gauges = {attr: GaugeMetricFamily(name, doc, labels=names) for attr, name, doc in _GAUGES}
+        for s in states:
+            view: ServerView = s.view
+            errors.add_metric(labels(s), s.scrape_errors)
+            if s.ollama:
+                reloads.add_metric(labels(s), s.model_reloads)
+            elif s.has_preemptions:
+                preempt.add_metric(labels(s), s.preemptions.total)
+            for name, total in sorted(s.mirrored_totals.items()):
+                mirrored_total.add_metric(labels(s, name), total.total)
+            if not s.scraped:
+                continue
+            up.add_metric(labels(s), 1.0 if view.up else 0.0)
+            if view.scrape_duration_s is not None:
+                duration.add_metric(labels(s), view.scrape_duration_s)
+            if not view.up:
+                continue
+            for attr, family in gauges.items():
+                value = getattr(view, attr)
+                if value is not None:
+                    family.add_metric(labels(s), value)
+            for name, value in sorted(view.mirrored.items()):
+                mirrored.add_metric(labels(s, name), value)
+        yield from (up, errors, duration, *gauges.values(), preempt, reloads, mirrored_total, mirrored)

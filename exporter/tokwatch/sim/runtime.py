@@ -1,0 +1,109 @@
+"""Mutable per-server state of a running simulator: engines, metrics backend, faults, prefix cache."""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from tokwatch.sim.config import FaultSettings, ModelProfile, ServerSettings, SimConfig
+from tokwatch.sim.engine import Engine, EngineObserver
+from tokwatch.sim.server_metrics import MetricsBackend, make_metrics
+from tokwatch.sim.truth import TruthStore
+
+PREFIX_CACHE_ENTRIES = 1024
+VLLM_BLOCK = 16
+
+
+@dataclass
+class ModelState:
+    """One model's profile plus its runtime-replaceable fault probabilities."""
+
+    profile: ModelProfile
+    faults: FaultSettings
+
+
+class ServerState:
+    """Everything one simulated server changes at runtime."""
+
+    def __init__(self, settings: ServerSettings, seed: int, truth: TruthStore) -> None:
+        self.settings = settings
+        self.seed = seed
+        self.truth = truth
+        self.models = {m.name: ModelState(m, m.faults) for m in settings.models}
+        self.metrics: MetricsBackend = make_metrics(settings)
+        self.engines = [
+            Engine(i, settings.kv_capacity_tokens, settings.max_running, self)
+            for i in range(settings.data_parallel)
+        ]
+        self._seq = itertools.count()
+        self._bg_seq = itertools.count()
+        self._prefix: OrderedDict[str, int] = OrderedDict()
+
+    def get(self) -> EngineObserver:
+        """The current metrics backend (engines hold this state as their observer reference)."""
+        return self.metrics
+
+    def next_seq(self) -> int:
+        """Sequence number of the next client request; drives the deterministic RNG streams."""
+        return next(self._seq)
+
+    def next_background_seq(self) -> int:
+        """Sequence number of the next background request (own stream: probe draws stay deterministic)."""
+        return next(self._bg_seq)
+
+    def engine_for(self, seq: int) -> Engine:
+        """Data-parallel engines take requests round-robin."""
+        return self.engines[seq % len(self.engines)]
+
+    def model_for(self, name: str | None) -> ModelState | None:
+        """The model serving `name`; None/empty picks the first, Ollama's implicit `:latest` tag matches."""
+        if not name:
+            return next(iter(self.models.values()))
+        if name in self.models:
+            return self.models[name]
+        if self.settings.dialect == "ollama":
+            alt = name[: -len(":latest")] if name.endswith(":latest") else name + ":latest"
+            return self.models.get(alt)
+        return None
+
+    def cached_tokens(self, prompt_key: str, prompt_tokens: int) -> int:
+        """Prompt tokens served from the prefix cache: a repeated prompt reuses all full blocks (vLLM) or all
+        but the last token (llama.cpp, Ollama); a new prompt is remembered for next time."""
+        if not self.settings.prefix_caching:
+            return 0
+        hit = prompt_key in self._prefix
+        self._prefix[prompt_key] = prompt_tokens
+        self._prefix.move_to_end(prompt_key)
+        while len(self._prefix) > PREFIX_CACHE_ENTRIES:
+            self._prefix.popitem(last=False)
+        if not hit:
+            return 0
+        if self.settings.dialect in ("llamacpp", "ollama"):
+            return max(0, prompt_tokens - 1)
+        return ((prompt_tokens - 1) // VLLM_BLOCK) * VLLM_BLOCK
+
+    def restart(self) -> None:
+        """What a process restart does to observable state: fresh counters and an empty prefix cache."""
+        self.metrics = make_metrics(self.settings)
+        self._prefix.clear()
+        for engine in self.engines:
+            engine.republish()
+
+
+@dataclass
+class SimState:
+    """The whole simulator: config, servers by name and the ground-truth store."""
+
+    config: SimConfig
+    truth: TruthStore
+    servers: dict[str, ServerState] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, config: SimConfig) -> SimState:
+        """Fresh state for `config`."""
+        truth = TruthStore(config.truth_capacity)
+        state = cls(config, truth)
+        for s in config.servers:
+            state.servers[s.name] = ServerState(s, config.seed, truth)
+        return state

@@ -1,0 +1,86 @@
+"""Build the configured store and writer from `StorageSettings`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tokwatch.config import StorageSettings
+from tokwatch.storage.base import Store
+from tokwatch.storage.errors import StoreUnavailableError
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.storage.writer import RunWriter
+
+DSN_ENV = "TOKWATCH_DSN"
+
+
+def state_dir() -> Path:
+    """`$XDG_STATE_HOME/tokwatch` when XDG_STATE_HOME is set, else `./tokwatch-state`."""
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return Path(xdg) / "tokwatch" if xdg else Path("tokwatch-state")
+
+
+def resolve_dsn(settings: StorageSettings) -> str | None:
+    """`storage.dsn`, else the TOKWATCH_DSN environment variable, else None (SQLite)."""
+    if settings.dsn is not None:
+        return settings.dsn.get_secret_value() or None
+    return os.environ.get(DSN_ENV) or None
+
+
+def sqlite_path(settings: StorageSettings) -> Path:
+    """Where the embedded database lives."""
+    return Path(settings.sqlite_path) if settings.sqlite_path else state_dir() / "tokwatch.db"
+
+
+def outbox_path(settings: StorageSettings) -> Path:
+    """Where runs wait when the database cannot take them."""
+    return Path(settings.outbox_path) if settings.outbox_path else state_dir() / "outbox.jsonl"
+
+
+def make_store(settings: StorageSettings, *, auto_migrate: bool = True) -> Store:
+    """The configured backend, not yet connected (PostgreSQL when a DSN is set, else SQLite)."""
+    dsn = resolve_dsn(settings)
+    if dsn is None:
+        return SQLiteStore(sqlite_path(settings), auto_migrate=auto_migrate)
+    return PostgresStore(
+        dsn,
+        pool_size=settings.pool_size,
+        timeout_s=settings.write_timeout,
+        auto_migrate=auto_migrate,
+        retention_s=settings.retention,
+        compress_after_s=settings.compress_after,
+        use_timescale=settings.timescale,
+    )
+
+
+async def open_store(settings: StorageSettings, *, instance: str, auto_migrate: bool = True) -> Store:
+    """Open the configured store and migrate it when reachable.
+
+    Raises SchemaTooNewError (a StorageError) when the database was migrated by a newer tokwatch. A
+    PostgreSQL server that is down is not an error here: the writer keeps runs in the outbox until it is up.
+    """
+    store = make_store(settings, auto_migrate=auto_migrate)
+    store.instance = instance
+    if isinstance(store, PostgresStore):
+        await store.open()
+    try:
+        await store.ensure_ready()
+    except StoreUnavailableError:
+        return store  # down now: the writer retries and keeps runs in the outbox meanwhile
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+def make_writer(store: Store, settings: StorageSettings, *, instance: str) -> RunWriter:
+    """A RunWriter with the settings' queue size, outbox path, write timeout and retention."""
+    return RunWriter(
+        store,
+        outbox_path=outbox_path(settings),
+        queue_size=settings.queue_size,
+        write_timeout_s=settings.write_timeout,
+        retention_s=settings.retention,
+        instance=instance or store.instance,
+    )

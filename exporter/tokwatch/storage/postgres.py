@@ -1,0 +1,515 @@
+"""PostgreSQL store (psycopg 3, async pool): monthly range partitions, or a hypertable under TimescaleDB.
+
+The same queries serve both flavors; only the `runs` DDL (migration 0002) and housekeeping differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from tokwatch.redact import Redactor
+from tokwatch.storage import timescale
+from tokwatch.storage.base import EndpointSpec, LastRun, MaintenanceReport, Store, WindowStats
+from tokwatch.storage.errors import SchemaTooNewError, StorageError, StoreUnavailableError
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.schema import Flavor, SchemaStatus, known_version, migrations_for, too_new_message
+
+log = logging.getLogger(__name__)
+
+_MIGRATION_LOCK = 0x746F6B77  # "tokw": serialises concurrent `db migrate` runs
+_INSERT_COLUMNS = ("endpoint_id", *RUN_COLUMNS)
+_INSERT_SQL = (
+    f"INSERT INTO runs ({', '.join(_INSERT_COLUMNS)}) VALUES ({', '.join('%s' for _ in _INSERT_COLUMNS)}) "
+    "ON CONFLICT DO NOTHING"
+)
+_COPY_SQL = f"COPY runs ({', '.join(_INSERT_COLUMNS)}) FROM STDIN"
+_OK_TPS = "FILTER (WHERE r.status = 'ok' AND r.tokens_per_second IS NOT NULL)"
+_ROLLUP_SQL = f"""
+INSERT INTO runs_hourly AS h (endpoint_id, bucket, runs, ok_runs, tps_samples, tps_median, tps_mean,
+                              tps_stddev, tps_min, tps_max, ttft_median_s, e2e_median_s)
+SELECT r.endpoint_id, date_trunc('hour', r.time, 'UTC'), count(*), count(*) FILTER (WHERE r.status = 'ok'),
+       count(*) {_OK_TPS},
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {_OK_TPS},
+       avg(r.tokens_per_second) {_OK_TPS}, stddev_samp(r.tokens_per_second) {_OK_TPS},
+       min(r.tokens_per_second) {_OK_TPS}, max(r.tokens_per_second) {_OK_TPS},
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.ttft_s),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.e2e_s)
+FROM runs r
+WHERE r.time >= %(since)s AND r.time < %(until)s
+  AND (%(ids)s::bigint[] IS NULL OR r.endpoint_id = ANY(%(ids)s))
+GROUP BY r.endpoint_id, date_trunc('hour', r.time, 'UTC')
+ON CONFLICT (endpoint_id, bucket) DO UPDATE SET
+    runs = EXCLUDED.runs, ok_runs = EXCLUDED.ok_runs, tps_samples = EXCLUDED.tps_samples,
+    tps_median = EXCLUDED.tps_median, tps_mean = EXCLUDED.tps_mean, tps_stddev = EXCLUDED.tps_stddev,
+    tps_min = EXCLUDED.tps_min, tps_max = EXCLUDED.tps_max, ttft_median_s = EXCLUDED.ttft_median_s,
+    e2e_median_s = EXCLUDED.e2e_median_s
+"""
+_WINDOW_SQL = f"""
+SELECT e.name, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {_OK_TPS},
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {_OK_TPS},
+       avg(r.tokens_per_second) {_OK_TPS}, stddev_samp(r.tokens_per_second) {_OK_TPS}
+FROM runs r JOIN endpoints e ON e.id = r.endpoint_id
+WHERE r.time >= %s AND r.time < %s
+GROUP BY e.name
+"""
+_LAST_SQL = """
+SELECT e.name, l.time, l.status, k.time, k.tokens_per_second
+FROM endpoints e
+JOIN LATERAL (SELECT time, status FROM runs WHERE endpoint_id = e.id AND time >= %(since)s
+              ORDER BY time DESC LIMIT 1) l ON true
+LEFT JOIN LATERAL (SELECT time, tokens_per_second FROM runs
+                   WHERE endpoint_id = e.id AND time >= %(since)s AND status = 'ok'
+                   ORDER BY time DESC LIMIT 1) k ON true
+"""
+_PARTITION_RE = re.compile(r"^runs_p(\d{4})_(\d{2})$")
+PARTITIONS_AHEAD = 2  # months created beyond the current one
+
+
+def ts(t: float) -> datetime:
+    """Unix seconds -> aware UTC datetime (the driver's timestamptz type)."""
+    return datetime.fromtimestamp(t, UTC)
+
+
+def month_start(t: float) -> datetime:
+    """First instant of the UTC month containing unix time `t`."""
+    d = ts(t)
+    return datetime(d.year, d.month, 1, tzinfo=UTC)
+
+
+def add_months(d: datetime, n: int) -> datetime:
+    """The first of the month `n` months after `d`'s month."""
+    index = d.year * 12 + d.month - 1 + n
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+def partition_name(month: datetime) -> str:
+    """`runs_pYYYY_MM`: the partition holding that month."""
+    return f"runs_p{month.year:04d}_{month.month:02d}"
+
+
+def describe_dsn(dsn: str) -> str:
+    """`postgresql://user@host:port/dbname`, never the password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgresql://(unparseable DSN)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host') or 'localhost'}{port}/{parts.get('dbname') or ''}"
+
+
+class PostgresStore(Store):
+    """Runs in PostgreSQL; TimescaleDB is detected at the first migration and remembered in tokwatch_meta."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 4,
+        timeout_s: float = 5.0,
+        auto_migrate: bool = True,
+        retention_s: float = 400 * 86400.0,
+        compress_after_s: float = timescale.DEFAULT_COMPRESS_AFTER_S,
+        use_timescale: bool = True,
+    ) -> None:
+        password = None
+        try:
+            password = str(conninfo_to_dict(dsn).get("password") or "") or None
+        except psycopg.Error:
+            pass
+        self._redact = Redactor([dsn, password])
+        try:
+            options: dict[str, Any] = {"application_name": "tokwatch"}
+            if "connect_timeout" not in conninfo_to_dict(dsn):
+                options["connect_timeout"] = max(1, int(timeout_s))
+            conninfo = make_conninfo(dsn, **options)
+        except psycopg.Error as exc:
+            raise StorageError(f"invalid storage DSN: {self._redact(str(exc))}") from None
+        self.location = describe_dsn(dsn)
+        self._timeout = timeout_s
+        self._auto_migrate = auto_migrate
+        self._retention_s = retention_s
+        self._compress_after_s = compress_after_s
+        self._use_timescale = use_timescale
+        self._flavor: Flavor | None = None
+        self._ready = False
+        self._ids: dict[str, int] = {}
+        self._partitions: set[str] = set()
+        self._pool = AsyncConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=timeout_s,
+            kwargs={"autocommit": True},
+            check=AsyncConnectionPool.check_connection,
+            name="tokwatch-storage",
+        )
+
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        """`timescaledb` once detected, else `postgres`."""
+        return "timescaledb" if self._flavor == "timescale" else "postgres"
+
+    async def open(self) -> None:
+        """Start the pool without waiting: a database that is down now is retried in the background."""
+        await self._pool.open(wait=False)
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        try:
+            async with self._pool.connection(timeout=self._timeout) as conn:
+                yield conn
+        except PoolTimeout:
+            raise StoreUnavailableError(
+                f"database {self.location} unreachable (no connection within {self._timeout:g}s)"
+            ) from None
+        except psycopg.OperationalError as exc:
+            message = self._redact(str(exc)).strip()
+            raise StoreUnavailableError(f"database {self.location}: {message}") from None
+        except psycopg.Error as exc:
+            raise StorageError(f"database {self.location}: {self._redact(str(exc)).strip()}") from None
+
+    # --- schema --------------------------------------------------------------------------------------
+
+    async def _version(self, conn: AsyncConnection[Any]) -> tuple[int, tuple[int, ...]]:
+        exists = await (await conn.execute("SELECT to_regclass('tokwatch_schema')")).fetchone()
+        if exists is None or exists[0] is None:
+            return 0, ()
+        rows = await (await conn.execute("SELECT version FROM tokwatch_schema ORDER BY version")).fetchall()
+        applied = tuple(int(r[0]) for r in rows)
+        return (max(applied) if applied else 0), applied
+
+    async def _load_flavor(self, conn: AsyncConnection[Any]) -> Flavor | None:
+        exists = await (await conn.execute("SELECT to_regclass('tokwatch_meta')")).fetchone()
+        if exists is None or exists[0] is None:
+            return None
+        row = await (await conn.execute("SELECT value FROM tokwatch_meta WHERE key = 'flavor'")).fetchone()
+        return "timescale" if row and row[0] == "timescale" else ("postgres" if row else None)
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations in one transaction, under an advisory lock; detect TimescaleDB first."""
+        async with self._connection() as conn:
+            flavor = await self._load_flavor(conn)
+            if flavor is None:
+                use_ts = self._use_timescale and await timescale.timescale_available(conn)
+                flavor = "timescale" if use_ts else "postgres"
+            migrations = migrations_for(flavor)
+            done = []
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS tokwatch_schema "
+                    "(version integer PRIMARY KEY, name text NOT NULL, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS tokwatch_meta (key text PRIMARY KEY, value text NOT NULL)"
+                )
+                await conn.execute(
+                    "INSERT INTO tokwatch_meta (key, value) VALUES ('flavor', %s) "
+                    "ON CONFLICT (key) DO NOTHING",
+                    (flavor,),
+                )
+                current, _ = await self._version(conn)
+                if current > len(migrations):
+                    raise SchemaTooNewError(too_new_message(current, len(migrations), self.location))
+                for m in migrations[current:]:
+                    await conn.execute(m.sql.encode())
+                    await conn.execute(
+                        "INSERT INTO tokwatch_schema (version, name) VALUES (%s, %s)", (m.version, m.name)
+                    )
+                    done.append(m.version)
+            self._flavor = flavor
+        self._ready = True
+        await self._housekeeping(datetime.now(UTC).timestamp(), self._retention_s)
+        return done
+
+    async def schema_status(self) -> SchemaStatus:
+        """Current and known schema versions (of the detected flavor)."""
+        async with self._connection() as conn:
+            self._flavor = await self._load_flavor(conn) or self._flavor
+            current, applied = await self._version(conn)
+        known = known_version(self._flavor or "postgres")
+        return SchemaStatus(self.backend, self.location, current, known, applied)
+
+    async def ensure_ready(self) -> None:
+        """Migrate when allowed, else check; raises SchemaTooNewError on a schema newer than this code."""
+        if self._ready:
+            return
+        st = await self.schema_status()
+        if st.too_new:
+            raise SchemaTooNewError(too_new_message(st.current, st.known, self.location))
+        if st.pending:
+            if not self._auto_migrate:
+                raise StorageError(f"database {self.location} needs migrating: run `tokwatch db migrate`")
+            await self.migrate()
+        self._ready = True
+
+    # --- endpoints -----------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _lookup(conn: AsyncConnection[Any], name: str) -> int | None:
+        row = await (await conn.execute("SELECT id FROM endpoints WHERE name = %s", (name,))).fetchone()
+        if row is None:
+            row = await (
+                await conn.execute("SELECT endpoint_id FROM endpoint_aliases WHERE name = %s", (name,))
+            ).fetchone()
+        return int(row[0]) if row else None
+
+    async def _create(self, conn: AsyncConnection[Any], name: str) -> int:
+        await conn.execute("INSERT INTO endpoints (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
+        eid = await self._lookup(conn, name)
+        assert eid is not None  # just inserted or already there
+        return eid
+
+    async def sync_endpoints(self, specs: Sequence[EndpointSpec]) -> dict[str, int]:
+        """Stable ids; a name listed in `renamed_from` hands its id (and history) to the new name."""
+        await self.ensure_ready()
+        out: dict[str, int] = {}
+        async with self._connection() as conn, conn.transaction():
+            for spec in specs:
+                eid = await self._lookup(conn, spec.name)
+                if eid is None:
+                    for old in spec.renamed_from:
+                        eid = await self._lookup(conn, old)
+                        if eid is not None:
+                            break
+                    if eid is not None:
+                        await conn.execute(
+                            "INSERT INTO endpoint_aliases (name, endpoint_id) SELECT name, id FROM endpoints "
+                            "WHERE id = %s ON CONFLICT (name) DO NOTHING",
+                            (eid,),
+                        )
+                        await conn.execute(
+                            "UPDATE endpoints SET name = %s, renamed_at = now() WHERE id = %s",
+                            (spec.name, eid),
+                        )
+                    else:
+                        eid = await self._create(conn, spec.name)
+                for old in spec.renamed_from:
+                    await conn.execute(
+                        "INSERT INTO endpoint_aliases (name, endpoint_id) VALUES (%s, %s) "
+                        "ON CONFLICT (name) DO NOTHING",
+                        (old, eid),
+                    )
+                out[spec.name] = eid
+        self._ids.clear()
+        return out
+
+    async def _ids_for(self, conn: AsyncConnection[Any], names: Iterable[str]) -> dict[str, int]:
+        out = {}
+        for name in set(names):
+            eid = self._ids.get(name)
+            if eid is None:
+                eid = await self._lookup(conn, name) or await self._create(conn, name)
+                self._ids[name] = eid
+            out[name] = eid
+        return out
+
+    # --- partitions (plain PostgreSQL) ---------------------------------------------------------------
+
+    async def _ensure_partitions(self, conn: AsyncConnection[Any], months: Iterable[datetime]) -> list[str]:
+        created = []
+        for month in sorted(set(months)):
+            name = partition_name(month)
+            if name in self._partitions:
+                continue
+            exists = await (await conn.execute("SELECT to_regclass(%s)", (name,))).fetchone()
+            if exists is None or exists[0] is None:
+                # DDL takes no bind parameters; the bounds are timestamps this code formatted itself.
+                lo, hi = month.isoformat(), add_months(month, 1).isoformat()
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF runs "
+                    f"FOR VALUES FROM ('{lo}') TO ('{hi}')".encode()
+                )
+                created.append(name)
+            self._partitions.add(name)
+        return created
+
+    async def partitions(self) -> list[str]:
+        """Names of the monthly partitions of `runs`, oldest first (empty under TimescaleDB)."""
+        async with self._connection() as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = to_regclass('runs') ORDER BY c.relname"
+                )
+            ).fetchall()
+        return [r[0] for r in rows if _PARTITION_RE.match(r[0])]
+
+    async def _housekeeping(self, now: float, retention_s: float) -> MaintenanceReport:
+        report = MaintenanceReport()
+        async with self._connection() as conn:
+            if self._flavor == "timescale":
+                await timescale.ensure_policies(
+                    conn, retention_s=retention_s, compress_after_s=self._compress_after_s
+                )
+                return report
+            current = month_start(now)
+            report.partitions_created = await self._ensure_partitions(
+                conn, [add_months(current, n) for n in range(-1, PARTITIONS_AHEAD + 1)]
+            )
+            cutoff = ts(now - retention_s)
+            rows = await (
+                await conn.execute(
+                    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = to_regclass('runs')"
+                )
+            ).fetchall()
+            for (name,) in rows:
+                m = _PARTITION_RE.match(name)
+                if not m:
+                    continue
+                end = add_months(datetime(int(m.group(1)), int(m.group(2)), 1, tzinfo=UTC), 1)
+                # Whole months only: a partition goes when its newest possible run is past retention.
+                if end <= cutoff:
+                    await conn.execute(f"DROP TABLE IF EXISTS {name}".encode())
+                    self._partitions.discard(name)
+                    report.partitions_dropped.append(name)
+        return report
+
+    async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
+        """Plain: create partitions ahead and drop those past retention. TimescaleDB: (re)set the policies."""
+        await self.ensure_ready()
+        self._retention_s = retention_s
+        return await self._housekeeping(now, retention_s)
+
+    async def run_policies(self) -> list[int]:
+        """TimescaleDB: run compression and retention now (`CALL run_job`); returns the job ids run."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            return await timescale.run_policies(conn)
+
+    # --- runs ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _params(row: RunRow, eid: int) -> tuple[Any, ...]:
+        return (eid, *(ts(row.time) if c == "time" else getattr(row, c) for c in RUN_COLUMNS))
+
+    async def _refresh_rollup(
+        self, conn: AsyncConnection[Any], since: float, until: float, ids: Sequence[int] | None
+    ) -> None:
+        await conn.execute(
+            _ROLLUP_SQL.encode(),
+            {"since": ts(since), "until": ts(until), "ids": list(ids) if ids is not None else None},
+        )
+
+    @staticmethod
+    def _hour_range(rows: Sequence[RunRow]) -> tuple[float, float]:
+        lo = min(r.time for r in rows)
+        hi = max(r.time for r in rows)
+        return lo - lo % 3600, hi - hi % 3600 + 3600
+
+    async def write_runs(self, rows: Sequence[RunRow]) -> int:
+        """INSERT .. ON CONFLICT DO NOTHING and the rollup of the touched hours, in one transaction."""
+        if not rows:
+            return 0
+        await self.ensure_ready()
+        try:
+            async with self._connection() as conn:
+                if self._flavor != "timescale":
+                    await self._ensure_partitions(conn, (month_start(r.time) for r in rows))
+                async with conn.transaction():
+                    ids = await self._ids_for(conn, (r.endpoint for r in rows))
+                    async with conn.cursor() as cur:
+                        params = [self._params(r, ids[r.endpoint]) for r in rows]
+                        await cur.executemany(_INSERT_SQL.encode(), params)
+                        inserted = max(cur.rowcount, 0)
+                    since, until = self._hour_range(rows)
+                    await self._refresh_rollup(conn, since, until, sorted(set(ids.values())))
+        except StorageError:
+            self._ids.clear()  # ids created in a rolled-back transaction are gone
+            raise
+        return inserted
+
+    async def bulk_load(self, rows: Sequence[RunRow]) -> int:
+        """COPY new rows (no conflict handling: for empty ranges), then refresh the rollup of their range."""
+        if not rows:
+            return 0
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            if self._flavor != "timescale":
+                await self._ensure_partitions(conn, {month_start(r.time) for r in rows})
+            async with conn.transaction():
+                ids = await self._ids_for(conn, (r.endpoint for r in rows))
+                async with conn.cursor() as cur, cur.copy(_COPY_SQL.encode()) as copy:
+                    for r in rows:
+                        await copy.write_row(self._params(r, ids[r.endpoint]))
+                since, until = self._hour_range(rows)
+                await self._refresh_rollup(conn, since, until, None)
+        return len(rows)
+
+    # --- queries -------------------------------------------------------------------------------------
+
+    async def window_stats(self, since: float, until: float) -> dict[str, WindowStats]:
+        """One aggregate query (percentile_cont = numpy's linear median; stddev_samp = n-1 stddev)."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            rows = await (await conn.execute(_WINDOW_SQL.encode(), (ts(since), ts(until)))).fetchall()
+        out = {}
+        for name, runs, ok, samples, med, mean, sd in rows:
+            stddev = (float(sd) if sd is not None else 0.0) if samples else None
+            out[name] = WindowStats(
+                name,
+                int(runs),
+                int(ok),
+                int(samples),
+                float(med) if med is not None else None,
+                float(mean) if mean is not None else None,
+                stddev,
+            )
+        return out
+
+    async def last_runs(self, since: float) -> dict[str, LastRun]:
+        """Newest run and newest ok run per endpoint (index scans through LATERAL joins)."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            rows = await (await conn.execute(_LAST_SQL.encode(), {"since": ts(since)})).fetchall()
+        return {
+            name: LastRun(name, t.timestamp(), status, ok_t.timestamp() if ok_t else None, ok_tps)
+            for name, t, status, ok_t, ok_tps in rows
+        }
+
+    async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
+        """Hourly rollup rows, oldest first; bucket as unix seconds."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            cur = await conn.execute(
+                "SELECT e.name AS endpoint, h.bucket, h.runs, h.ok_runs, h.tps_samples, h.tps_median, "
+                "h.tps_mean, h.tps_stddev, h.tps_min, h.tps_max, h.ttft_median_s, h.e2e_median_s "
+                "FROM runs_hourly h "
+                "JOIN endpoints e ON e.id = h.endpoint_id WHERE h.bucket >= %s AND h.bucket < %s "
+                "ORDER BY h.bucket, e.name",
+                (ts(since), ts(until)),
+            )
+            names = [d.name for d in cur.description or ()]
+            rows = await cur.fetchall()
+        out = []
+        for r in rows:
+            d = dict(zip(names, r, strict=True))
+            bucket = d["bucket"]
+            d["bucket"] = bucket.timestamp() if isinstance(bucket, datetime) else bucket
+            out.append(d)
+        return out
+
+    async def count_runs(self) -> int:
+        """Rows in runs."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            row = await (await conn.execute("SELECT count(*) FROM runs")).fetchone()
+        return int(row[0]) if row else 0
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self._pool.close()

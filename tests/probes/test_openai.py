@@ -1,0 +1,211 @@
+"""OpenAI probe against small real servers on 127.0.0.1: statuses, hostile answers, key hygiene, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from tokwatch.probes import PROBES, get_probe
+from tokwatch.probes.base import CounterMeasurement, run_probe
+from tokwatch.probes.openai import OpenAIProbe
+from tokwatch.result import Status, TimingSource
+
+KEY = "sk-test-very-secret-123"
+
+
+def chunk(content: str | None = None, **extra: object) -> bytes:
+    delta = {} if content is None else {"content": content}
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta}], **extra}).encode() + b"\n\n"
+
+
+def sse_handler(words: list[str], gap: float = 0.02, usage: int | None = None):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        assert body["stream"] is True and body["stream_options"]["include_usage"] is True
+        assert body["max_tokens"] >= 1 and body["messages"][-1]["role"] == "user"
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(
+            b": ping\n\n"
+            + b"data: "
+            + json.dumps({"choices": [{"delta": {"role": "assistant"}}]}).encode()
+            + b"\n\n"
+        )
+        for w in words:
+            await asyncio.sleep(gap)
+            await resp.write(chunk(w))
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
+        n = len(words) if usage is None else usage
+        await resp.write(b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n' % n)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    return handler
+
+
+async def test_registry() -> None:
+    assert set(PROBES) == {"openai", "ollama", "llamacpp", "vllm", "sglang"}
+    assert isinstance(get_probe("openai"), OpenAIProbe)
+    with pytest.raises(ValueError, match="unknown endpoint kind 'nope'"):
+        get_probe("nope")
+
+
+async def test_streamed_ok_client_stream(serve, make_ctx) -> None:
+    url = await serve({"/v1/chat/completions": sse_handler([f"w{i} " for i in range(8)])})
+    ctx = make_ctx(url + "/v1", max_tokens=8, warmup=False)
+    r = await run_probe(OpenAIProbe(), ctx)
+    assert r.status is Status.OK, r.error_message
+    assert r.source is TimingSource.CLIENT_STREAM
+    assert r.output_tokens == 8 and r.think_tokens == 0 and r.tokens_source == "usage"
+    assert r.ttft_s is not None and 0 < r.ttft_s < r.e2e_s  # type: ignore[operator]
+    assert len(r.itl_s) == 7 and r.tpot_s is not None
+    assert set(r.candidates) == {TimingSource.CLIENT_STREAM, TimingSource.CLIENT_WALL}
+    assert r.finish_reason == "length" and r.http_status == 200 and r.streamed
+
+
+async def test_short_output_is_degraded_unless_configured(serve, make_ctx) -> None:
+    url = await serve({"/v1/chat/completions": sse_handler(["a", "b"])})
+    r = await OpenAIProbe().run_once(make_ctx(url, max_tokens=16), timed=True)
+    assert r.status is Status.DEGRADED and r.error_class == "short_output"
+    r = await OpenAIProbe().run_once(make_ctx(url, max_tokens=16, short_output="ok"), timed=True)
+    assert r.status is Status.OK
+
+
+async def test_auth_failure_key_redacted_and_sent_as_bearer(serve, make_ctx) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        auth = request.headers.get("Authorization", "")
+        return web.Response(status=401, text=f"invalid api key: {auth.removeprefix('Bearer ')}")
+
+    url = await serve({"/v1/chat/completions": handler})
+    ctx = make_ctx(url, api_key=KEY)
+    r = await run_probe(OpenAIProbe(), ctx)
+    assert r.status is Status.AUTH_FAILURE and r.error_class == "http_401"
+    assert r.error_message is not None and "invalid api key" in r.error_message
+    assert KEY not in r.error_message and KEY not in "\n".join(ctx.log.lines)
+
+
+async def test_server_ignoring_stream_answers_json(serve, make_ctx) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            {
+                "choices": [{"message": {"content": "a b c d"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 2, "completion_tokens": 4},
+            }
+        )
+
+    url = await serve({"/v1/chat/completions": handler})
+    r = await OpenAIProbe().run_once(make_ctx(url, max_tokens=4), timed=True)
+    assert r.status is Status.OK and r.source is TimingSource.CLIENT_WALL and not r.streamed
+    assert r.output_tokens == 4 and r.ttft_s is None
+
+
+async def test_error_object_with_200_json(serve, make_ctx) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": {"message": "model overloaded", "code": 503}})
+
+    url = await serve({"/v1/chat/completions": handler})
+    r = await OpenAIProbe().run_once(make_ctx(url), timed=True)
+    assert r.status is Status.PROVIDER_ERROR and r.error_class == "stream_error"
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "error_class"),
+    [
+        ("endless", Status.PROVIDER_ERROR, "too_large"),
+        ("huge_line", Status.PROVIDER_ERROR, "too_large"),
+        ("bogus_json", Status.PROVIDER_ERROR, "malformed_json"),
+        ("stall", Status.TIMEOUT, "read_timeout"),
+        ("reset", Status.PROVIDER_ERROR, "reset"),
+        ("invalid_utf8", Status.OK, None),
+    ],
+)
+async def test_hostile_endpoints(serve, make_ctx, mode: str, status: Status, error_class: str | None) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(chunk("hi"))
+        if mode == "endless":
+            for _ in range(1_000_000):
+                await resp.write(chunk("more " * 800))
+        elif mode == "huge_line":
+            for _ in range(1_000):
+                await resp.write(b"x" * 65536)  # no newline ever: the line buffer must not grow unbounded
+        elif mode == "bogus_json":
+            await resp.write(b'data: {"choices": [\n\n')
+        elif mode == "stall":
+            await asyncio.sleep(60)
+        elif mode == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            await asyncio.sleep(1)
+        elif mode == "invalid_utf8":
+            await resp.write(b'data: {"choices":[{"delta":{"content":"\xff\xfe ok"}}]}\n\n')
+            await resp.write(b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n')
+        return resp
+
+    url = await serve({"/v1/chat/completions": handler})
+    ctx = make_ctx(url, endpoint={"timeout": 3.0 if mode in ("endless", "huge_line") else 1.0}, max_tokens=2, max_response_bytes=256 * 1024)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    r = await OpenAIProbe().run_once(ctx, timed=True)
+    assert loop.time() - t0 < 10  # ends at the endpoint's timeout at the latest
+    assert (r.status, r.error_class) == (status, error_class), r.error_message
+    if mode == "stall":
+        assert r.ttft_s is not None  # the token before the stall still gives a TTFT
+
+
+class FakeCounters:
+    """A CounterWindow stand-in (the real one lives in tokwatch.counters and scrapes /metrics)."""
+
+    def __init__(self, tps: float | None, shared: bool = False, fail: bool = False) -> None:
+        self.snapshots = 0
+        self.tps, self.shared, self.fail = tps, shared, fail
+
+    async def snapshot(self) -> object | None:
+        self.snapshots += 1
+        if self.fail:
+            raise OSError("metrics endpoint down")
+        return self.snapshots
+
+    def measure(self, before: object | None, after: object | None) -> CounterMeasurement | None:
+        if before is None or after is None:
+            return None
+        return CounterMeasurement(self.tps, self.shared, "shared window" if self.shared else None)
+
+
+async def test_counters_hook_timed_only_and_shared_policy(serve, make_ctx) -> None:
+    url = await serve({"/v1/chat/completions": sse_handler(["a", "b", "c", "d"])})
+    counters = FakeCounters(77.0)
+    r = await run_probe(get_probe("vllm"), make_ctx(url, "vllm", counters=counters, max_tokens=4))
+    assert counters.snapshots == 2  # warm-up skipped: before + after of the timed run only
+    assert r.status is Status.OK and r.source is TimingSource.VLLM_METRICS and r.tokens_per_second == 77.0
+
+    shared = FakeCounters(77.0, shared=True)
+    r = await get_probe("sglang").run_once(make_ctx(url, "sglang", counters=shared, max_tokens=4), timed=True)
+    assert r.source is TimingSource.CLIENT_STREAM and TimingSource.VLLM_METRICS in r.candidates
+    ctx = make_ctx(url, "sglang", counters=shared, max_tokens=4, shared_server_window="flag")
+    r = await get_probe("sglang").run_once(ctx, timed=True)
+    assert r.source is TimingSource.VLLM_METRICS and r.server_shared
+
+    broken = FakeCounters(77.0, fail=True)
+    r = await get_probe("llamacpp").run_once(
+        make_ctx(url, "llamacpp", counters=broken, max_tokens=4), timed=True
+    )
+    assert r.status is Status.OK and r.source is TimingSource.CLIENT_STREAM and broken.snapshots == 2
+
+    plain = FakeCounters(77.0)
+    await get_probe("openai").run_once(make_ctx(url, counters=plain, max_tokens=4), timed=True)
+    assert plain.snapshots == 0  # the openai kind has no server counters
+
+
+async def test_unreachable(make_ctx) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = await OpenAIProbe().run_once(make_ctx(f"http://127.0.0.1:{port}"), timed=True)
+    assert r.status is Status.UNREACHABLE and r.error_class == "connect"

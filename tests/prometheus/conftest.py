@@ -1,0 +1,188 @@
+"""Fixtures for the Prometheus/Alertmanager tests: the real tools, free ports, and processes that are always
+stopped, plus the paths of the shipped files under prometheus/."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import aiohttp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROM_DIR = ROOT / "prometheus"
+RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
+ALERT_RULES = PROM_DIR / "rules" / "tokwatch-alerts.yml"
+RECORDING_RULES = PROM_DIR / "rules" / "tokwatch-recording.yml"
+ALERTMANAGER_YML = PROM_DIR / "alertmanager.yml"
+PROMETHEUS_YML = PROM_DIR / "prometheus.yml"
+
+
+def _binary(name: str, *alternatives: str) -> str:
+    for candidate in (name, *alternatives):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    pytest.skip(f"{name} is not installed (Debian packages prometheus / prometheus-alertmanager)")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Path of promtool, or skip."""
+    return _binary("promtool")
+
+
+@pytest.fixture(scope="session")
+def amtool() -> str:
+    """Path of amtool, or skip."""
+    return _binary("amtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    """Path of the prometheus server, or skip."""
+    return _binary("prometheus")
+
+
+@pytest.fixture(scope="session")
+def alertmanager_bin() -> str:
+    """Path of the alertmanager server (Debian names it prometheus-alertmanager), or skip."""
+    return _binary("prometheus-alertmanager", "alertmanager")
+
+
+def run_tool(args: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a command line tool to completion, capturing its output."""
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def lint() -> ModuleType:
+    """prometheus/lint_metric_names.py loaded as a module (it is a script, not part of the package)."""
+    path = PROM_DIR / "lint_metric_names.py"
+    spec = importlib.util.spec_from_file_location("tokwatch_lint_metric_names", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Processes:
+    """Starts subprocesses with their output in log files; `stop_all` ends every one of them."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, args: Sequence[str], cwd: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start one process in its own process group; stdout and stderr go to `<log_dir>/<name>.log`."""
+        log = (self.log_dir / f"{name}.log").open("wb")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            proc = subprocess.Popen(
+                list(args), stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
+            )
+        finally:
+            log.close()
+        self._procs.append((name, proc))
+        return proc
+
+    def log(self, name: str) -> str:
+        """The captured output of a process (last 4000 characters), for assertion messages."""
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def check_alive(self) -> None:
+        """Fail with the process's log if one of them has exited."""
+        for name, proc in self._procs:
+            if proc.poll() is not None:
+                pytest.fail(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
+
+    def stop_all(self) -> None:
+        """SIGTERM each process group, then SIGKILL what is still running after 10 s."""
+        for _, proc in self._procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for _, proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=5)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """Processes started by a test; all of them are stopped at teardown, pass or fail."""
+    procs = Processes(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+async def wait_until(
+    check: Callable[[], object], limit_s: float, what: str, interval: float = 0.25
+) -> object:
+    """Await `check()` (sync or async) until it returns a truthy value; fail naming `what` on timeout."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {limit_s:g}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def http_ok(session: aiohttp.ClientSession, url: str) -> bool:
+    """True if GET url answers 2xx right now."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            return resp.status < 300
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def kit() -> SimpleNamespace:
+    """The helpers above and the shipped file paths, for test modules (which cannot import conftest)."""
+    return SimpleNamespace(
+        root=ROOT,
+        prom_dir=PROM_DIR,
+        rule_files=RULE_FILES,
+        alert_rules=ALERT_RULES,
+        recording_rules=RECORDING_RULES,
+        alertmanager_yml=ALERTMANAGER_YML,
+        prometheus_yml=PROMETHEUS_YML,
+        run_tool=run_tool,
+        free_port=free_port,
+        wait_until=wait_until,
+        http_ok=http_ok,
+    )

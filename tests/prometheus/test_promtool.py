@@ -1,0 +1,154 @@
+"""The shipped Prometheus config and rules: valid for promtool, unit-tested, and the unit tests really test.
+
+Beyond `promtool test rules`, every alert is mutated three ways (never fires, fires when it should not,
+`for:` removed) and the unit tests must catch each mutation: that proves each alert has a "fires", a
+"stays silent" and a "`for:` respected" case.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+SEVERITIES = {"critical", "warning", "info"}
+RECORD_NAME_RE = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")
+
+
+def _alerts(path: Path) -> list[dict[str, Any]]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+def _duration_s(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)([smhd])", str(text)))
+
+
+def test_prometheus_config_is_valid(promtool: str, kit: SimpleNamespace) -> None:
+    out = kit.run_tool([promtool, "check", "config", str(kit.prometheus_yml)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 rule files found" in out.stdout
+
+
+def test_rule_files_are_valid(promtool: str, kit: SimpleNamespace) -> None:
+    out = kit.run_tool([promtool, "check", "rules", *map(str, kit.rule_files)])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_rule_unit_tests_pass(promtool: str, kit: SimpleNamespace) -> None:
+    tests = sorted((kit.prom_dir / "tests").glob("*.yml"))
+    assert len(tests) >= 4
+    out = kit.run_tool([promtool, "test", "rules", *map(str, tests)], timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("SUCCESS") == len(tests)
+
+
+def test_every_alert_has_labels_annotations_and_runbook(kit: SimpleNamespace) -> None:
+    docs = (kit.root / "docs" / "alerts.md").read_text(encoding="utf-8")
+    anchors = {
+        re.sub(r"[^a-z0-9_ -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", docs, re.MULTILINE)
+    }
+    alerts = _alerts(kit.alert_rules)
+    assert len(alerts) >= 15
+    for rule in alerts:
+        name = rule["alert"]
+        assert "for" in rule, f"{name}: no for:"
+        assert rule["labels"]["severity"] in SEVERITIES, name
+        ann = rule["annotations"]
+        assert {"summary", "description", "runbook_url"} <= set(ann), name
+        assert (
+            "$labels.endpoint" in ann["summary"]
+            or "$labels.instance" in ann["summary"]
+            or (name == "TokwatchTargetMissing")
+        ), f"{name}: summary names neither endpoint nor instance"
+        anchor = ann["runbook_url"].rpartition("#")[2]
+        assert ann["runbook_url"].split("#")[0].endswith("docs/alerts.md"), name
+        assert anchor == name.lower(), f"{name}: runbook anchor {anchor}"
+        assert anchor in anchors, f"{name}: docs/alerts.md has no section #{anchor}"
+
+
+def test_recording_rule_names_follow_level_metric_operations(kit: SimpleNamespace) -> None:
+    doc = yaml.safe_load(kit.recording_rules.read_text(encoding="utf-8"))
+    names = [r["record"] for g in doc["groups"] for r in g["rules"]]
+    assert len(names) == len(set(names))
+    assert {"endpoint:tokwatch_ttft_seconds:p99_1h", "endpoint:tokwatch_probe_runs:ok_ratio_7d"} <= set(names)
+    for name in names:
+        assert RECORD_NAME_RE.match(name), name
+
+
+def _mutants(alerts_path: Path) -> list[tuple[str, str, str]]:
+    """(alert, mutation, mutated rule-file text) for every alert and applicable mutation."""
+    doc = yaml.safe_load(alerts_path.read_text(encoding="utf-8"))
+    out = []
+    for gi, group in enumerate(doc["groups"]):
+        for ri, rule in enumerate(group["rules"]):
+            if "alert" not in rule:
+                continue
+            mutations: dict[str, dict[str, Any]] = {
+                "never fires": {"expr": "vector(0) > 1"},
+                # A label-less extra series, present whatever the input: caught only by a "stays
+                # silent" expectation evaluated after the alert's `for:` has elapsed.
+                "fires without cause": {"expr": f"({rule['expr'].strip()}) or vector(1)"},
+            }
+            if _duration_s(rule.get("for", "0s")) > 0:
+                mutations["for: removed"] = {"for": "0s"}
+            for label, change in mutations.items():
+                mutated = yaml.safe_load(alerts_path.read_text(encoding="utf-8"))
+                mutated["groups"][gi]["rules"][ri].update(change)
+                out.append((rule["alert"], label, yaml.safe_dump(mutated, sort_keys=False)))
+    return out
+
+
+def _tests_for(alert: str, test_files: list[Path]) -> dict[str, Any]:
+    """A promtool test file holding only the test groups that check `alert`."""
+    groups: list[dict[str, Any]] = []
+    base: dict[str, Any] = {}
+    for path in test_files:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        mine = [t for t in doc["tests"] if any(a["alertname"] == alert for a in t.get("alert_rule_test", []))]
+        if mine:
+            base = doc
+            groups.extend(mine)
+    return {**base, "tests": groups}
+
+
+def test_unit_tests_catch_every_mutated_alert(promtool: str, kit: SimpleNamespace, tmp_path: Path) -> None:
+    test_files = sorted((kit.prom_dir / "tests").glob("*.yml"))
+    mutants = _mutants(kit.alert_rules)
+    assert len(mutants) >= 45
+    original = kit.alert_rules.read_text(encoding="utf-8")
+    alerts = [a["alert"] for a in _alerts(kit.alert_rules)]
+    # The harness must pass every unmutated alert, or every mutant would be "caught" trivially.
+    jobs = [(alert, "unmutated", original) for alert in alerts] + mutants
+
+    def passes(index: int, alert: str, text: str) -> bool:
+        work = tmp_path / f"m{index}"
+        (work / "rules").mkdir(parents=True)
+        (work / "tests").mkdir()
+        shutil.copy(kit.recording_rules, work / "rules" / kit.recording_rules.name)
+        (work / "rules" / kit.alert_rules.name).write_text(text, encoding="utf-8")
+        tests = _tests_for(alert, test_files)
+        assert tests["tests"], f"no promtool unit test checks {alert}"
+        test_file = work / "tests" / "only_test.yml"
+        test_file.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+        return kit.run_tool([promtool, "test", "rules", str(test_file)]).returncode == 0
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda j: passes(j[0], *j[1][::2]), enumerate(jobs)))
+    failing_originals = [
+        a for (a, label, _), ok in zip(jobs, results, strict=True) if label == "unmutated" and not ok
+    ]
+    assert not failing_originals, f"unmutated alerts fail in the mutation harness: {failing_originals}"
+    survivors = [
+        f"{alert}: {label}"
+        for (alert, label, _), ok in zip(jobs, results, strict=True)
+        if label != "unmutated" and ok
+    ]
+    assert not survivors, "mutations the promtool unit tests did not catch:\n" + "\n".join(survivors)

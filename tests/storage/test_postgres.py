@@ -1,0 +1,219 @@
+"""PostgreSQL backend against a real server: migrations, partitions, retention, replay, outage, renames."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from tokwatch.config import StorageSettings
+from tokwatch.result import Status
+from tokwatch.storage import (
+    EndpointSpec,
+    RunWriter,
+    SchemaTooNewError,
+    StorageError,
+    open_store,
+    window_figures,
+)
+from tokwatch.storage.devserver import PASSWORD, LocalPostgres
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.rows import RunRow
+
+
+async def _store(dsn: str, **kw: object) -> PostgresStore:
+    store = PostgresStore(dsn, timeout_s=3.0, **kw)  # type: ignore[arg-type]
+    await store.open()
+    return store
+
+
+def _row(endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None) -> RunRow:
+    return RunRow(
+        run_id=run_id or f"{endpoint}-{t}",
+        time=t,
+        endpoint=endpoint,
+        status=status,
+        tokens_per_second=tps,
+    )
+
+
+async def test_migrate_from_empty_then_idempotent(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    try:
+        assert (await store.schema_status()).current == 0
+        assert await store.migrate() == [1, 2]
+        assert await store.migrate() == []
+        st = await store.schema_status()
+        assert (st.current, st.known, st.pending, st.too_new) == (2, 2, (), False)
+        assert store.backend == "postgres"  # no timescaledb on this server
+    finally:
+        await store.close()
+    with psycopg.connect(pg_dsn) as conn:
+        kind = conn.execute("SELECT relkind FROM pg_class WHERE relname = 'runs'").fetchone()
+    assert kind == ("p",)  # partitioned table
+
+
+async def test_partitions_ahead_and_retention_drop(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    try:
+        await store.migrate()
+        now = time.time()
+        this_month = datetime.fromtimestamp(now, UTC)
+        parts = await store.partitions()
+        assert f"runs_p{this_month.year:04d}_{this_month.month:02d}" in parts
+        assert len(parts) >= 4  # previous, current and two ahead
+        # A replayed run far in the past gets its own partition on demand.
+        old = datetime(2020, 3, 15, tzinfo=UTC).timestamp()
+        assert await store.write_runs([_row("a", old), _row("a", now)]) == 2
+        assert "runs_p2020_03" in await store.partitions()
+        report = await store.maintain(now, retention_s=400 * 86400)
+        assert "runs_p2020_03" in report.partitions_dropped
+        assert "runs_p2020_03" not in await store.partitions()
+        assert await store.count_runs() == 1  # the recent run survives
+    finally:
+        await store.close()
+
+
+async def test_replay_twice_stores_once(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    try:
+        now = time.time()
+        rows = [_row("a", now - i * 60) for i in range(20)]
+        assert await store.write_runs(rows) == 20
+        assert await store.write_runs(rows) == 0
+        assert await store.write_runs(rows[5:8]) == 0
+        assert await store.count_runs() == 20
+    finally:
+        await store.close()
+
+
+async def test_rename_keeps_id_and_history(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    try:
+        now = time.time()
+        ids = await store.sync_endpoints([EndpointSpec("old-name")])
+        await store.write_runs([_row("old-name", now - 3600, 40.0), _row("old-name", now - 7200, 60.0)])
+        renamed = await store.sync_endpoints([EndpointSpec("new-name", ("old-name",))])
+        assert renamed["new-name"] == ids["old-name"]
+        # A late replay under the old name lands on the same endpoint.
+        await store.write_runs([_row("old-name", now - 60, 50.0)])
+        stats = await store.window_stats(now - 86400, now + 1)
+        assert set(stats) == {"new-name"}
+        assert stats["new-name"].runs == 3
+        assert stats["new-name"].median == pytest.approx(50.0)
+        again = await store.sync_endpoints([EndpointSpec("new-name", ("old-name",))])
+        assert again == renamed  # idempotent
+    finally:
+        await store.close()
+
+
+async def test_window_figures_match_numpy(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    rng = np.random.default_rng(7)
+    now = time.time()
+    try:
+        rows: list[RunRow] = []
+        expected = {}
+        for ep in ("alpha", "beta", "gamma"):
+            values = rng.normal(60, 6, size=37)
+            statuses = ["ok"] * 37 + ["timeout"] * 3
+            for i, st in enumerate(statuses):
+                tps = float(values[i]) if st == "ok" else None
+                rows.append(_row(ep, now - 600 - i * 1800, tps, st))
+            rows.append(_row(ep, now - 3 * 86400, 999.0))  # outside 24 h, inside 7 d
+            ok_in = [float(values[i]) for i in range(37) if 600 + i * 1800 < 86400]
+            expected[ep] = (ok_in, sum(1 for i in range(40) if 600 + i * 1800 < 86400))
+        await store.write_runs(rows)
+        figures = await window_figures(store, now)
+        for ep, (ok_in, n_all) in expected.items():
+            f = figures[ep]
+            arr = np.array(ok_in)
+            assert f.window == "24h"
+            assert f.runs == n_all
+            assert f.ok_runs == len(ok_in)
+            assert f.median == pytest.approx(float(np.median(arr)), rel=1e-12)
+            assert f.stddev == pytest.approx(float(np.std(arr, ddof=1)), rel=1e-9)
+            assert f.cv == pytest.approx(float(np.std(arr, ddof=1) / np.mean(arr)), rel=1e-9)
+            assert f.uptime == pytest.approx(len(ok_in) / n_all)
+        hourly = await store.hourly(now - 86400, now + 3600)
+        assert sum(int(h["runs"]) for h in hourly if h["endpoint"] == "alpha") >= expected["alpha"][1]  # type: ignore[call-overload]
+    finally:
+        await store.close()
+
+
+async def test_refuses_newer_schema(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    await store.migrate()
+    await store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO tokwatch_schema (version, name) VALUES (99, 'from_the_future')")
+    with pytest.raises(SchemaTooNewError, match="schema version 99, newer than this tokwatch knows"):
+        await open_store(StorageSettings(dsn=pg_dsn), instance="test")  # type: ignore[arg-type]
+
+
+async def test_password_never_in_errors(
+    pg_server: LocalPostgres, pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "Wr0ng-Pa55word-xyz"
+    dsn = pg_dsn.replace(PASSWORD, wrong)
+    store = await _store(dsn)
+    try:
+        with pytest.raises(StorageError) as info:
+            await store.migrate()
+        message = str(info.value)
+        assert wrong not in message and PASSWORD not in message
+        assert "127.0.0.1" in message  # still says which database
+        assert PASSWORD not in store.location and wrong not in store.location
+    finally:
+        await store.close()
+    # Unparseable DSN: clear error, no secret.
+    with pytest.raises(StorageError) as bad:
+        PostgresStore(f"host=127.0.0.1 password={wrong} port")
+    assert "invalid storage DSN" in str(bad.value)
+    assert wrong not in str(bad.value)
+    assert wrong not in caplog.text and PASSWORD not in caplog.text  # pool warnings included
+
+
+async def test_outage_mid_run_every_run_arrives_once(
+    pg_server: LocalPostgres, pg_dsn: str, tmp_path: Path, make_run: Any
+) -> None:
+    store = await _store(pg_dsn)
+    writer = RunWriter(
+        store, outbox_path=tmp_path / "outbox.jsonl", write_timeout_s=2.0, retry_min_s=0.2, retry_max_s=0.5
+    )
+    await writer.start()
+    now = time.time()
+    try:
+        first = [make_run("ep", now - 100 + i) for i in range(5)]
+        for r in first:
+            writer.submit(r)
+        assert await writer.flush(10)
+        await asyncio.to_thread(pg_server.stop)
+        during = [make_run("ep", now - 50 + i, status=Status.TIMEOUT, tps=None) for i in range(7)]
+        for r in during:
+            writer.submit(r)
+        for _ in range(200):  # the writer notices the outage and moves the runs to the outbox
+            if writer.outbox.pending == len(during):
+                break
+            await asyncio.sleep(0.05)
+        assert writer.outbox.pending == len(during)
+        s = writer.stats()
+        assert s.write_errors_total >= 1 and not s.up and s.oldest_unwritten_age_seconds > 0
+        await asyncio.to_thread(pg_server.start)
+        writer.submit(make_run("ep", now))
+        assert await writer.flush(30)
+        assert writer.stats().up
+    finally:
+        await writer.close()
+        await store.close()
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT run_id, count(*) FROM runs GROUP BY run_id").fetchall()
+    assert len(rows) == 13
+    assert all(n == 1 for _, n in rows)
+    assert {r[0] for r in rows} >= {r.run_id for r in during}

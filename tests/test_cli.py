@@ -1,0 +1,150 @@
+"""The command line as a user runs it: real processes, real signals, real loopback HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SIM = """
+listen: 127.0.0.1:{port}
+seed: 3
+servers:
+  - name: oa
+    dialect: openai
+    models:
+      - {{name: m, decode_tps: 2000, prefill_tps: 100000}}
+      - {{name: limited, decode_tps: 2000, faults: {{http_429: 1.0}}}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer within {timeout}s")
+
+
+def tokwatch(*args: str, **kw: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tokwatch", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    cfg = tmp_path / "sim.yml"
+    cfg.write_text(SIM.format(port=port))
+    proc = tokwatch("sim", "--config", str(cfg))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/oa/v1/models")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+def write_config(tmp_path: Path, sim_url: str) -> Path:
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(f"""
+probe: {{max_tokens: 8}}
+schedule: {{interval: 1h, offset: 0s}}
+storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
+endpoints:
+  - {{name: good, kind: openai, base_url: '{sim_url}/oa/v1', model: m}}
+  - {{name: limited, kind: openai, base_url: '{sim_url}/oa/v1', model: limited}}
+""")
+    return cfg
+
+
+def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, sim)
+    proc = subprocess.run([sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "good" in proc.stdout and "ok" in proc.stdout and "rate_limited" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg), "good"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "client_stream" in proc.stdout
+
+
+def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim)),
+                           "nope"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no endpoint named nope" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_serve_scrapes_then_exits_cleanly_on_sigterm(sim: str, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, sim)
+    port = free_port()
+    proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready")
+        deadline = time.monotonic() + 30
+        body = ""
+        while time.monotonic() < deadline and 'status="ok"} 1.0' not in body:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                body = resp.read().decode()
+            time.sleep(0.2)
+        assert 'tokwatch_probe_runs_total{endpoint="good",status="ok"} 1.0' in body
+        os.kill(proc.pid, signal.SIGHUP)  # unchanged file: reload is a no-op, process keeps running
+        time.sleep(0.3)
+        assert proc.poll() is None
+    finally:
+        code, _out, err = stop(proc)
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_serve_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yml"
+    cfg.write_text("schedule:\n  interval: often\n")
+    proc = subprocess.run([sys.executable, "-m", "tokwatch", "serve", "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert f"{cfg}:2: schedule.interval: invalid duration 'often'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_demo_runs_a_round_and_exits(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokwatch", "demo", "--rounds", "1", "--listen", f"127.0.0.1:{port}",
+         "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"metrics at http://127.0.0.1:{port}/metrics" in out
+    for name in ("openai-fast", "ollama-local", "llamacpp-local", "vllm-reasoning", "flaky-cloud"):
+        assert name in out
+    assert "engine" in out  # ollama / llama.cpp report engine timings

@@ -1,0 +1,207 @@
+"""HttpClient against real aiohttp servers on 127.0.0.1: stale keep-alive, caps, timeouts, timestamps."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from tokwatch.http import HttpClient, HttpStatusError, TransportError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SSE = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(routes: dict[str, Handler]) -> str:
+        app = web.Application()
+        for path, handler in routes.items():
+            app.router.add_route("*", path, handler)
+        runner = web.AppRunner(app, handler_cancellation=True)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    try:
+        yield start
+    finally:
+        for r in runners:
+            await r.cleanup()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as c:
+        yield c
+
+
+async def test_stale_keepalive_connection_is_replaced_not_unreachable(serve, client: HttpClient) -> None:
+    """llama-server closes after every streamed response while advertising keep-alive."""
+    seen: list[object] = []  # strong references: a freed transport's id() could be reused
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        assert transport is not None
+        if any(t is transport for t in seen):
+            transport.close()  # the server already considers this connection finished
+            return web.Response(status=500)
+        seen.append(transport)
+        resp = web.StreamResponse(headers={"Keep-Alive": "timeout=5, max=100", "Connection": "keep-alive"})
+        resp.content_type = "text/event-stream"
+        await resp.prepare(request)
+        await resp.write(SSE)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        transport.close()
+        return resp
+
+    url = await serve({"/v1/chat/completions": handler})
+    bodies = []
+    for _ in range(20):
+        async with client.stream(
+            "POST", url + "/v1/chat/completions", json_body={"a": 1}, timeout=10
+        ) as resp:
+            assert resp.status == 200
+            bodies.append(await resp.read())
+    assert bodies == [SSE + b"data: [DONE]\n\n"] * 20
+    assert client.stale_resends >= 1  # the path was exercised, not avoided by luck
+    assert client.stale_resends <= 20
+
+
+async def test_disconnect_on_fresh_connection_is_not_resent(serve, client: HttpClient) -> None:
+    calls = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response(status=500)
+
+    url = await serve({"/x": handler})
+    with pytest.raises(TransportError) as err:
+        async with client.stream("POST", url + "/x", json_body={}, timeout=5):
+            pass
+    assert err.value.kind == "reset" and err.value.phase == "response"
+    assert calls == 1 and client.stale_resends == 0
+
+
+async def test_chunks_are_timestamped_as_they_arrive(serve, client: HttpClient) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"one")
+        await asyncio.sleep(0.3)
+        await resp.write(b"two")
+        return resp
+
+    url = await serve({"/s": handler})
+    async with client.stream("GET", url + "/s", timeout=5) as resp:
+        got = [(t, d) async for t, d in resp.chunks()]
+    assert b"".join(d for _, d in got) == b"onetwo"
+    assert len(got) >= 2
+    assert resp.sent_at < got[0][0] <= got[-1][0]
+    assert got[-1][0] - got[0][0] >= 0.2  # the second piece was not buffered with the first
+    assert resp.last_byte_at == got[-1][0]
+
+
+async def test_endless_stream_is_capped(serve, client: HttpClient) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for _ in range(100_000):
+            await resp.write(b"data: " + b"x" * 4000 + b"\n\n")
+        return resp
+
+    url = await serve({"/s": handler})
+    with pytest.raises(TransportError) as err:
+        async with client.stream("GET", url + "/s", timeout=20, max_bytes=64 * 1024) as resp:
+            async for _ in resp.chunks():
+                pass
+    assert err.value.kind == "too_large"
+    assert resp.bytes_received <= 64 * 1024 + 70_000  # stopped within about one read of the cap
+
+
+async def test_declared_content_length_over_cap(serve, client: HttpClient) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"y" * 5000)
+
+    url = await serve({"/big": handler})
+    with pytest.raises(TransportError) as err:
+        await client.get_text(url + "/big", timeout=5, max_bytes=1024)
+    assert err.value.kind == "too_large"
+
+
+async def test_stall_mid_stream_times_out(serve, client: HttpClient) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(SSE)
+        await asyncio.sleep(30)
+        return resp
+
+    url = await serve({"/s": handler})
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(TransportError) as err:
+        async with client.stream("GET", url + "/s", timeout=0.5) as resp:
+            async for _ in resp.chunks():
+                pass
+    assert err.value.kind == "timeout" and err.value.phase == "body"
+    assert loop.time() - t0 < 10
+
+
+async def test_no_headers_times_out_in_response_phase(serve, client: HttpClient) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(30)
+        return web.Response()
+
+    url = await serve({"/s": handler})
+    with pytest.raises(TransportError) as err:
+        async with client.stream("GET", url + "/s", timeout=0.3):
+            pass
+    assert err.value.kind == "timeout" and err.value.phase == "response"
+
+
+async def test_connection_refused_is_connect_error(client: HttpClient) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TransportError) as err:
+        async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=5):
+            pass
+    assert err.value.kind == "connect" and err.value.phase == "connect"
+
+
+async def test_get_text_and_status_error(serve, client: HttpClient) -> None:
+    async def ok(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"metric 1\n\xff")
+
+    async def boom(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=503, text="overloaded")
+
+    url = await serve({"/metrics": ok, "/boom": boom})
+    assert await client.get_text(url + "/metrics", timeout=5) == "metric 1\n\ufffd"
+    with pytest.raises(HttpStatusError) as err:
+        await client.get_text(url + "/boom", timeout=5)
+    assert err.value.status == 503 and "overloaded" in err.value.body
+
+
+async def test_authorization_header_is_sent(serve, client: HttpClient) -> None:
+    async def echo(request: web.Request) -> web.StreamResponse:
+        return web.Response(text=request.headers.get("Authorization", ""))
+
+    url = await serve({"/e": echo})
+    async with client.stream(
+        "POST", url + "/e", json_body={}, headers={"Authorization": "Bearer k"}, timeout=5
+    ) as r:
+        assert await r.text() == "Bearer k"

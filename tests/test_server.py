@@ -1,0 +1,158 @@
+"""The exporter over real loopback HTTP against the simulated server: /metrics, /probe, reload, secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tokwatch.app import App
+from tokwatch.config import load_config_text
+from tokwatch.server import start_site
+from tokwatch.sim.config import load_sim_config_text
+from tokwatch.sim.testing import run_sim
+
+SECRET = "sk-test-0123456789abcdef"
+
+SIM = """
+seed: 1
+servers:
+  - name: oa
+    dialect: openai
+    api_key: sk-test-0123456789abcdef
+    models:
+      - {name: m, decode_tps: 2000, prefill_tps: 100000}
+  - name: slow
+    dialect: openai
+    models:
+      - {name: stall, decode_tps: 2000, prefill_tps: 100000, faults: {stall: 1.0}}
+      - {name: slowish, decode_tps: 10, prefill_tps: 100000}
+"""
+
+
+def exporter_config(url: str, extra: str = "") -> str:
+    return f"""
+probe: {{max_tokens: 16, warmup: false}}
+schedule: {{interval: 1h, offset: 0s, run_on_start: false}}
+endpoints:
+  - {{name: good, kind: openai, base_url: '{url}/oa/v1', model: m, api_key: {SECRET}, labels: {{team: a}}}}
+  - {{name: stalled, kind: openai, base_url: '{url}/slow/v1', model: stall, timeout: 1s}}
+  - {{name: slowish, kind: openai, base_url: '{url}/slow/v1', model: slowish}}
+{extra}"""
+
+
+@dataclass
+class Running:
+    app: App
+    url: str
+    sim_url: str
+    session: aiohttp.ClientSession
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[Running]:
+    async with run_sim(load_sim_config_text(SIM)) as sim:
+        cfg_file = tmp_path / "tokwatch.yml"
+        cfg_file.write_text(exporter_config(sim.url))
+        app = App(load_config_text(cfg_file.read_text(), str(cfg_file)), str(cfg_file))
+        await app.start()
+        runner, port = await start_site(app, "127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                yield Running(app, f"http://127.0.0.1:{port}", sim.url, session)
+        finally:
+            await app.stop()
+            await runner.cleanup()
+
+
+async def get(r: Running, path: str, **kw: object) -> tuple[int, str]:
+    async with r.session.get(r.url + path, **kw) as resp:  # type: ignore[arg-type]
+        return resp.status, await resp.text()
+
+
+async def test_probe_returns_only_that_runs_metrics(running: Running) -> None:
+    status, body = await get(running, "/probe?target=good")
+    assert status == 200
+    assert 'tokwatch_probe_success{endpoint="good",team="a"} 1.0' in body
+    assert 'tokwatch_probe_decode_tokens_per_second{endpoint="good",source="client_stream",team="a"}' in body
+    assert "stalled" not in body and "tokwatch_probe_runs_total" not in body
+    # the run is also recorded for /metrics
+    status, metrics = await get(running, "/metrics")
+    assert 'tokwatch_probe_runs_total{endpoint="good",status="ok",team="a"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:1/v1", "unknown", "", "good%0Aevil"])
+async def test_probe_rejects_urls_and_unknown_names(running: Running, target: str) -> None:
+    before = running.app.probe_metrics.state("good").runs.copy()  # type: ignore[union-attr]
+    status, body = await get(running, f"/probe?target={target}")
+    assert status == 400
+    assert "configured endpoint names" in body or "missing" in body
+    assert running.app.probe_metrics.state("good").runs == before  # type: ignore[union-attr]
+
+
+async def test_probe_debug_shows_log_without_secret(running: Running) -> None:
+    status, body = await get(running, "/probe?target=good&debug=true")
+    assert status == 200
+    assert "Logs for the probe:" in body and "timed run: ok" in body
+    assert SECRET not in body
+    _, metrics = await get(running, "/metrics")
+    assert SECRET not in metrics
+
+
+async def test_timeout_is_a_status_and_does_not_block_others(running: Running) -> None:
+    stalled = asyncio.create_task(get(running, "/probe?target=stalled"))
+    status, body = await get(running, "/probe?target=good")  # answers while the other stalls
+    assert status == 200 and 'tokwatch_probe_success{endpoint="good",team="a"} 1.0' in body
+    assert not stalled.done()
+    status, body = await asyncio.wait_for(stalled, 10)
+    assert 'tokwatch_probe_status{endpoint="stalled",status="timeout"} 1.0' in body
+
+
+async def test_concurrent_probes_of_one_target_share_one_run(running: Running) -> None:
+    results = await asyncio.gather(*(get(running, "/probe?target=slowish") for _ in range(3)))
+    assert all(s == 200 for s, _ in results)
+    state = running.app.probe_metrics.state("slowish")
+    assert state is not None and sum(state.runs.values()) == 1
+
+
+async def test_scrape_timeout_header_caps_the_probe(running: Running) -> None:
+    headers = {"X-Prometheus-Scrape-Timeout-Seconds": "1.5"}
+    t0 = asyncio.get_running_loop().time()
+    status, body = await get(running, "/probe?target=slowish", headers=headers)  # 16 tokens at 10 tok/s > 1 s
+    assert asyncio.get_running_loop().time() - t0 < 5
+    assert 'status="timeout"} 1.0' in body
+
+
+async def test_health_ready_and_metrics_self(running: Running) -> None:
+    assert (await get(running, "/-/healthy"))[0] == 200
+    assert (await get(running, "/-/ready"))[0] == 200
+    _, metrics = await get(running, "/metrics")
+    assert "tokwatch_build_info{" in metrics
+    assert "tokwatch_config_last_reload_successful 1.0" in metrics
+    assert "tokwatch_scheduler_interval_seconds 3600.0" in metrics
+
+
+async def test_reload_applies_and_bad_reload_keeps_config(running: Running, tmp_path: Path) -> None:
+    cfg = Path(running.app.config_path or "")
+    cfg.write_text(exporter_config(running.sim_url, "  - {name: added, kind: ollama, base_url: 'http://127.0.0.1:9', model: x}"))
+    async with running.session.post(running.url + "/-/reload") as resp:
+        assert resp.status == 200 and "reloaded" in await resp.text()
+    assert running.app.config.endpoint("added") is not None
+    cfg.write_text("endpoints: [{name: broken}]\n")
+    async with running.session.post(running.url + "/-/reload") as resp:
+        assert resp.status == 500
+        assert "endpoints[0].kind: Field required" in await resp.text()
+    assert running.app.config.endpoint("added") is not None
+    _, metrics = await get(running, "/metrics")
+    assert "tokwatch_config_last_reload_successful 0.0" in metrics
+
+
+async def test_secret_never_logged(running: Running, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    await get(running, "/probe?target=good&debug=true")
+    assert SECRET not in caplog.text
