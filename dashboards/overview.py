@@ -38,6 +38,12 @@ from dashboards.promql import (
     sel,
     status_code,
 )
+from tokwatch.config import ScheduleSettings
+from tokwatch.window import window_label
+
+# Defaults follow the exporter's own defaults, so a stock install shows data without touching variables.
+DEFAULT_SCHEDULE = ScheduleSettings.model_validate({})
+DEFAULT_WINDOW = window_label(DEFAULT_SCHEDULE.window)
 
 UID = "tokwatch-overview"
 TITLE = "tokwatch — Endpoints overview"
@@ -211,7 +217,9 @@ def _tiles(grid: Grid) -> None:
             ],
             unit=SECONDS,
             decimals=0,
-            thresholds=steps((GREEN, None), (AMBER, 7200.0), (RED, 21600.0)),
+            thresholds=steps(
+                (GREEN, None), (AMBER, 2 * DEFAULT_SCHEDULE.interval), (RED, 6 * DEFAULT_SCHEDULE.interval)
+            ),
         ),
         w=8,
         h=5,
@@ -523,9 +531,15 @@ def build() -> g.Dashboard:
             common.datasource_variable(),
             common.query_variable("endpoint", "Endpoint", "label_values(tokwatch_endpoint_info, endpoint)"),
             common.query_variable(
-                "window", "Window", "label_values(tokwatch_window_runs, window)", multi=False, default="24h"
+                "window",
+                "Window",
+                "label_values(tokwatch_window_runs, window)",
+                multi=False,
+                default=DEFAULT_WINDOW,
             ),
-            common.custom_variable("latency_window", "Latency window", ["1h", "6h", "24h", "7d"], "24h"),
+            common.custom_variable(
+                "latency_window", "Latency window", ["1h", "6h", "24h", "7d"], DEFAULT_WINDOW
+            ),
         ],
         annotations=[
             common.prometheus_annotation(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -32,6 +33,7 @@ class D:
     chars: int
     phase: str = "output"
     chunk_tokens: int | None = None
+    chunk: int = field(default_factory=itertools.count().__next__)
 
 
 def test_apportion_keeps_one_per_chunk_and_splits_surplus_by_length() -> None:
@@ -57,6 +59,27 @@ def test_token_events_sources() -> None:
     ev, src = token_events([D(1, 4), D(2, 4)], 0.0, 8, "engine")
     assert src == "engine" and total_tokens(ev) == 8
     assert token_events([], 0.0, 5) == ([], None)
+
+
+def test_chunk_spanning_both_phases_counts_as_one_chunk() -> None:
+    # "</think>\n\n" arrives as one chunk: 3 chunks, 3 tokens -> the mixed chunk's token goes to its longer part
+    deltas = [
+        D(1.0, 5, "think", chunk=1),
+        D(2.0, 8, "think", chunk=2),
+        D(2.0, 2, "output", chunk=2),
+        D(3.0, 3, chunk=3),
+    ]
+    ev, src = token_events(deltas, 0.0, 3)
+    assert src == "usage"
+    assert [(e.t, e.tokens, e.phase) for e in ev] == [
+        (1.0, 1, "think"),
+        (2.0, 1, "think"),
+        (3.0, 1, "output"),
+    ]
+    ev, src = token_events(deltas, 0.0, 7)  # surplus 4 over chunk lengths 5/10/3, then by part length
+    assert src == "usage" and total_tokens(ev) == 7
+    assert apportion(3, [8, 2], at_least_one=False) == [2, 1]
+    assert apportion(1, [2, 8], at_least_one=False) == [0, 1]
 
 
 def _ev(*items: tuple[float, int, str]) -> list[TokenEvent]:

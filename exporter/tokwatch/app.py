@@ -9,10 +9,12 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, load_config_text
+from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
 from tokwatch.http import HttpClient
 from tokwatch.metrics import (
     ExporterCollector,
@@ -31,6 +33,7 @@ from tokwatch.scheduler import Scheduler
 from tokwatch.window import RunWindow, WindowFigures
 
 log = logging.getLogger("tokwatch")
+W = TypeVar("W", ServerCounters, OllamaSignals)
 
 
 class MemoryWindows(WindowSourceLike):
@@ -103,6 +106,10 @@ class App:
         self.registry.register(self.probe_metrics)
         self.registry.register(ExporterCollector(self.status))
         self.registry.register(WindowCollector(self.windows))
+        self.server_collector = ServerCollector()
+        self.registry.register(self.server_collector)
+        self._counters: dict[str, ServerCounters] = {}
+        self._ollama: dict[str, OllamaSignals] = {}
         self.runner = ProbeRunner(self._start_probe)
         self.http: HttpClient | None = None
         self.ready = False
@@ -117,6 +124,7 @@ class App:
         """Open the HTTP client and start the scheduler."""
         self.http = HttpClient()
         await self.http.__aenter__()
+        await self._sync_server_watchers()
         if schedule:
             self._scheduler = Scheduler(
                 self._schedule_settings,
@@ -136,6 +144,12 @@ class App:
         await self.runner.cancel_all()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        for counters in self._counters.values():
+            await counters.close()
+        for signals in self._ollama.values():
+            await signals.close()
+        self._counters.clear()
+        self._ollama.clear()
         if self.http is not None:
             await self.http.close()
             self.http = None
@@ -147,6 +161,41 @@ class App:
         self.probe_metrics.set_endpoints(config.endpoints)
         self.windows.configure(config.endpoints, config.schedule.window)
         self.status.interval_s = config.schedule.interval
+
+    async def _sync_server_watchers(self) -> None:
+        """Server-counter scrapers and Ollama pollers for the endpoints; unchanged ones keep running."""
+        http = self.http
+        if http is None:
+            return
+        wanted = {ep.name: ep for ep in self.config.enabled_endpoints}
+        await self._sync(self._counters, wanted, lambda ep: ServerCounters(ep, http), "metrics")
+        await self._sync(self._ollama, wanted, lambda ep: OllamaSignals(ep, http), "ollama")
+
+    async def _sync(
+        self,
+        watchers: dict[str, W],
+        wanted: dict[str, EndpointSettings],
+        make: Callable[[EndpointSettings], W],
+        what: str,
+    ) -> None:
+        for name, watcher in list(watchers.items()):
+            if wanted.get(name) != watcher.endpoint:
+                await watcher.close()
+                self.server_collector.remove(name)
+                del watchers[name]
+        for name, ep in wanted.items():
+            applies = ep.effective_metrics_url is not None if what == "metrics" else ep.kind == "ollama"
+            if applies and name not in watchers:
+                watchers[name] = watcher = make(ep)
+                self.server_collector.add(watcher.state)
+                await watcher.start()
+
+    async def reload_async(self) -> tuple[bool, str]:
+        """Reload the config file and re-sync the server watchers (the /-/reload and SIGHUP path)."""
+        ok, message = self.reload()
+        if ok:
+            await self._sync_server_watchers()
+        return ok, message
 
     def reload(self, text: str | None = None) -> tuple[bool, str]:
         """Re-read the config file (or `text`); keeps the old config on error. Returns (ok, message)."""
@@ -222,6 +271,7 @@ class App:
             api_key=self.keys.get(name),
             log=plog,
             instance=self.instance,
+            counters=counters.window if (counters := self._counters.get(name)) else None,
         )
         self.status.in_flight += 1
         try:
@@ -235,6 +285,8 @@ class App:
         """Feed one timed run to every sink (metrics, window, store)."""
         self.probe_metrics.record(result)
         self.windows.add(result)
+        if (signals := self._ollama.get(result.endpoint)) is not None:
+            signals.observe(result)
 
 
 def _digest_file(path: str) -> str | None:

@@ -37,7 +37,8 @@ class TextDelta:
     """Generated text from one chunk. `t` is the absolute perf_counter receive time.
 
     `chars` counts every generated character, including stripped `<think>` tags (so a tag-only chunk is a
-    token event with empty `text`); `chunk_tokens` is the token count the server reported for this chunk.
+    token event with empty `text`); `chunk_tokens` is the token count the server reported for this part.
+    A chunk whose text spans both phases yields one delta per phase, all with the same `chunk` number.
     """
 
     t: float
@@ -45,6 +46,7 @@ class TextDelta:
     phase: Phase
     chars: int
     chunk_tokens: int | None = None
+    chunk: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,16 +305,20 @@ def _timings(d: Any, t: float) -> LlamaTimings | None:
 
 
 def _deltas(
-    t: float, reasoning: str, content: str, think: ThinkTagSplitter, chunk_tokens: int | None
+    t: float, reasoning: str, content: str, think: ThinkTagSplitter, chunk_tokens: int | None, chunk: int
 ) -> list[TextDelta]:
     segs: list[tuple[Phase, str, int]] = [("think", reasoning, len(reasoning))] if reasoning else []
     if content:
         segs.extend(think.feed(content))
     segs = _merge([s for s in segs if s[2] > 0])
     if chunk_tokens is None or not segs:
-        return [TextDelta(t, text, phase, chars) for phase, text, chars in segs]
-    shares = apportion(chunk_tokens, [c for _, _, c in segs])
-    return [TextDelta(t, text, ph, c, n) for (ph, text, c), n in zip(segs, shares, strict=True)]
+        return [TextDelta(t, text, phase, chars, None, chunk) for phase, text, chars in segs]
+    shares = apportion(chunk_tokens, [c for _, _, c in segs], at_least_one=False)
+    return [TextDelta(t, text, ph, c, n, chunk) for (ph, text, c), n in zip(segs, shares, strict=True)]
+
+
+def _flushed(think: ThinkTagSplitter, t: float, chunk: int) -> list[TextDelta]:
+    return [TextDelta(t, text, ph, c, None, chunk) for ph, text, c in think.flush()]
 
 
 # --- OpenAI-style ----------------------------------------------------------------------------------------
@@ -325,6 +331,7 @@ class OpenAIStreamParser:
         self._sse = SseDecoder()
         self._think = ThinkTagSplitter()
         self._last_completion = 0  # cumulative completion_tokens at the last token event
+        self._chunk = 0
         self.done = False
 
     def feed(self, data: bytes, t: float) -> list[StreamEvent]:
@@ -339,7 +346,7 @@ class OpenAIStreamParser:
         out: list[StreamEvent] = []
         for et, payload in self._sse.close(t):
             self._event(et, payload, out)
-        out.extend(TextDelta(t, text, ph, c) for ph, text, c in self._think.flush())
+        out.extend(_flushed(self._think, t, self._chunk + 1))
         return out
 
     def _event(self, t: float, payload: str, out: list[StreamEvent]) -> None:
@@ -348,6 +355,7 @@ class OpenAIStreamParser:
             out.append(Done(t))
             return
         obj = loads_json(payload)
+        self._chunk += 1
         if not isinstance(obj, dict):
             raise StreamProtocolError("bad_shape", f"chunk is {type(obj).__name__}, expected an object")
         if "error" in obj and not obj.get("choices"):
@@ -369,7 +377,7 @@ class OpenAIStreamParser:
             if usage is not None and usage.completion_tokens is not None and (reasoning or content):
                 chunk_tokens = max(0, usage.completion_tokens - self._last_completion)
                 self._last_completion = usage.completion_tokens
-            out.extend(_deltas(t, reasoning, content, self._think, chunk_tokens))
+            out.extend(_deltas(t, reasoning, content, self._think, chunk_tokens, self._chunk))
             if isinstance(choice.get("finish_reason"), str):
                 finish = choice["finish_reason"]
         if usage is not None:
@@ -396,8 +404,8 @@ def parse_chat_completion(obj: Any, t: float) -> list[StreamEvent]:
     reasoning = _reasoning(message, "message")
     content = _str_field(message, "content", "message")
     think = ThinkTagSplitter()
-    out: list[StreamEvent] = list(_deltas(t, reasoning, content, think, None))
-    out.extend(TextDelta(t, text, ph, c) for ph, text, c in think.flush())
+    out: list[StreamEvent] = list(_deltas(t, reasoning, content, think, None, 0))
+    out.extend(_flushed(think, t, 0))
     if obj.get("usage") is not None:
         out.append(_usage(obj["usage"], t))
     if isinstance(choices[0].get("finish_reason"), str):
@@ -417,6 +425,7 @@ class OllamaStreamParser:
     def __init__(self) -> None:
         self._lines = NdjsonDecoder()
         self._think = ThinkTagSplitter()
+        self._chunk = 0
         self.done = False
 
     def feed(self, data: bytes, t: float) -> list[StreamEvent]:
@@ -431,11 +440,12 @@ class OllamaStreamParser:
         out: list[StreamEvent] = []
         for lt, line in self._lines.close(t):
             out.extend(self.parse_object(loads_json(line), lt))
-        out.extend(TextDelta(t, text, ph, c) for ph, text, c in self._think.flush())
+        out.extend(_flushed(self._think, t, self._chunk + 1))
         return out
 
     def parse_object(self, obj: Any, t: float) -> list[StreamEvent]:
         """Events from one Ollama JSON object (a stream line or a whole non-streamed answer)."""
+        self._chunk += 1
         if not isinstance(obj, dict):
             raise StreamProtocolError("bad_shape", f"Ollama line is {type(obj).__name__}, expected an object")
         if "error" in obj:
@@ -453,10 +463,10 @@ class OllamaStreamParser:
             content = thinking = ""
         else:
             raise StreamProtocolError("bad_shape", "Ollama line has neither message, response nor done")
-        out: list[StreamEvent] = list(_deltas(t, thinking, content, self._think, None))
+        out: list[StreamEvent] = list(_deltas(t, thinking, content, self._think, None, self._chunk))
         if obj.get("done") is True:
             self.done = True
-            out.extend(TextDelta(t, text, ph, c) for ph, text, c in self._think.flush())
+            out.extend(_flushed(self._think, t, self._chunk))
             reason = obj.get("done_reason")
             out.append(
                 OllamaFinal(

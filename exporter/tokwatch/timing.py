@@ -27,19 +27,22 @@ class DeltaLike(Protocol):
     def chars(self) -> int: ...
     @property
     def chunk_tokens(self) -> int | None: ...
+    @property
+    def chunk(self) -> int: ...
 
 
-def apportion(total: int, weights: Sequence[int]) -> list[int]:
+def apportion(total: int, weights: Sequence[int], *, at_least_one: bool = True) -> list[int]:
     """Split `total` into integer shares by weight (largest remainder); each share >= 1 when total allows.
 
     Every content chunk carries at least one token, so when `total >= len(weights)` each gets 1 and only the
     surplus is split by weight; this keeps one-token chunks at one token however short their text.
+    `at_least_one=False` splits purely by weight (phase parts of one chunk).
     """
     n = len(weights)
     if n == 0:
         return []
     total = max(total, 0)
-    base = 1 if total >= n else 0
+    base = 1 if at_least_one and total >= n else 0
     rest = total - base * n
     w = [max(x, 0) for x in weights]
     wsum = sum(w)
@@ -70,18 +73,34 @@ def token_events(
     if all(d.chunk_tokens is not None for d in deltas):
         counts = [int(d.chunk_tokens or 0) for d in deltas]
         source = "chunk_usage"
-    elif total_tokens is not None and total_tokens >= len(deltas):
-        counts = apportion(total_tokens, [d.chars for d in deltas])
-        source = total_source
     else:
-        counts = [1] * len(deltas)
-        source = "client_estimate"
+        groups = _chunk_groups(deltas)
+        if total_tokens is not None and total_tokens >= len(groups):
+            per_chunk = apportion(total_tokens, [sum(deltas[i].chars for i in g) for g in groups])
+            source = total_source
+        else:
+            per_chunk = [1] * len(groups)
+            source = "client_estimate"
+        counts = []
+        for g, k in zip(groups, per_chunk, strict=True):
+            counts.extend(apportion(k, [deltas[i].chars for i in g], at_least_one=False))
     events = [
         TokenEvent(t=d.t - sent_at, tokens=k, phase=d.phase, chars=d.chars)
         for d, k in zip(deltas, counts, strict=True)
         if k > 0  # a chunk the server says carried no new token (text held back by the detokenizer)
     ]
     return events, source
+
+
+def _chunk_groups(deltas: Sequence[DeltaLike]) -> list[list[int]]:
+    """Indexes of consecutive deltas that came from one chunk (a chunk spanning both phases gives two)."""
+    groups: list[list[int]] = []
+    for i, d in enumerate(deltas):
+        if groups and deltas[groups[-1][-1]].chunk == d.chunk:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def total_tokens(events: Sequence[TokenEvent], phase: Phase | None = None) -> int:

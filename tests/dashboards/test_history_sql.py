@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -48,6 +49,14 @@ def _run(cmd: list[str], timeout: float) -> None:
         pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stdout}{proc.stderr}")
 
 
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,14 +72,15 @@ def pg_dsn() -> Iterator[str]:
     as_user: list[str] = []
     workdir = Path(tempfile.mkdtemp(prefix="tokwatch-dash-pg-"))
     if os.geteuid() == 0:  # initdb refuses to run as root
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser; cannot start PostgreSQL")
+        if shutil.which("runuser") is None or not _user_exists("postgres"):
+            pytest.skip("running as root without runuser or a postgres user; cannot start PostgreSQL")
         as_user = ["runuser", "-u", "postgres", "--"]
         shutil.chown(workdir, user="postgres")
     data, port = workdir / "data", _free_port()
-    started = False
+    pg_ctl = [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60"]
+    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
     try:
-        subprocess.run(
+        _run(
             [
                 *as_user,
                 str(bindir / "initdb"),
@@ -81,50 +91,14 @@ def pg_dsn() -> Iterator[str]:
                 "--auth=trust",
                 "--no-sync",
             ],
-            check=True,
-            capture_output=True,
-            timeout=120,
+            120,
         )
-        options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(
-            [
-                *as_user,
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-o",
-                options,
-                "-l",
-                str(workdir / "log"),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=90,
-        )
-        started = True
-        yield f"host=127.0.0.1 port={port} user=tokwatch dbname=postgres connect_timeout=10"
+        try:
+            _run([*pg_ctl, "-o", options, "-l", str(workdir / "log"), "start"], 90)
+            yield f"host=127.0.0.1 port={port} user=tokwatch dbname=postgres connect_timeout=10"
+        finally:  # also after a failed or timed-out start, which may have left a server behind
+            subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True, timeout=90)
     finally:
-        if started:
-            subprocess.run(
-                [
-                    *as_user,
-                    str(bindir / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "-t",
-                    "60",
-                    "stop",
-                ],
-                capture_output=True,
-                timeout=90,
-            )
         shutil.rmtree(workdir, ignore_errors=True)
 
 

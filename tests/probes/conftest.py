@@ -70,3 +70,31 @@ async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]
     finally:
         for r in runners:
             await r.cleanup()
+
+
+@pytest.fixture
+async def start_sim() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """Start the in-process simulator with the given servers; stopped after the test."""
+    from contextlib import AsyncExitStack
+
+    from tokwatch.sim.config import SimConfig
+    from tokwatch.sim.testing import run_sim
+
+    async with AsyncExitStack() as stack:
+
+        async def start(*servers: dict[str, Any]) -> Any:
+            return await stack.enter_async_context(
+                run_sim(SimConfig.model_validate({"servers": list(servers)}))
+            )
+
+        yield start
+
+
+def sim_server(name: str, dialect: str, **model: Any) -> dict[str, Any]:
+    """One simulated server with one model named `m`."""
+    return {"name": name, "dialect": dialect, "models": [{"name": "m", **model}]}
+
+
+@pytest.fixture
+def server() -> Callable[..., dict[str, Any]]:
+    return sim_server

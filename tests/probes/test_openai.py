@@ -147,7 +147,12 @@ async def test_hostile_endpoints(serve, make_ctx, mode: str, status: Status, err
         return resp
 
     url = await serve({"/v1/chat/completions": handler})
-    ctx = make_ctx(url, endpoint={"timeout": 3.0 if mode in ("endless", "huge_line") else 1.0}, max_tokens=2, max_response_bytes=256 * 1024)
+    ctx = make_ctx(
+        url,
+        endpoint={"timeout": 3.0 if mode in ("endless", "huge_line") else 1.0},
+        max_tokens=2,
+        max_response_bytes=256 * 1024,
+    )
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     r = await OpenAIProbe().run_once(ctx, timed=True)

@@ -141,7 +141,7 @@ def test_unit_tests_catch_every_mutated_alert(promtool: str, kit: SimpleNamespac
         return kit.run_tool([promtool, "test", "rules", str(test_file)]).returncode == 0
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda j: passes(j[0], *j[1][::2]), enumerate(jobs)))
+        results = list(pool.map(lambda ij: passes(ij[0], ij[1][0], ij[1][2]), enumerate(jobs)))
     failing_originals = [
         a for (a, label, _), ok in zip(jobs, results, strict=True) if label == "unmutated" and not ok
     ]

@@ -33,7 +33,9 @@ async def _store(dsn: str, **kw: object) -> PostgresStore:
     return store
 
 
-def _row(endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None) -> RunRow:
+def _row(
+    endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None
+) -> RunRow:
     return RunRow(
         run_id=run_id or f"{endpoint}-{t}",
         time=t,
@@ -154,7 +156,7 @@ async def test_refuses_newer_schema(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO tokwatch_schema (version, name) VALUES (99, 'from_the_future')")
     with pytest.raises(SchemaTooNewError, match="schema version 99, newer than this tokwatch knows"):
-        await open_store(StorageSettings(dsn=pg_dsn), instance="test")  # type: ignore[arg-type]
+        await open_store(StorageSettings.model_validate({"dsn": pg_dsn}), instance="test")
 
 
 async def test_password_never_in_errors(

@@ -40,6 +40,7 @@ class BenchOutcome:
     metrics_before: str | None = None
     metrics_after: str | None = None
     client: dict[str, Any] = field(default_factory=dict)  # the benchmark client's own CPU cost
+    perf_t0: float = 0.0  # time.perf_counter() at the run start: `*_at_s` + perf_t0 is absolute
 
     @property
     def measured(self) -> list[RequestRecord]:

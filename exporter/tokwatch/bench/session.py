@@ -221,6 +221,7 @@ def _outcome(
         server=watch.figures() if watch else {},
         metrics_before=watch.before_text if watch else None,
         metrics_after=watch.after_text if watch else None,
+        perf_t0=state.t0,
     )
     outcome.client = {
         "cpu_s": cpu,

@@ -39,6 +39,12 @@ def _fault_point(req: SimRequest) -> int:
     return (req.plan.n or 0) // 2
 
 
+def _abort(req: SimRequest) -> None:
+    if req.rec.finish_reason is None:
+        req.rec.finish_reason = "abort"
+        req.rec.finished_at = time.perf_counter()
+
+
 def _bytes(req: SimRequest, data: bytes) -> bytes:
     return data.replace(_MARKER, INVALID_UTF8_BYTES) if req.profile.invalid_utf8 else data
 
@@ -61,15 +67,18 @@ async def _stream(req: SimRequest, request: web.Request, fmt: Formatter) -> web.
     try:
         for obj in fmt.start():
             await resp.write(fmt.frame(obj))
+        if fault is not None and strike_at == 0:
+            return await _strike(req, request, resp, fmt, fault)
         async with aclosing(gen.run()) as events:
             async for ev in events:
                 if isinstance(ev, Ping):
                     await resp.write(fmt.ping())
                     continue
-                if fault is not None and sent >= strike_at:
-                    return await _strike(req, request, resp, fmt, fault)
                 await _write_chunk(req, resp, fmt, ev)
                 sent += ev.tokens
+                # Strike before the generator computes another token, so truth holds exactly what was sent.
+                if fault is not None and sent >= strike_at:
+                    return await _strike(req, request, resp, fmt, fault)
         if fault is not None:
             return await _strike(req, request, resp, fmt, fault)
         for obj in fmt.finish(gen):
@@ -96,7 +105,7 @@ async def _strike(
     req: SimRequest, request: web.Request, resp: web.StreamResponse, fmt: Formatter, fault: str
 ) -> web.StreamResponse:
     """Apply a mid-stream fault to an already-started 200 response."""
-    req.rec.finish_reason = "abort"
+    _abort(req)
     if fault == "stall":
         await asyncio.sleep(req.profile.stall_seconds)
         reset_connection(request)
@@ -121,7 +130,7 @@ async def _buffered(req: SimRequest, request: web.Request, fmt: Formatter) -> we
     rec = req.rec
     headers = {"x-sim-request-id": rec.request_id}
     if req.fault == "stall":
-        rec.finish_reason = "abort"
+        _abort(req)
         await asyncio.sleep(req.profile.stall_seconds)
         reset_connection(request)
         return web.Response(status=200, headers=headers)

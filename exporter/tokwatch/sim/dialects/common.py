@@ -52,18 +52,19 @@ def llamacpp_timings(req: SimRequest) -> dict[str, Any]:
     """llama-server's `timings`: predicted_ms spans first to last token, per-token figures use n - 1 gaps."""
     rec = req.rec
     prompt_n = rec.prompt_tokens - rec.cached_tokens
-    prompt_ms = rec.prefill_seconds * 1000.0
+    # llama-server measures in microseconds, so its milliseconds carry 3 decimals; rates derive from those.
+    prompt_ms = round(rec.prefill_seconds * 1000.0, 3)
     predicted_n = rec.tokens
-    predicted_ms = (rec.decode_seconds or 0.0) * 1000.0
+    predicted_ms = round((rec.decode_seconds or 0.0) * 1000.0, 3)
     gaps = predicted_n - 1
     return {
         "cache_n": rec.cached_tokens,
         "prompt_n": prompt_n,
-        "prompt_ms": round(prompt_ms, 3),
+        "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
         "prompt_per_second": prompt_n * 1000.0 / prompt_ms if prompt_ms else 0.0,
         "predicted_n": predicted_n,
-        "predicted_ms": round(predicted_ms, 3),
+        "predicted_ms": predicted_ms,
         "predicted_per_token_ms": predicted_ms / gaps if gaps > 0 else 0.0,
         "predicted_per_second": gaps * 1000.0 / predicted_ms if gaps > 0 and predicted_ms else 0.0,
     }

