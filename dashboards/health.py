@@ -9,12 +9,14 @@ from dashboards.panels import (
     AMBER,
     COUNT,
     GREEN,
+    MIN_INTERVAL,
     RED,
     REF_SELF_METRICS,
     REF_SERVER,
     REF_STORAGE,
     SECONDS,
     Grid,
+    by_ref,
     describe,
     prom,
     stat,
@@ -27,7 +29,6 @@ from dashboards.panels import (
 UID = "tokwatch-health"
 TITLE = "tokwatch — Exporter health"
 INSTANCE = 'instance=~"$instance"'
-MIN_INTERVAL = "1m"
 
 
 def _sel(metric: str, *matchers: str) -> str:
@@ -177,8 +178,17 @@ def _storage(grid: Grid) -> None:
     grid.add(
         stat(
             "Store reachable",
-            describe("1 while the run store (PostgreSQL or SQLite) accepts writes.", REF_STORAGE),
-            [prom(f"max by (instance) ({_sel('tokwatch_storage_up')})", "{{instance}}", instant=True)],
+            describe(
+                "1 while the last operation on the run store (sqlite, postgres or timescaledb) succeeded.",
+                REF_STORAGE,
+            ),
+            [
+                prom(
+                    f"max by (instance, backend) ({_sel('tokwatch_storage_up')})",
+                    "{{instance}} ({{backend}})",
+                    instant=True,
+                )
+            ],
             unit="none",
             mappings=value_mapping({"0": ("DOWN", RED), "1": ("UP", GREEN)}),
             color_mode="background",
@@ -213,8 +223,12 @@ def _storage(grid: Grid) -> None:
     )
     grid.add(
         timeseries(
-            "Writes and write errors per bucket",
-            describe("Runs written to the store, and failed write attempts, per time bucket.", REF_STORAGE),
+            "Writes, write errors and dropped runs per bucket",
+            describe(
+                "Runs written to the store, failed write attempts (their runs go to the outbox) and runs "
+                "lost because the outbox itself could not be written, per time bucket.",
+                REF_STORAGE,
+            ),
             [
                 prom(
                     _per_bucket("tokwatch_storage_writes_total"),
@@ -226,6 +240,15 @@ def _storage(grid: Grid) -> None:
                     "{{instance}} errors",
                     ref="B",
                 ),
+                prom(
+                    _per_bucket("tokwatch_storage_dropped_runs_total"),
+                    "{{instance}} dropped (lost)",
+                    ref="C",
+                ),
+            ],
+            overrides=[
+                by_ref("B", color={"mode": "fixed", "fixedColor": "orange"}),
+                by_ref("C", color={"mode": "fixed", "fixedColor": "red"}),
             ],
             unit=COUNT,
             draw="bars",

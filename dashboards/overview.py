@@ -9,6 +9,7 @@ from dashboards.panels import (
     AMBER,
     COUNT,
     GREEN,
+    MIN_INTERVAL,
     RATIO,
     RED,
     REF_LATENCY,
@@ -50,8 +51,6 @@ TITLE = "tokwatch — Endpoints overview"
 
 IN_WINDOW = 'window="$window"'
 LATENCY_WINDOW = "$latency_window"
-# Bars and the status timeline bucket by $__interval; below ~4 scrapes increase() returns nothing.
-MIN_INTERVAL = "1m"
 
 
 def window_figure(metric: str) -> str:

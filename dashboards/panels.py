@@ -38,10 +38,14 @@ REF_LATENCY = DocRef("docs/methodology.md", "Streamed latency figures")
 REF_TOKENS = DocRef("docs/methodology.md", "Token counting")
 REF_WINDOW = DocRef("docs/metrics.md", "Window figures")
 REF_SELF_METRICS = DocRef("docs/metrics.md", "Exporter self-metrics")
-REF_SERVER = DocRef("docs/metrics.md", "Server counters")
+REF_SERVER = DocRef("docs/methodology.md", "Server counters")
 REF_STORAGE = DocRef("docs/metrics.md", "Storage")
 
 GREEN, AMBER, RED = "green", "#EAB839", "red"
+
+# Minimum bucket for panels built on increase(...[$__interval]): at least 4 scrapes at the 30 s scrape
+# interval of prometheus/prometheus.yml, or increase() has too few samples and returns nothing.
+MIN_INTERVAL = "2m"
 
 
 def steps(*pairs: tuple[str, float | None]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from dashboards.panels import (
     AMBER,
     COUNT,
     GREEN,
+    MIN_INTERVAL,
     RATIO,
     RED,
     REF_SERVER,
@@ -27,7 +28,6 @@ from dashboards.promql import sel
 
 UID = "tokwatch-server"
 TITLE = "tokwatch — Server counters"
-MIN_INTERVAL = "1m"
 
 
 def _per_endpoint(metric: str) -> str:
@@ -213,7 +213,7 @@ def _evictions(grid: Grid) -> None:
             describe("Extra server gauges mirrored from /metrics, by metric.", REF_SERVER),
             [
                 prom(
-                    f"max by (endpoint, metric) ({sel('tokwatch_server_mirrored')})",
+                    f"max by (endpoint, metric) ({sel('tokwatch_server_mirrored_value')})",
                     "{{endpoint}} {{metric}}",
                 )
             ],

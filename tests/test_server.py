@@ -38,6 +38,7 @@ servers:
 def exporter_config(url: str, extra: str = "") -> str:
     return f"""
 probe: {{max_tokens: 16, warmup: false}}
+storage: {{enabled: false}}
 schedule: {{interval: 1h, offset: 0s, run_on_start: false}}
 endpoints:
   - {{name: good, kind: openai, base_url: '{url}/oa/v1', model: m, api_key: {SECRET}, labels: {{team: a}}}}

@@ -62,7 +62,7 @@ def test_token_events_sources() -> None:
 
 
 def test_chunk_spanning_both_phases_counts_as_one_chunk() -> None:
-    # "</think>\n\n" arrives as one chunk: 3 chunks, 3 tokens -> the mixed chunk's token goes to its longer part
+    # "</think>\n\n" arrives as one chunk: 3 chunks, 3 tokens; the mixed chunk's token goes to its longer part
     deltas = [
         D(1.0, 5, "think", chunk=1),
         D(2.0, 8, "think", chunk=2),

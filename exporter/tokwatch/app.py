@@ -16,54 +16,18 @@ from prometheus_client import CollectorRegistry
 from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, load_config_text
 from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
 from tokwatch.http import HttpClient
-from tokwatch.metrics import (
-    ExporterCollector,
-    ExporterStatus,
-    LabelSet,
-    ProbeMetrics,
-    WindowCollector,
-    WindowSourceLike,
-)
+from tokwatch.metrics import ExporterCollector, ExporterStatus, ProbeMetrics, WindowCollector
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.runner import ProbeOutcome, ProbeRunner
 from tokwatch.scheduler import Scheduler
-from tokwatch.window import RunWindow, WindowFigures
+from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
+from tokwatch.window import MemoryWindows, WindowSnapshot
 
 log = logging.getLogger("tokwatch")
 W = TypeVar("W", ServerCounters, OllamaSignals)
-
-
-class MemoryWindows(WindowSourceLike):
-    """24h (configurable) window figures kept in memory, per endpoint."""
-
-    def __init__(self) -> None:
-        self._windows: dict[str, RunWindow] = {}
-        self._endpoints: Sequence[EndpointSettings] = ()
-        self._seconds = 86400.0
-
-    def configure(self, endpoints: Sequence[EndpointSettings], seconds: float) -> None:
-        """Apply a (re)loaded config; windows of endpoints that stay keep their runs."""
-        if seconds != self._seconds:
-            self._windows = {}
-            self._seconds = seconds
-        self._windows = {ep.name: self._windows.get(ep.name) or RunWindow(seconds) for ep in endpoints}
-        self._endpoints = endpoints
-
-    def add(self, result: RunResult) -> None:
-        """Account one timed run."""
-        window = self._windows.get(result.endpoint)
-        if window is not None:
-            window.add(result.started_at, result.ok, result.tokens_per_second)
-
-    def window_snapshot(self) -> tuple[LabelSet, list[tuple[EndpointSettings, WindowFigures]]]:
-        """Current figures for every endpoint."""
-        now = time.time()
-        return LabelSet(self._endpoints), [
-            (ep, self._windows[ep.name].figures(now)) for ep in self._endpoints
-        ]
 
 
 class Keys:
@@ -105,7 +69,11 @@ class App:
         self.windows = MemoryWindows()
         self.registry.register(self.probe_metrics)
         self.registry.register(ExporterCollector(self.status))
-        self.registry.register(WindowCollector(self.windows))
+        self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
+        self.registry.register(WindowCollector(lambda: self._window_snapshot()))
+        self.store: Store | None = None
+        self.writer: RunWriter | None = None
+        self._window_cache: WindowCache | None = None
         self.server_collector = ServerCollector()
         self.registry.register(self.server_collector)
         self._counters: dict[str, ServerCounters] = {}
@@ -120,8 +88,13 @@ class App:
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self, *, schedule: bool = True) -> None:
-        """Open the HTTP client and start the scheduler."""
+    async def start(self, *, schedule: bool = True, storage: bool = True) -> None:
+        """Open the store, the HTTP client and the server watchers, then start the scheduler.
+
+        Raises StorageError (e.g. a schema newer than this version knows) before anything is probed.
+        """
+        if storage and self.config.storage.enabled:
+            await self._open_storage()
         self.http = HttpClient()
         await self.http.__aenter__()
         await self._sync_server_watchers()
@@ -135,6 +108,18 @@ class App:
             )
             self._tasks.append(asyncio.create_task(self._scheduler.run(), name="tokwatch-scheduler"))
         self.ready = True
+
+    async def _open_storage(self) -> None:
+        settings = self.config.storage
+        self.store = await open_store(settings, instance=self.instance)
+        self.writer = make_writer(self.store, settings, instance=self.instance)
+        self.writer.sync_endpoints(self.config.endpoints)
+        await self.writer.start()
+        self.registry.register(StorageCollector(self.writer))
+        self._window_cache = WindowCache(self.store, window_s=self.config.schedule.window)
+        self._window_cache.configure(self.config.endpoints)
+        await self._window_cache.start()
+        self._window_snapshot = self._window_cache.snapshot
 
     async def stop(self) -> None:
         """Cancel in-flight probes and the scheduler, then close the client (SIGTERM path)."""
@@ -150,6 +135,12 @@ class App:
             await signals.close()
         self._counters.clear()
         self._ollama.clear()
+        if self._window_cache is not None:
+            await self._window_cache.close()
+        if self.writer is not None:
+            await self.writer.close()  # unwritten runs go to the durable outbox
+        if self.store is not None:
+            await self.store.close()
         if self.http is not None:
             await self.http.close()
             self.http = None
@@ -160,6 +151,10 @@ class App:
         self.config = config
         self.probe_metrics.set_endpoints(config.endpoints)
         self.windows.configure(config.endpoints, config.schedule.window)
+        if self.writer is not None:
+            self.writer.sync_endpoints(config.endpoints)
+        if self._window_cache is not None:
+            self._window_cache.configure(config.endpoints)
         self.status.interval_s = config.schedule.interval
 
     async def _sync_server_watchers(self) -> None:
@@ -217,6 +212,8 @@ class App:
             return False, str(exc)
         if config.listen != self.config.listen:
             log.warning("listen address changes take effect on restart only")
+        if config.storage != self.config.storage:
+            log.warning("storage settings change on restart only")
         self.keys = keys
         self._config_digest = digest
         self._apply(config)
@@ -284,7 +281,10 @@ class App:
     def record(self, result: RunResult) -> None:
         """Feed one timed run to every sink (metrics, window, store)."""
         self.probe_metrics.record(result)
-        self.windows.add(result)
+        if self.writer is not None:
+            self.writer.submit(result)  # never waits on the database
+        else:
+            self.windows.add(result.endpoint, result.started_at, result.ok, result.tokens_per_second)
         if (signals := self._ollama.get(result.endpoint)) is not None:
             signals.observe(result)
 

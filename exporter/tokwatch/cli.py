@@ -14,6 +14,7 @@ from tokwatch import __version__
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.storage.errors import StorageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("tokwatch")
@@ -135,7 +136,7 @@ async def _probe_once(config: Config, path: str, names: Sequence[str]) -> list[R
     from tokwatch.app import App
 
     app = App(config, path)
-    await app.start(schedule=False)
+    await app.start(schedule=False, storage=False)  # a one-off check, not part of the stored history
     try:
         return [(await app.probe(n)).result for n in names]
     finally:
@@ -225,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     from tokwatch.demo import add_commands as demo_commands
+    from tokwatch.storage import add_commands as storage_commands
 
-    return [demo_commands]
+    return [demo_commands, storage_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -238,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"tokwatch: configuration error:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StorageError as exc:
+        print(f"tokwatch: storage: {_FILTER.redactor(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -162,6 +162,13 @@ class EndpointSettings(_Strict):
     renamed_from: tuple[str, ...] = ()
     _durations = _duration_fields("timeout", "scrape_interval")
 
+    @field_validator("scrape_interval")
+    @classmethod
+    def _scrape_interval(cls, v: float) -> float:
+        if v < 1.0:
+            raise ValueError("must be at least 1s: scraping faster only adds load on the server")
+        return v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:

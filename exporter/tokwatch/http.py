@@ -8,6 +8,7 @@ raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import ssl
@@ -128,11 +129,14 @@ def _wrap(exc: BaseException, attempt: _Attempt, phase: Phase) -> TransportError
 
 
 class StreamResponse:
-    """An open response whose body is read piece by piece with receive timestamps."""
+    """An open response whose body is read piece by piece with receive timestamps.
+
+    A piece is stamped when the socket read completed (the connection protocol's `data_received`), not when
+    the reading coroutine resumed, so a busy event loop (many concurrent streams) does not shift the times.
+    """
 
     def __init__(self, resp: aiohttp.ClientResponse, sent_at: float, deadline: float, max_bytes: int) -> None:
         self._resp = resp
-        self._deadline = deadline  # loop.time() based
         self._max_bytes = max_bytes
         self.status: int = resp.status
         self.headers: Mapping[str, str] = resp.headers
@@ -141,6 +145,31 @@ class StreamResponse:
         self.first_byte_at: float | None = None
         self.last_byte_at: float | None = None
         self.bytes_received = 0
+        self._rx: float | None = None
+        # One timer per response instead of one per read: it fails the body stream at the deadline.
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+        self._proto: Any = None
+        proto = resp.connection.protocol if resp.connection is not None else None
+        if proto is not None and hasattr(proto, "__dict__"):
+            received = proto.data_received
+
+            def stamped(data: bytes) -> None:
+                self._rx = time.perf_counter()
+                received(data)
+
+            proto.data_received = stamped  # type: ignore[method-assign]
+            self._proto = proto
+
+    def _expire(self) -> None:
+        self._resp.content.set_exception(TransportError("timeout", "body", "timed out reading the response"))
+
+    def detach(self) -> None:
+        """Stop the timer and unhook the connection (before it returns to the pool)."""
+        self._timer.cancel()
+        if self._proto is not None:
+            with contextlib.suppress(AttributeError):
+                del self._proto.data_received
+            self._proto = None
 
     async def chunks(self) -> AsyncIterator[tuple[float, bytes]]:
         """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
@@ -152,13 +181,13 @@ class StreamResponse:
         content = self._resp.content
         while True:
             try:
-                async with asyncio.timeout_at(self._deadline):
-                    data = await content.readany()
+                data = await content.readany()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise _wrap(exc, _Attempt(connected=True), "body") from exc
             if not data:
                 return
-            now = time.perf_counter()
+            # Bytes buffered before the hook was installed arrived with the headers.
+            now = self._rx if self._rx is not None else self.headers_at
             if self.first_byte_at is None:
                 self.first_byte_at = now
             self.last_byte_at = now
@@ -267,12 +296,15 @@ class HttpClient:
             raise _wrap(exc, attempt, "response") from exc
         # t = 0 is when the request headers hit the socket (connection set-up excluded), when aiohttp says so.
         sent_at = attempt.headers_sent_at or sent_at
+        stream = StreamResponse(resp, sent_at, deadline, max_bytes)
         try:
-            yield StreamResponse(resp, sent_at, deadline, max_bytes)
+            yield stream
         except BaseException:
+            stream.detach()
             resp.close()  # an unfinished body must not go back to the pool
             raise
         else:
+            stream.detach()
             resp.release()
 
     async def get_text(

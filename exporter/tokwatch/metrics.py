@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import platform
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ from tokwatch.result import RunResult, Status
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings
-    from tokwatch.window import WindowFigures
+    from tokwatch.window import WindowSnapshot
 
 # Buckets suited to LLM serving: TTFT spans tens of ms (warm, local) to minutes (cold, overloaded);
 # per-token gaps span sub-ms (batched fast decode) to seconds (stalls, preemption).
@@ -286,58 +286,49 @@ def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metri
     return list(fams.all())
 
 
-class WindowCollector(Collector):
-    """Window figures (median/stddev/CV of ok-run tok/s, uptime) from whatever source the app provides."""
+_WINDOW_FAMILIES = (
+    ("tokwatch_window_decode_tokens_per_second_median", "Median tok/s of ok runs in the window.", "median"),
+    ("tokwatch_window_decode_tokens_per_second_stddev", "Sample stddev of ok-run tok/s.", "stddev"),
+    ("tokwatch_window_decode_tokens_per_second_cv_ratio", "Coefficient of variation (stddev / mean).", "cv"),
+    ("tokwatch_window_uptime_ratio", "ok runs / all runs in the window.", "uptime"),
+    ("tokwatch_window_runs", "Runs in the window.", "runs"),
+    ("tokwatch_window_ok_runs", "ok runs in the window.", "ok_runs"),
+)
 
-    def __init__(self, source: WindowSourceLike) -> None:
-        self._source = source
+
+class WindowCollector(Collector):
+    """`tokwatch_window_*` per endpoint and the fleet ratio, from the store cache or the memory window."""
+
+    def __init__(self, snapshot: Callable[[], WindowSnapshot]) -> None:
+        self._snapshot = snapshot
 
     def describe(self) -> Iterable[Metric]:
         """Families depend on config; nothing up front."""
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """Families from the source's latest cached snapshot."""
-        labels, figures = self._source.window_snapshot()
-        fams = _Families([*labels.names, "window"])
-        for ep, fig in figures:
-            lv = [*labels.values(ep), fig.window_label]
-            fams.gauge("tokwatch_window_runs", "Runs in the window.", lv, float(fig.runs))
-            fams.gauge("tokwatch_window_ok_runs", "Ok runs in the window.", lv, float(fig.ok_runs))
-            if fig.runs:
-                fams.gauge(
-                    "tokwatch_window_uptime_ratio", "Ok runs / all runs in the window.", lv, fig.uptime
-                )
-            if fig.median is not None:
-                fams.gauge(
-                    "tokwatch_window_decode_tokens_per_second_median",
-                    "Median tok/s of ok runs in the window.",
-                    lv,
-                    fig.median,
-                )
-            if fig.stddev is not None:
-                fams.gauge(
-                    "tokwatch_window_decode_tokens_per_second_stddev",
-                    "Sample standard deviation of ok-run tok/s in the window.",
-                    lv,
-                    fig.stddev,
-                )
-            if fig.cv is not None:
-                fams.gauge(
-                    "tokwatch_window_decode_tokens_per_second_cv_ratio",
-                    "Coefficient of variation (stddev / mean) of ok-run tok/s in the window.",
-                    lv,
-                    fig.cv,
-                )
-        yield from fams.all()
-
-
-class WindowSourceLike:
-    """Anything that can hand the collector a snapshot of window figures without I/O."""
-
-    def window_snapshot(self) -> tuple[LabelSet, list[tuple[EndpointSettings, WindowFigures]]]:
-        """Label set and per-endpoint figures."""
-        raise NotImplementedError
+        """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
+        snap = self._snapshot()
+        static_names = sorted({k for labels in snap.static_labels.values() for k in labels})
+        label_names = ["endpoint", *static_names, "window"]
+        for name, doc, attr in _WINDOW_FAMILIES:
+            family = GaugeMetricFamily(name, doc, labels=label_names)
+            for fig in snap.figures.values():
+                value = getattr(fig, attr)
+                if value is None:
+                    continue
+                static = snap.static_labels.get(fig.endpoint, {})
+                values = [fig.endpoint, *(static.get(k, "") for k in static_names), fig.window]
+                family.add_metric(values, value)
+            yield family
+        fleet = GaugeMetricFamily(
+            "tokwatch_fleet_fastest_vs_slowest_ratio",
+            "Median tok/s of the fastest endpoint over that of the slowest (ok runs).",
+            labels=["fastest", "slowest", "window"],
+        )
+        if snap.fleet is not None:
+            fleet.add_metric([snap.fleet.fastest, snap.fleet.slowest, snap.fleet.window], snap.fleet.ratio)
+        yield fleet
 
 
 @dataclass

@@ -174,15 +174,17 @@ class SseDecoder:
     """Bytes -> SSE `data` payloads; tolerant of comments/pings, other fields, CRLF and any split."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = bytearray()  # the unfinished line; bytearray so appends are amortised O(1)
         self._data: list[str] = []
 
     def feed(self, data: bytes, t: float) -> list[tuple[float, str]]:
         """Feed one network read received at `t`; return the events it completed."""
-        self._buf += data
         out: list[tuple[float, str]] = []
+        if b"\n" not in data:  # a long line arriving in pieces: no rescan of what is already buffered
+            self._buf += data
+            return out
+        buf = self._buf + data
         start = 0
-        buf = self._buf
         while (nl := buf.find(b"\n", start)) >= 0:
             self._line(buf[start:nl], t, out)
             start = nl + 1
@@ -194,13 +196,13 @@ class SseDecoder:
         out: list[tuple[float, str]] = []
         if self._buf:
             self._line(self._buf, t, out)
-            self._buf = b""
+            self._buf = bytearray()
         if self._data:
             out.append((t, "\n".join(self._data)))
             self._data = []
         return out
 
-    def _line(self, raw: bytes, t: float, out: list[tuple[float, str]]) -> None:
+    def _line(self, raw: bytes | bytearray, t: float, out: list[tuple[float, str]]) -> None:
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         if not raw:
@@ -222,17 +224,19 @@ class NdjsonDecoder:
     """Bytes -> complete lines (one JSON document each), blank lines skipped."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = bytearray()
 
     def feed(self, data: bytes, t: float) -> list[tuple[float, str]]:
         """Feed one network read received at `t`; return the lines it completed."""
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
+        if b"\n" not in data:
+            self._buf += data
+            return []
+        *lines, self._buf = (self._buf + data).split(b"\n")
         return [(t, s) for s in (ln.decode("utf-8", errors="replace").strip() for ln in lines) if s]
 
     def close(self, t: float) -> list[tuple[float, str]]:
         """End of body: an unterminated last line still counts."""
-        rest, self._buf = self._buf.decode("utf-8", errors="replace").strip(), b""
+        rest, self._buf = self._buf.decode("utf-8", errors="replace").strip(), bytearray()
         return [(t, rest)] if rest else []
 
 

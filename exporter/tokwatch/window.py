@@ -1,29 +1,21 @@
-"""In-memory window figures (median, stddev, CV of ok-run tok/s; uptime) used when no store is configured."""
+"""Window figures: median, stddev and CV of ok-run tok/s, uptime, and the fleet fastest-vs-slowest comparison.
+
+One set of types for both sources: the store (figures survive restarts, tokwatch.storage.window) and the
+in-memory window used when storage is disabled (`MemoryWindows`).
+"""
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
+from tokwatch.config import EndpointSettings
 from tokwatch.stats import coefficient_of_variation, median, sample_stddev
 
-
-@dataclass(frozen=True, slots=True)
-class WindowFigures:
-    """Figures over one time window for one endpoint."""
-
-    window_label: str
-    runs: int
-    ok_runs: int
-    median: float | None
-    stddev: float | None
-    cv: float | None
-
-    @property
-    def uptime(self) -> float:
-        """Ok runs / all runs (0 when there were none)."""
-        return self.ok_runs / self.runs if self.runs else 0.0
+CV_TIGHT = 0.05  # seed 000: below 5 % is tight (green)
+CV_TYPICAL = 0.15  # 5-15 % typical for shared infrastructure (amber); above: jittery (red)
 
 
 def window_label(seconds: float) -> str:
@@ -38,16 +30,95 @@ def window_label(seconds: float) -> str:
     return f"{s}s"
 
 
-def figures(label: str, runs: int, ok_tps: Sequence[float]) -> WindowFigures:
+def cv_band(cv: float | None) -> str | None:
+    """Seed 000 bands: below 5 % tight, 5-15 % typical, above 15 % jittery."""
+    if cv is None:
+        return None
+    if cv < CV_TIGHT:
+        return "tight"
+    if cv <= CV_TYPICAL:
+        return "typical"
+    return "jittery"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """One endpoint's figures over a window; tok/s figures come from `ok` runs only."""
+
+    endpoint: str
+    window: str
+    runs: int
+    ok_runs: int
+    median: float | None
+    stddev: float | None
+    cv: float | None
+    uptime: float | None
+
+    @property
+    def band(self) -> str | None:
+        """tight / typical / jittery."""
+        return cv_band(self.cv)
+
+
+def figures_from_samples(endpoint: str, window: str, runs: int, ok_tps: Sequence[float]) -> WindowFigures:
     """Window figures from a run count and the tok/s of the ok runs."""
     return WindowFigures(
-        window_label=label,
+        endpoint=endpoint,
+        window=window,
         runs=runs,
         ok_runs=len(ok_tps),
         median=median(ok_tps) if ok_tps else None,
         stddev=sample_stddev(ok_tps) if len(ok_tps) >= 2 else None,
         cv=coefficient_of_variation(ok_tps),
+        uptime=len(ok_tps) / runs if runs else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FleetComparison:
+    """Fastest vs slowest endpoint by median tok/s of `ok` runs over a window (seed 000 comparison)."""
+
+    fastest: str
+    slowest: str
+    fastest_median: float
+    slowest_median: float
+    window: str
+
+    @property
+    def ratio(self) -> float:
+        """fastest median / slowest median (>= 1)."""
+        return self.fastest_median / self.slowest_median
+
+    @property
+    def percent_faster(self) -> float:
+        """How much faster the fastest is, in percent."""
+        return (self.ratio - 1.0) * 100.0
+
+    def text(self) -> str:
+        """'X is N% faster than Y (7d median ...)'."""
+        return (
+            f"{self.fastest} is {self.percent_faster:.0f}% faster than {self.slowest} "
+            f"({self.window} median {self.fastest_median:.1f} vs {self.slowest_median:.1f} tok/s)"
+        )
+
+
+def compare_fleet(medians: Mapping[str, float | None], window: str) -> FleetComparison | None:
+    """Fastest vs slowest among endpoints with a positive median; None with fewer than two."""
+    ranked = sorted((m, name) for name, m in medians.items() if m is not None and m > 0)
+    if len(ranked) < 2:
+        return None
+    (slow_m, slow), (fast_m, fast) = ranked[0], ranked[-1]
+    return FleetComparison(fast, slow, fast_m, slow_m, window)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSnapshot:
+    """What the window collector exports; replaced whole on every refresh, read without I/O."""
+
+    figures: dict[str, WindowFigures] = field(default_factory=dict)
+    fleet: FleetComparison | None = None
+    refreshed_at: float | None = None
+    static_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class RunWindow:
@@ -61,10 +132,39 @@ class RunWindow:
         """Add one run (unix start time, ok?, tok/s when ok)."""
         self._runs.append((started_at, ok, tokens_per_second if ok else None))
 
-    def figures(self, now: float) -> WindowFigures:
+    def figures(self, endpoint: str, now: float) -> WindowFigures:
         """Figures over runs that started within `seconds` before `now`."""
         cutoff = now - self.seconds
         while self._runs and self._runs[0][0] < cutoff:
             self._runs.popleft()
         ok_tps = [tps for _, ok, tps in self._runs if ok and tps is not None]
-        return figures(window_label(self.seconds), len(self._runs), ok_tps)
+        return figures_from_samples(endpoint, window_label(self.seconds), len(self._runs), ok_tps)
+
+
+class MemoryWindows:
+    """Window figures kept in memory per endpoint, for `storage: {enabled: false}` (lost on restart)."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, RunWindow] = {}
+        self._static: dict[str, dict[str, str]] = {}
+        self._seconds = 86400.0
+
+    def configure(self, endpoints: Sequence[EndpointSettings], seconds: float) -> None:
+        """Apply a (re)loaded config; windows of endpoints that stay keep their runs."""
+        if seconds != self._seconds:
+            self._windows, self._seconds = {}, seconds
+        self._windows = {e.name: self._windows.get(e.name) or RunWindow(seconds) for e in endpoints}
+        self._static = {e.name: dict(e.labels) for e in endpoints}
+
+    def add(self, endpoint: str, started_at: float, ok: bool, tokens_per_second: float | None) -> None:
+        """Account one timed run."""
+        window = self._windows.get(endpoint)
+        if window is not None:
+            window.add(started_at, ok, tokens_per_second)
+
+    def snapshot(self) -> WindowSnapshot:
+        """Current figures for every endpoint, and the fleet comparison over the same window."""
+        now = time.time()
+        figures = {name: w.figures(name, now) for name, w in self._windows.items()}
+        fleet = compare_fleet({n: f.median for n, f in figures.items()}, window_label(self._seconds))
+        return WindowSnapshot(figures, fleet, now, dict(self._static))

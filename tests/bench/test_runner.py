@@ -134,3 +134,17 @@ async def test_seeded_runs_send_the_same_workload(tmp_path, stream_server, seed)
     stream_server.bodies.clear()
     await _bench(tmp_path / "b", stream_server.url, concurrency=1, number=4, seed=seed, input_tokens="5:50")
     assert [b["messages"] for b in stream_server.bodies] == first
+
+
+async def test_worker_processes_share_one_timeline(tmp_path, stream_server):
+    outcome, _ = await _bench(
+        tmp_path, stream_server.url, rate=50, arrivals="constant", number=10, workers=2, warmup=2
+    )
+    measured = [r for r in outcome.records if not r.warmup]
+    assert len(measured) == 10 and all(r.ok for r in measured) and outcome.complete
+    assert sum(r.warmup for r in outcome.records) == 2
+    assert len({r.request_id for r in outcome.records}) == 12
+    intended = sorted(r.intended_at_s for r in measured)
+    # worker k is phase-shifted by k/rate: the merged schedule is exactly every 20 ms
+    assert [round(b - a, 6) for a, b in zip(intended, intended[1:], strict=False)] == [0.02] * 9
+    assert outcome.client["cpu_s"] > 0

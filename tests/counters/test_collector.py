@@ -73,3 +73,25 @@ def test_ollama_families(registry: tuple[CollectorRegistry, ServerCollector]) ->
     assert reg.get_sample_value("tokwatch_server_model_vram_ratio", labels) == pytest.approx(0.6)
     assert reg.get_sample_value("tokwatch_server_preemptions_total", labels) is None
     assert RunResult("ol", 0.0, Status.OK).cold is None  # the field OllamaSignals.observe reads
+
+
+def test_exposition_is_valid_openmetrics_and_text(
+    registry: tuple[CollectorRegistry, ServerCollector], vllm_text: Callable[..., str]
+) -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+    reg, collector = registry
+    state = ServerState("a", mirror=("evictions", "depth"))
+    collector.add(state)
+    collector.add(ServerState("o", ollama=True))
+    for n in (1, 4):
+        extra = f"# TYPE evictions_total counter\nevictions_total {n}\ndepth 2\n"
+        scrape(state, vllm_text(generation=n * 100, preemptions=n) + extra, float(n))
+    # A mirrored counter and a mirrored gauge at once must not produce two families of one name.
+    om = {f.name: f for f in parse_openmetrics(openmetrics_latest(reg).decode())}
+    assert om["tokwatch_server_mirrored"].type == "counter"
+    assert om["tokwatch_server_mirrored_value"].samples[0].value == 2
+    text = {f.name for f in parse_text(generate_latest(reg).decode())}
+    assert {"tokwatch_server_mirrored", "tokwatch_server_mirrored_value", "tokwatch_server_up"} <= text

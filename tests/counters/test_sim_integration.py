@@ -156,7 +156,7 @@ async def test_preemptions_mirroring_and_server_down(http: HttpClient) -> None:
         )
         assert (
             registry.get_sample_value(
-                "tokwatch_server_mirrored", {**labels, "metric": "vllm:num_requests_running"}
+                "tokwatch_server_mirrored_value", {**labels, "metric": "vllm:num_requests_running"}
             )
             == 0
         )

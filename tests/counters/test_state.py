@@ -73,3 +73,31 @@ def test_mirrored_counters_and_gauges(vllm_text: Callable[..., str]) -> None:
     assert state.mirrored_totals["output_critical_eviction_events"].total == 6
     assert "queue_depth" not in state.view.mirrored
     assert "absent_metric" not in state.mirrored_totals
+
+
+def test_counters_that_appear_later_count_from_zero(vllm_text: Callable[..., str]) -> None:
+    state = ServerState("ep", mirror=("output_critical_eviction_events",))
+    scrape(state, vllm_text(), at=0.0)  # the labelled counter has no series before its first increment
+    extra = 'output_critical_eviction_events_total{tier="output_critical"} 2\n'
+    scrape(state, vllm_text() + extra, at=15.0)
+    assert state.mirrored_totals["output_critical_eviction_events"].total == 2
+    # Present from tokwatch's first scrape on: that value is history, not an increase.
+    fresh = ServerState("ep2", mirror=("output_critical_eviction_events",))
+    scrape(fresh, vllm_text() + extra, at=0.0)
+    assert fresh.mirrored_totals["output_critical_eviction_events"].total == 0
+
+
+def test_repeated_identical_failures_log_once_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    state = ServerState("ep")
+    with caplog.at_level(logging.DEBUG, logger="tokwatch.counters"):
+        for _ in range(3):
+            state.record_error(0.1, "connection refused")
+        state.record_error(0.1, "timed out")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [("refused" in r.getMessage(), "timed out" in r.getMessage()) for r in warnings] == [
+        (True, False),
+        (False, True),
+    ]
+    assert state.scrape_errors == 4

@@ -110,3 +110,38 @@ async def test_window_protocol_round_trip(vllm_text: Callable[..., str]) -> None
     assert window.measure(before, after).tokens_per_second == pytest.approx(100.0)
     assert await window.snapshot() is None
     assert window.measure(before, object()).tokens_per_second is None
+
+
+def test_series_created_during_the_window_count_from_zero() -> None:
+    def sglang(
+        preemptions: float | None, finished: float | None, tokens: float, seconds: float
+    ) -> CounterReading:
+        return CounterReading(
+            server="sglang",
+            basis="inter_token_latency",
+            finished_requests=finished,
+            preemptions=preemptions,
+            decode_tokens=tokens,
+            decode_seconds=seconds,
+            raw={"t": tokens, "s": seconds},
+        )
+
+    # SGLang creates its retraction counter at the first retraction and its request counter at the first
+    # finished request: absent before, present after.
+    m = measure_readings(sglang(None, None, 0, 0), sglang(1, 1, 100, 1.0))
+    assert m.tokens_per_second == pytest.approx(100) and m.shared
+    assert m.reason == "1 preemptions in the window"
+
+
+def test_llamacpp_speculative_decoding_is_not_mistaken_for_batching(
+    sample_text: Callable[[str], str],
+) -> None:
+    from tokwatch.counters.llamacpp import read_llamacpp
+
+    text = sample_text("llamacpp_metrics_after.txt")
+    after = read_llamacpp(parse_metrics(text), None)
+    spec = text.replace(
+        "llamacpp:spec_decode_num_accepted_tokens_total 0",
+        "llamacpp:spec_decode_num_accepted_tokens_total 400",
+    ).replace("llamacpp:n_decode_total 893", "llamacpp:n_decode_total 493")
+    assert read_llamacpp(parse_metrics(spec), None).decode_calls == after.decode_calls == 893

@@ -109,3 +109,20 @@ async def test_api_key_accepted_and_never_logged(start_sim, make_ctx) -> None:
     )
     assert r.status is Status.AUTH_FAILURE
     assert key not in "\n".join(ctx.log.lines)
+
+
+@pytest.mark.parametrize(
+    ("hostile", "status", "error_class"),
+    [
+        ({"endless_stream": True}, Status.PROVIDER_ERROR, "too_large"),
+        ({"huge_body_bytes": 2_000_000}, Status.PROVIDER_ERROR, "too_large"),
+        ({"invalid_utf8": True}, Status.OK, None),
+    ],
+)
+async def test_hostile_simulated_endpoints(
+    start_sim, server, make_ctx, hostile: dict, status: Status, error_class: str | None
+) -> None:
+    sim = await start_sim(server("s", "openai", decode_tps=5000, **hostile))
+    ctx = make_ctx(sim.base_url("s"), endpoint={"timeout": 5.0}, max_tokens=16, max_response_bytes=64 * 1024)
+    r = await run_probe(get_probe("openai"), ctx)
+    assert (r.status, r.error_class) == (status, error_class), r.error_message

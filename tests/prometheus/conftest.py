@@ -18,6 +18,7 @@ from types import ModuleType, SimpleNamespace
 
 import aiohttp
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "prometheus"
@@ -186,3 +187,93 @@ def kit() -> SimpleNamespace:
         wait_until=wait_until,
         http_ok=http_ok,
     )
+
+
+class Stack:
+    """A simulator and a tokwatch exporter probing it, both real subprocesses on 127.0.0.1."""
+
+    def __init__(self, processes: Processes, tmp_path: Path) -> None:
+        self.processes = processes
+        self.tmp_path = tmp_path
+        self.sim_port = free_port()
+        self.tokwatch_port = free_port()
+        self.sim_url = f"http://127.0.0.1:{self.sim_port}"
+        self.tokwatch_url = f"http://127.0.0.1:{self.tokwatch_port}"
+
+    def endpoint(self, name: str, server: str, kind: str, model: str, **extra: object) -> dict[str, object]:
+        """One tokwatch.yml endpoint pointing at a simulated server (OpenAI-style kinds get `/v1`)."""
+        suffix = "" if kind in ("ollama", "llamacpp") else "/v1"
+        return {
+            "name": name,
+            "kind": kind,
+            "base_url": f"{self.sim_url}/{server}{suffix}",
+            "model": model,
+            **extra,
+        }
+
+    async def start(
+        self, sim: dict[str, object], endpoints: list[dict[str, object]], interval: str = "2s"
+    ) -> None:
+        """Start the simulator, wait until it answers, then tokwatch; wait until every endpoint has run."""
+        sim_yml = self.tmp_path / "sim.yml"
+        sim_yml.write_text(yaml.safe_dump(sim), encoding="utf-8")
+        tokwatch_yml = self.tmp_path / "tokwatch.yml"
+        config = {
+            "schedule": {"interval": interval, "offset": "0s"},
+            "probe": {"warmup": False, "max_tokens": 16},
+            "storage": {
+                "sqlite_path": str(self.tmp_path / "tokwatch.db"),
+                "outbox_path": str(self.tmp_path / "outbox"),
+            },
+            "endpoints": endpoints,
+        }
+        tokwatch_yml.write_text(yaml.safe_dump(config), encoding="utf-8")
+        tokwatch = [sys.executable, "-m", "tokwatch"]
+        self.processes.start(
+            "sim", [*tokwatch, "sim", "--config", str(sim_yml), "--listen", f"127.0.0.1:{self.sim_port}"]
+        )
+        async with aiohttp.ClientSession() as session:
+
+            async def sim_ready() -> bool:
+                self.processes.check_alive()
+                return await http_ok(session, f"{self.sim_url}/_sim/servers")
+
+            await wait_until(sim_ready, 30, "the simulator to answer")
+            self.processes.start(
+                "tokwatch",
+                [
+                    *tokwatch,
+                    "serve",
+                    "--config",
+                    str(tokwatch_yml),
+                    "--listen",
+                    f"127.0.0.1:{self.tokwatch_port}",
+                ],
+                cwd=self.tmp_path,
+            )
+            names = [str(e["name"]) for e in endpoints]
+
+            async def all_ran() -> bool:
+                self.processes.check_alive()
+                text = await self.metrics(session)
+                return all(
+                    f'tokwatch_probe_last_run_timestamp_seconds{{endpoint="{n}"' in text for n in names
+                )
+
+            await wait_until(all_ran, 40, "a probe run of every endpoint")
+
+    async def metrics(self, session: aiohttp.ClientSession) -> str:
+        """tokwatch's /metrics text, or "" while it is not answering."""
+        try:
+            async with session.get(
+                f"{self.tokwatch_url}/metrics", timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
+                return await r.text() if r.status == 200 else ""
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return ""
+
+
+@pytest.fixture
+def stack(processes: Processes, tmp_path: Path) -> Stack:
+    """An unstarted simulator + tokwatch pair; `await stack.start(...)`. Stopped with `processes`."""
+    return Stack(processes, tmp_path)

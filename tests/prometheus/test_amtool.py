@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
@@ -66,11 +67,11 @@ def _test_config(kit: SimpleNamespace, tmp_path: Path, webhook_port: int) -> Pat
 
 @pytest.mark.e2e
 async def test_endpoint_down_inhibits_its_timeout_and_regression(
-    amtool: str, alertmanager_bin: str, kit: SimpleNamespace, processes: object, tmp_path: Path
+    amtool: str, alertmanager_bin: str, kit: SimpleNamespace, processes: Any, tmp_path: Path
 ) -> None:
     port = kit.free_port()
     config = _test_config(kit, tmp_path, kit.free_port())
-    processes.start(  # type: ignore[attr-defined]
+    processes.start(
         "alertmanager",
         [
             alertmanager_bin,
@@ -94,7 +95,7 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
     add("alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=b")
     add("alertname=TokwatchRateLimited", "severity=warning", "endpoint=a")
 
-    def query(*flags: str) -> list[dict[str, object]]:
+    def query(*flags: str) -> list[dict[str, Any]]:
         out = kit.run_tool([amtool, "alert", "query", f"--alertmanager.url={url}", "--output=json", *flags])
         assert out.returncode == 0, out.stderr
         return list(json.loads(out.stdout))
@@ -116,7 +117,7 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
     )
     got = states()
     assert got is not None
-    down = next(a["fingerprint"] for a in query() if a["labels"]["alertname"] == "TokwatchEndpointDown")  # type: ignore[index]
+    down = next(a["fingerprint"] for a in query() if a["labels"]["alertname"] == "TokwatchEndpointDown")
     assert got == {
         ("TokwatchEndpointDown", "a"): ("active", []),
         ("TokwatchProbeTimeout", "a"): ("suppressed", [down]),

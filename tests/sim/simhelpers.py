@@ -50,7 +50,9 @@ async def read_ndjson(resp: aiohttp.ClientResponse) -> list[Any]:
     return [json.loads(line) for line in (await resp.read()).decode().splitlines() if line.strip()]
 
 
-def chat_body(model: str | None = "m", max_tokens: int = 8, stream: bool = True, **extra: Any) -> dict[str, Any]:
+def chat_body(
+    model: str | None = "m", max_tokens: int = 8, stream: bool = True, **extra: Any
+) -> dict[str, Any]:
     """An OpenAI chat request."""
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Explain theory of relativity simply"}],

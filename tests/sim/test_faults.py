@@ -30,7 +30,8 @@ servers:
 
 
 @pytest.mark.parametrize(
-    ("fault", "statuses"), [("http_401", {401}), ("http_403", {403}), ("http_429", {429}), ("http_5xx", {500, 502, 503})]
+    ("fault", "statuses"),
+    [("http_401", {401}), ("http_403", {403}), ("http_429", {429}), ("http_5xx", {500, 502, 503})],
 )
 @pytest.mark.parametrize("server", ["v", "o", "l"])
 async def test_http_faults_openai_shapes(
@@ -167,7 +168,9 @@ async def test_fault_draws_are_deterministic() -> None:
         async with run_sim(cfg) as sim, aiohttp.ClientSession() as http:
             statuses = []
             for _ in range(12):
-                async with http.post(f"{sim.url}/v/v1/chat/completions", json=chat_body(stream=False)) as resp:
+                async with http.post(
+                    f"{sim.url}/v/v1/chat/completions", json=chat_body(stream=False)
+                ) as resp:
                     statuses.append(resp.status)
                     await resp.read()
             outcomes.append(statuses)

@@ -18,9 +18,16 @@ servers:
     models: [{name: smol, decode_tps: 2000, prefill_tps: 5000}]
 """
 TIMING_KEYS = [
-    "cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
-    "predicted_ms", "predicted_per_token_ms", "predicted_per_second",
-]  # fmt: skip
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+]
 
 
 def _metrics(text: str) -> dict[str, float]:
@@ -28,10 +35,12 @@ def _metrics(text: str) -> dict[str, float]:
 
 
 async def test_timings_on_finish_chunk_without_include_usage(http: aiohttp.ClientSession) -> None:
-    async with run_sim(sim_config(CFG)) as sim:
-        async with http.post(f"{sim.url}/llama/v1/chat/completions", json=chat_body("anything", 6)) as resp:
-            read = await read_sse(resp)
-            truth = sim.truth(resp.headers["x-sim-request-id"])
+    async with (
+        run_sim(sim_config(CFG)) as sim,
+        http.post(f"{sim.url}/llama/v1/chat/completions", json=chat_body("anything", 6)) as resp,
+    ):
+        read = await read_sse(resp)
+        truth = sim.truth(resp.headers["x-sim-request-id"])
     assert read.events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert read.events[0]["system_fingerprint"] == "b0-unknown"
     finish = read.events[-1]
@@ -96,7 +105,9 @@ async def test_metrics_format_and_counters(http: aiohttp.ClientSession) -> None:
     assert "llamacpp:predicted_tokens_seconds " in text
     assert after["llamacpp:tokens_predicted_total"] == 8
     assert after["llamacpp:prompt_tokens_total"] == data["usage"]["prompt_tokens"]
-    assert abs(after["llamacpp:tokens_predicted_seconds_total"] - data["timings"]["predicted_ms"] / 1000) < 1e-4
+    assert (
+        abs(after["llamacpp:tokens_predicted_seconds_total"] - data["timings"]["predicted_ms"] / 1000) < 1e-4
+    )
     assert after["llamacpp:predicted_tokens_seconds"] > 0
     assert again["llamacpp:predicted_tokens_seconds"] == 0  # the gauge resets on every read
     assert again["llamacpp:tokens_predicted_total"] == 8

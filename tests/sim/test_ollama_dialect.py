@@ -19,22 +19,37 @@ servers:
       - {name: cold, decode_tps: 2000, cold_load_probability: 1.0, cold_load_duration: 20ms}
 """
 FINAL_KEYS = {
-    "model", "created_at", "message", "done_reason", "done", "total_duration", "load_duration",
-    "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration",
-}  # fmt: skip
+    "model",
+    "created_at",
+    "message",
+    "done_reason",
+    "done",
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
+}
 
 
 def _chat(model: str, n: int = 5, **extra: object) -> dict[str, object]:
-    return {"model": model, "messages": [{"role": "user", "content": "hi there"}], "options": {"num_predict": n},
-            **extra}  # fmt: skip
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi there"}],
+        "options": {"num_predict": n},
+        **extra,
+    }
 
 
 async def test_chat_streams_by_default(http: aiohttp.ClientSession) -> None:
-    async with run_sim(sim_config(CFG)) as sim:
-        async with http.post(f"{sim.url}/ol/api/chat", json=_chat("llama3.2")) as resp:
-            assert resp.headers["Content-Type"] == "application/x-ndjson"
-            lines = await read_ndjson(resp)
-            truth = sim.truth(resp.headers["x-sim-request-id"])
+    async with (
+        run_sim(sim_config(CFG)) as sim,
+        http.post(f"{sim.url}/ol/api/chat", json=_chat("llama3.2")) as resp,
+    ):
+        assert resp.headers["Content-Type"] == "application/x-ndjson"
+        lines = await read_ndjson(resp)
+        truth = sim.truth(resp.headers["x-sim-request-id"])
     assert [ln["done"] for ln in lines] == [False] * 5 + [True]
     assert "".join(ln["message"]["content"] for ln in lines) == "The speed of light is"
     final = lines[-1]

@@ -56,10 +56,14 @@ async def test_vllm_stream_wire_format(http: aiohttp.ClientSession) -> None:
     assert truth is not None and truth.tokens == 5 and truth.completed
 
 
-async def test_openai_stream_separate_finish_chunk_and_no_usage_by_default(http: aiohttp.ClientSession) -> None:
-    async with run_sim(sim_config(CFG)) as sim:
-        async with http.post(f"{sim.url}/oai/v1/chat/completions", json=chat_body(max_tokens=3)) as resp:
-            read = await read_sse(resp)
+async def test_openai_stream_separate_finish_chunk_and_no_usage_by_default(
+    http: aiohttp.ClientSession,
+) -> None:
+    async with (
+        run_sim(sim_config(CFG)) as sim,
+        http.post(f"{sim.url}/oai/v1/chat/completions", json=chat_body(max_tokens=3)) as resp,
+    ):
+        read = await read_sse(resp)
     finish = read.events[-1]
     assert finish["choices"][0]["delta"] == {} and finish["choices"][0]["finish_reason"] == "length"
     assert all("usage" not in e for e in read.events)
@@ -93,7 +97,9 @@ async def test_max_completion_tokens_and_natural_stop(http: aiohttp.ClientSessio
             assert (await resp.json())["usage"]["completion_tokens"] == 4
         async with http.post(url, json=chat_body("stopper", max_tokens=10, stream=False)) as resp:
             stopped = await resp.json()
-        async with http.post(url, json=chat_body("stopper", max_tokens=10, stream=False, ignore_eos=True)) as resp:
+        async with http.post(
+            url, json=chat_body("stopper", max_tokens=10, stream=False, ignore_eos=True)
+        ) as resp:
             forced = await resp.json()
         body = chat_body("stopper", max_tokens=10, stream=False, min_tokens=6)
         async with http.post(url, json=body) as resp:
@@ -107,7 +113,9 @@ async def test_max_completion_tokens_and_natural_stop(http: aiohttp.ClientSessio
     ("model", "field", "expected_think"),
     [("think", "reasoning_content", "Let me think"), ("think-r", "reasoning", "Let me think")],
 )
-async def test_reasoning_fields(http: aiohttp.ClientSession, model: str, field: str, expected_think: str) -> None:
+async def test_reasoning_fields(
+    http: aiohttp.ClientSession, model: str, field: str, expected_think: str
+) -> None:
     async with run_sim(sim_config(CFG)) as sim:
         url = f"{sim.url}/vllm/v1/chat/completions"
         async with http.post(url, json=chat_body(model, max_tokens=6)) as resp:
@@ -135,19 +143,23 @@ async def test_reasoning_think_tags_in_content(http: aiohttp.ClientSession) -> N
 
 
 async def test_multi_token_chunks(http: aiohttp.ClientSession) -> None:
-    async with run_sim(sim_config(CFG)) as sim:
-        async with http.post(f"{sim.url}/vllm/v1/chat/completions", json=chat_body("chunky", 7)) as resp:
-            read = await read_sse(resp)
-            truth = sim.truth(resp.headers["x-sim-request-id"])
+    async with (
+        run_sim(sim_config(CFG)) as sim,
+        http.post(f"{sim.url}/vllm/v1/chat/completions", json=chat_body("chunky", 7)) as resp,
+    ):
+        read = await read_sse(resp)
+        truth = sim.truth(resp.headers["x-sim-request-id"])
     texts = [e["choices"][0]["delta"]["content"] for e in read.events[1:]]
     assert texts == ["The speed of", " light is constant", " for"]
     assert truth is not None and [n for _, n, _ in truth.chunks] == [3, 3, 1]
 
 
 async def test_ping_comment_lines(http: aiohttp.ClientSession) -> None:
-    async with run_sim(sim_config(CFG)) as sim:
-        async with http.post(f"{sim.url}/vllm/v1/chat/completions", json=chat_body("pinger", 4)) as resp:
-            read = await read_sse(resp)
+    async with (
+        run_sim(sim_config(CFG)) as sim,
+        http.post(f"{sim.url}/vllm/v1/chat/completions", json=chat_body("pinger", 4)) as resp,
+    ):
+        read = await read_sse(resp)
     assert read.pings >= 2
     assert b"\n: ping\n\n" in read.raw or read.raw.startswith(b": ping")
     assert len(read.events) == 5

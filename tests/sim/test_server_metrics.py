@@ -1,4 +1,4 @@
-"""vLLM / SGLang /metrics: real names, valid exposition, counters that move, preemption, legacy, DP, restart."""
+"""vLLM and SGLang /metrics: real names, valid exposition, moving counters, preemption, legacy, DP."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ servers:
     dialect: vllm
     kv_capacity_tokens: 40
     models: [{name: m, decode_tps: 1000}]
+  - name: kv
+    dialect: vllm
+    kv_capacity_tokens: 40
+    models: [{name: m, decode_tps: 200}]
   - name: old
     dialect: vllm
     legacy_names: true
@@ -46,7 +50,9 @@ async def _scrape(http: aiohttp.ClientSession, url: str) -> tuple[Samples, dict[
 
 def _sum(samples: Samples, name: str, **labels: str) -> float:
     return sum(
-        v for (n, lab), v in samples.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items())
+        v
+        for (n, lab), v in samples.items()
+        if n == name and all(dict(lab).get(k) == x for k, x in labels.items())
     )
 
 
@@ -81,9 +87,15 @@ async def test_vllm_metrics_parse_and_move(http: aiohttp.ClientSession) -> None:
     assert truth is not None and truth.decode_seconds is not None
     # request_decode_time covers first to last token (n - 1 gaps).
     assert abs(after[("vllm:request_decode_time_seconds_sum", lab)] - truth.decode_seconds) < 1e-9
-    for name in ("vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
-                 "vllm:e2e_request_latency_seconds_count", "vllm:request_queue_time_seconds_count",
-                 "vllm:request_prefill_time_seconds_count", "vllm:time_to_first_token_seconds_count"):  # fmt: skip
+    for name in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:e2e_request_latency_seconds_count",
+        "vllm:request_queue_time_seconds_count",
+        "vllm:request_prefill_time_seconds_count",
+        "vllm:time_to_first_token_seconds_count",
+    ):
         assert (name, lab) in after, name
 
 
@@ -101,13 +113,14 @@ async def test_prefix_cache_counters(http: aiohttp.ClientSession) -> None:
 
 async def test_preemption_under_kv_pressure(http: aiohttp.ClientSession) -> None:
     async with run_sim(sim_config(CFG)) as sim:
-        url = f"{sim.url}/v/v1/chat/completions"
-        results = await asyncio.gather(*(_chat(http, url, 20) for _ in range(3)))
-        after, _ = await _scrape(http, f"{sim.url}/v/metrics")
+        # 150 ms per request at 200 tok/s, so the three overlap even on a loaded machine.
+        url = f"{sim.url}/kv/v1/chat/completions"
+        results = await asyncio.gather(*(_chat(http, url, 30) for _ in range(3)))
+        after, _ = await _scrape(http, f"{sim.url}/kv/metrics")
         truths = [sim.truth(str(r["_rid"])) for r in results]
     assert _sum(after, "vllm:num_preemptions_total") >= 1
-    assert _sum(after, "vllm:generation_tokens_total") == 60
-    assert all(t is not None and t.tokens == 20 and t.completed for t in truths)
+    assert _sum(after, "vllm:generation_tokens_total") == 90
+    assert all(t is not None and t.tokens == 30 and t.completed for t in truths)
     assert any(t is not None and t.preemptions > 0 for t in truths)
 
 

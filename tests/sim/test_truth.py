@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 from simhelpers import chat_body, read_sse, sim_config
 
@@ -20,10 +22,12 @@ servers:
 
 
 async def test_client_gaps_match_true_emission(http: aiohttp.ClientSession) -> None:
-    async with run_sim(sim_config(CFG)) as sim:
-        async with http.post(f"{sim.url}/v/v1/chat/completions", json=chat_body(max_tokens=12)) as resp:
-            read = await read_sse(resp)
-            truth = sim.truth(resp.headers["x-sim-request-id"])
+    async with (
+        run_sim(sim_config(CFG)) as sim,
+        http.post(f"{sim.url}/v/v1/chat/completions", json=chat_body(max_tokens=12)) as resp,
+    ):
+        read = await read_sse(resp)
+        truth = sim.truth(resp.headers["x-sim-request-id"])
     assert truth is not None and truth.tokens == 12
     client = read.arrival[1:]  # content chunks (vLLM sends no separate finish chunk)
     emitted = truth.emitted_at
@@ -94,3 +98,27 @@ def test_truth_store_last_skips_background() -> None:
     store.add(bg)
     assert store.last("s") is fg
     assert store.last("other") is None
+
+
+async def test_contention_stretches_planned_gaps(http: aiohttp.ClientSession) -> None:
+    cfg = sim_config(
+        "servers:\n  - name: c\n    dialect: vllm\n"
+        "    models: [{name: m, decode_tps: 200, contention: 1.0}]\n"
+    )
+    async with run_sim(cfg) as sim:
+
+        async def one() -> str:
+            url = f"{sim.url}/c/v1/chat/completions"
+            async with http.post(url, json=chat_body(max_tokens=30, stream=False)) as resp:
+                await resp.read()
+                return resp.headers["x-sim-request-id"]
+
+        ids = await asyncio.gather(one(), one())
+        truths = [sim.truth(i) for i in ids]
+    gaps: list[float] = []
+    for truth in truths:
+        assert truth is not None and truth.tokens == 30
+        gaps += [b - a for a, b in zip(truth.planned_at, truth.planned_at[1:], strict=False)]
+    # Each planned gap is 5 ms x (1 + 1.0 x (running - 1)): 5 ms alone, 10 ms while both decode.
+    assert all(abs(g - 0.005) < 1e-9 or abs(g - 0.010) < 1e-9 for g in gaps)
+    assert any(abs(g - 0.010) < 1e-9 for g in gaps)  # the two 150 ms requests overlapped

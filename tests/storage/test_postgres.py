@@ -171,6 +171,7 @@ async def test_password_never_in_errors(
         message = str(info.value)
         assert wrong not in message and PASSWORD not in message
         assert "127.0.0.1" in message  # still says which database
+        assert "password authentication failed" in message  # and why
         assert PASSWORD not in store.location and wrong not in store.location
     finally:
         await store.close()

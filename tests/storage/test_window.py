@@ -9,10 +9,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tokwatch.config import EndpointSettings
-from tokwatch.storage import RunWriter, StorageCollector, WindowCache, WindowCollector
+from tokwatch.metrics import WindowCollector
+from tokwatch.storage import RunWriter, StorageCollector, WindowCache
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
-from tokwatch.storage.window import compare_fleet, cv_band, window_label
+from tokwatch.window import compare_fleet, cv_band, window_label
 
 
 def _ep(name: str, **labels: str) -> EndpointSettings:
@@ -43,7 +44,7 @@ async def test_cache_and_collector_export_store_figures(tmp_path: Path) -> None:
         cache = WindowCache(store, clock=lambda: now)
         cache.configure([_ep("fast", region="eu"), _ep("slow")])
         registry = CollectorRegistry()
-        registry.register(WindowCollector(cache))
+        registry.register(WindowCollector(cache.snapshot))
         assert (
             registry.get_sample_value(
                 "tokwatch_window_runs", {"endpoint": "fast", "window": "24h", "region": "eu"}
@@ -91,7 +92,7 @@ async def test_storage_collector(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "tw.db")
     writer = RunWriter(store, outbox_path=tmp_path / "o.jsonl", queue_size=2)
     registry = CollectorRegistry()
-    registry.register(StorageCollector(writer, "sqlite"))
+    registry.register(StorageCollector(writer))
     for i in range(3):
         writer.submit_row(RunRow(run_id=f"r{i}", time=time.time(), endpoint="a", status="ok"))
     assert registry.get_sample_value("tokwatch_storage_outbox_runs") == 3.0  # overflow spilled

@@ -71,6 +71,7 @@ class BenchOptions(BaseModel):
     mirror_metrics: tuple[str, ...] = ()
     plots: bool = True
     fail_fast: int = Field(5, ge=1)
+    workers: int = Field(1, ge=1, le=64)
 
     _dur = field_validator(
         "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", mode="before"

@@ -92,11 +92,10 @@ class RequestRecord:
 
     @property
     def normalized_latency_s(self) -> float | None:
-        """E2E divided by all generated tokens (think + output)."""
-        n = self.generated_tokens
-        if self.e2e_s is None or not n:
+        """E2E divided by output (non-reasoning) tokens, as `RunResult.normalized_latency_s`."""
+        if self.e2e_s is None or not self.output_tokens:
             return None
-        return self.e2e_s / n
+        return self.e2e_s / self.output_tokens
 
     @property
     def generated_tokens(self) -> int:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from tokwatch.bench.arrivals import arrival_offsets, sleep_until
@@ -63,20 +63,28 @@ class BenchRunner:
         conversations: list[Conversation] | None = None,
         on_record: OnRecord | None = None,
         on_start: OnRecord | None = None,
+        t0: float | None = None,
+        worker: tuple[int, int] = (0, 1),
+        phase_s: float = 0.0,
+        sync_start: Callable[[], Awaitable[float]] | None = None,
     ) -> None:
         if (requests is None) == (conversations is None):
             raise ValueError("give either requests or conversations")
         self.options = options
         self.target = target
         self.http = http
-        self.state = RunState()
+        self.state = RunState() if t0 is None else RunState(t0=t0)
+        # Worker k of n (--workers): ids k, k+n, ... stay unique across processes; the open-loop schedule
+        # is shifted by `phase_s`; `sync_start` returns the common measured-phase start (absolute).
+        self._phase_s = phase_s
+        self._sync_start = sync_start
         self._requests = requests
         self._conversations = conversations
         self._on_record = on_record
         self._on_start = on_start
         self._redactor = Redactor([target.api_key])
         self._deadlines = Deadlines(options.fluidity_prefill_deadline, options.fluidity_decode_deadline)
-        self._ids = itertools.count()
+        self._ids = itertools.count(worker[0], worker[1])
         self._dataset_cycle: Iterator[RequestSpec] | None = (
             itertools.cycle(requests) if isinstance(requests, list) else None
         )
@@ -178,7 +186,11 @@ class BenchRunner:
         try:
             if self.options.warmup:
                 await self._warmup()
-            self.state.measure_start = self._now_s()
+            if self._sync_start is not None:
+                self.state.measure_start = await self._sync_start() - self.state.t0
+                await sleep_until(self.state.t0 + self.state.measure_start)
+            else:
+                self.state.measure_start = self._now_s()
             if not self._stopping.is_set():
                 if self._conversations is not None:
                     await self._closed_conversations()
@@ -242,6 +254,7 @@ class BenchRunner:
             for i, offset in enumerate(arrival_offsets(opts.arrivals, opts.rate, opts.seed, opts.burstiness)):
                 if number is not None and i >= number:
                     break
+                offset += self._phase_s
                 intended = (self.state.measure_start or 0.0) + offset
                 if end is not None and intended >= end:
                     break

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
+from tokwatch.bench.workers import effective_workers, run_workers
 from tokwatch.bench.workload import (
     Conversation,
     RequestSpec,
@@ -138,7 +140,7 @@ async def run_bench(
         stats.in_flight += 1
 
     def on_record(r: RequestRecord) -> None:
-        stats.in_flight -= 1
+        stats.in_flight = max(0, stats.in_flight - 1)
         stats.add(r)
         if not r.warmup:
             errors = stats.completed - stats.by_status.get("ok", 0)
@@ -151,6 +153,7 @@ async def run_bench(
         if opts.server_metrics and target.metrics_url:
             watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
             await watch.start()
+        n_workers = effective_workers(opts)
         runner = BenchRunner(
             opts,
             target,
@@ -160,11 +163,16 @@ async def run_bench(
             on_record=on_record,
             on_start=on_start,
         )
-        stats.started = runner.state.t0
+        state = runner.state
+        stats.started = state.t0
         helpers = [asyncio.create_task(_live_lines(stats, console, opts.live_interval), name="bench-live")]
         if watch is not None:
             helpers.append(await watch_during(watch))
-        run_task = asyncio.create_task(runner.run(), name="bench-run")
+        worker_cpu: list[float] = []
+        run: Coroutine[Any, Any, object] = (
+            runner.run() if n_workers == 1 else _run_in_workers(opts, state, n_workers, on_record, worker_cpu)
+        )
+        run_task = asyncio.create_task(run, name="bench-run")
         progress.start()
         try:
             await asyncio.shield(run_task)
@@ -185,8 +193,11 @@ async def run_bench(
                 await asyncio.shield(watch.finish())
         if live_server is not None:
             live_server.shutdown()
-    state = runner.state
+    if state.end_s is None:
+        state.end_s = time.perf_counter() - state.t0
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch)
+    if worker_cpu:
+        outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
     return outcome, out_dir
 
@@ -205,9 +216,6 @@ def _outcome(
     message = state.message
     if interrupted:
         message = "interrupted: in-flight requests were cancelled and are not counted"
-    cpu = time.process_time() - state.cpu_start
-    measured = [r for r in state.records if not r.warmup]
-    tokens = sum(r.generated_tokens for r in measured)
     outcome = BenchOutcome(
         options=echo_options(opts, target),
         records=state.records,
@@ -223,12 +231,38 @@ def _outcome(
         metrics_after=watch.after_text if watch else None,
         perf_t0=state.t0,
     )
-    outcome.client = {
+    outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state)
+    return outcome
+
+
+def _cpu_figures(cpu: float, state: RunState) -> dict[str, Any]:
+    """The client's own CPU seconds (all its processes), per request and per token received."""
+    tokens = sum(r.generated_tokens for r in state.records)
+    return {
         "cpu_s": cpu,
         "cpu_per_request_s": cpu / len(state.records) if state.records else None,
         "cpu_per_token_s": cpu / tokens if tokens else None,
     }
-    return outcome
+
+
+async def _run_in_workers(
+    opts: BenchOptions,
+    state: RunState,
+    n: int,
+    on_record: Callable[[RequestRecord], None],
+    worker_cpu: list[float],
+) -> None:
+    """The run spread over n processes; the first worker that stopped early gives the stop reason."""
+    try:
+        done = await run_workers(opts, state, n, on_record)
+    finally:
+        state.end_s = time.perf_counter() - state.t0
+    worker_cpu.extend(d.cpu_s for d in done)
+    if len(done) < n:
+        state.stop_reason, state.message = "worker_failed", f"{n - len(done)} worker process(es) died"
+    for d in sorted(done, key=lambda d: d.index):
+        if d.stop_reason is not None and state.stop_reason is None:
+            state.stop_reason, state.message = d.stop_reason, d.message
 
 
 async def _live_lines(stats: LiveStats, console: Console, interval: float) -> None:

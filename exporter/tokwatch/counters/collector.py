@@ -99,8 +99,9 @@ class ServerCollector(Collector):
             "Mirrored server counters, accumulated across server restarts",
             labels=[*names, "metric"],
         )
+        # Not "tokwatch_server_mirrored": in OpenMetrics that is the counter family's name too.
         mirrored = GaugeMetricFamily(
-            "tokwatch_server_mirrored", "Mirrored server gauges", labels=[*names, "metric"]
+            "tokwatch_server_mirrored_value", "Mirrored server gauges", labels=[*names, "metric"]
         )
         gauges = {attr: GaugeMetricFamily(name, doc, labels=names) for attr, name, doc in _GAUGES}
         for s in states:
@@ -110,7 +111,7 @@ class ServerCollector(Collector):
                 reloads.add_metric(labels(s), s.model_reloads)
             elif s.has_preemptions:
                 preempt.add_metric(labels(s), s.preemptions.total)
-            for name, total in sorted(s.mirrored_totals.items()):
+            for name, total in sorted(dict(s.mirrored_totals).items()):
                 mirrored_total.add_metric(labels(s, name), total.total)
             if not s.scraped:
                 continue

@@ -21,6 +21,11 @@ def read_llamacpp(snap: MetricsSnapshot, model: str | None) -> CounterReading:
     prompt = c.total("llamacpp:prompt_tokens_total")
     cached = c.total("llamacpp:prompt_tokens_cached_total")
     has_decode = predicted is not None and predicted_seconds is not None
+    calls = c.total("llamacpp:n_decode_total")
+    accepted = c.total("llamacpp:spec_decode_num_accepted_tokens_total")
+    if calls is not None and accepted is not None:
+        # An accepted draft token is a token without a decode call of its own (speculative decoding).
+        calls += accepted
     return CounterReading(
         server="llamacpp",
         basis="tokens_predicted_seconds" if has_decode else None,
@@ -31,7 +36,7 @@ def read_llamacpp(snap: MetricsSnapshot, model: str | None) -> CounterReading:
         # The current format counts cached prompt tokens apart from processed ones.
         prefix_hits=cached,
         prefix_queries=(prompt + cached) if prompt is not None and cached is not None else None,
-        decode_calls=c.total("llamacpp:n_decode_total"),
+        decode_calls=calls,
         running=c.gauge("llamacpp:requests_processing"),
         waiting=c.gauge("llamacpp:requests_deferred"),
         kv_cache_usage=c.gauge("llamacpp:kv_cache_usage_ratio", mean=True),

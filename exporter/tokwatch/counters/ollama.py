@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tokwatch.config import server_root
-from tokwatch.counters.scraper import scrape_timeout
+from tokwatch.counters.scraper import effective_interval, scrape_timeout
 from tokwatch.counters.state import ServerState, log
 from tokwatch.http import HttpStatusError, TransportError
 from tokwatch.result import RunResult
@@ -103,7 +103,7 @@ class OllamaSignals:
             except Exception as exc:  # the loop must outlive any surprise in the server's answer
                 log.exception("endpoint %s: unexpected error while polling /api/ps", self.endpoint.name)
                 self.state.record_error(None, type(exc).__name__)
-            await asyncio.sleep(self.endpoint.scrape_interval)
+            await asyncio.sleep(effective_interval(self.endpoint.scrape_interval))
 
     async def start(self) -> None:
         """Start polling /api/ps (idempotent)."""

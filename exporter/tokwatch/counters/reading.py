@@ -127,3 +127,10 @@ def delta(before: float | None, after: float | None) -> float | None:
     if before is None or after is None:
         return None
     return after - before
+
+
+def delta_from_zero(before: float | None, after: float | None) -> float | None:
+    """after - before where a series absent before counts as 0 (servers create labelled series lazily)."""
+    if after is None:
+        return None
+    return after - (before or 0.0)

@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 MAX_SCRAPE_TIMEOUT_S = 10.0
+MIN_SCRAPE_INTERVAL_S = 0.05  # a zero interval must not turn the loop into a busy scrape storm
+
+
+def effective_interval(scrape_interval: float) -> float:
+    """The scrape period actually used: the configured one, bounded below."""
+    return max(MIN_SCRAPE_INTERVAL_S, scrape_interval)
 
 
 def scrape_timeout(scrape_interval: float) -> float:
@@ -105,6 +111,7 @@ class ServerCounters:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
+        interval = effective_interval(self.endpoint.scrape_interval)
         next_at = loop.time()
         while True:
             try:
@@ -112,11 +119,11 @@ class ServerCounters:
             except Exception as exc:  # the loop must outlive any surprise in a server's exposition
                 log.exception("endpoint %s: unexpected error scraping server metrics", self.endpoint.name)
                 self.state.record_error(None, f"{type(exc).__name__}")
-            next_at += self.endpoint.scrape_interval
+            next_at += interval
             # A scrape that overran its slot skips ahead instead of firing back-to-back.
             now = loop.time()
             if next_at < now:
-                next_at = now + self.endpoint.scrape_interval
+                next_at = now + interval
             await asyncio.sleep(next_at - now)
 
     async def start(self) -> None:

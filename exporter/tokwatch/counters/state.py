@@ -38,6 +38,11 @@ class MonotonicTotal:
         self._last = value
         self._created = created
 
+    @property
+    def has_baseline(self) -> bool:
+        """True once a first value has been observed."""
+        return self._last is not None
+
 
 @dataclass(frozen=True, slots=True)
 class ServerView:
@@ -88,14 +93,22 @@ class ServerState:
         self.model_reloads = 0
         self._last: tuple[CounterReading, float] | None = None
         self._last_ratio: float | None = None
+        self._last_error: str | None = None
+        self._last_problem: str | None = None
+        self._absent_mirrors: set[str] = set()
 
     def record_error(self, duration_s: float | None, message: str) -> None:
         """A failed scrape: count it, log it with the endpoint name, drop every gauge (up 0)."""
         self.scrape_errors += 1
         self.scraped = True
-        log.warning("endpoint %s: server metrics scrape failed: %s", self.endpoint, redact(message))
+        message = redact(message)
+        # The first failure and every change of cause at WARNING; an unchanged repeat at DEBUG only.
+        level = logging.DEBUG if message == self._last_error else logging.WARNING
+        log.log(level, "endpoint %s: server metrics scrape failed: %s", self.endpoint, message)
+        self._last_error = message
         self._last = None
         self._last_ratio = None
+        self._absent_mirrors = set()
         self.view = ServerView(up=False, scrape_duration_s=duration_s)
 
     def record(
@@ -103,12 +116,14 @@ class ServerState:
     ) -> None:
         """A successful scrape at monotonic time `at`: update rates, totals, mirrored series and gauges."""
         self.scraped = True
+        self._last_error = None
         decode_tps = prefill_tps = None
         ratio = self._last_ratio
+        reset: str | None = None
         if reading is not None:
-            if reading.problem:
+            if reading.problem and reading.problem != self._last_problem:
                 log.warning("endpoint %s: %s", self.endpoint, reading.problem)
-            reset = None
+            self._last_problem = reading.problem
             if self._last is not None:
                 prev, prev_at = self._last
                 reset = reset_between(prev, reading)
@@ -124,6 +139,9 @@ class ServerState:
                 ratio = reading.prefix_hit_ratio
             if reading.preemptions is not None:
                 self.has_preemptions = True
+                if not self.preemptions.has_baseline and self._last is not None:
+                    # The family appeared since the last good scrape: it was created at 0 in between.
+                    self.preemptions.observe(0.0)
                 self.preemptions.observe(reading.preemptions, reset=reset is not None)
             self._last = (reading, at)
         self._last_ratio = ratio
@@ -136,14 +154,16 @@ class ServerState:
             waiting=reading.waiting if reading else None,
             kv_cache_usage=reading.kv_cache_usage if reading else None,
             prefix_hit_ratio=ratio,
-            mirrored=MappingProxyType(self._mirror(snap)) if snap is not None else MappingProxyType({}),
+            mirrored=MappingProxyType(self._mirror(snap, reset is not None) if snap is not None else {}),
         )
 
-    def _mirror(self, snap: MetricsSnapshot) -> dict[str, float]:
+    def _mirror(self, snap: MetricsSnapshot, reset: bool) -> dict[str, float]:
         gauges: dict[str, float] = {}
+        absent: set[str] = set()
         for name in self.mirror:
             found = _mirror_lookup(snap, name)
             if found is None:
+                absent.add(name)
                 continue
             sample, is_counter = found
             value = snap.total(sample)
@@ -151,14 +171,20 @@ class ServerState:
                 continue
             if is_counter:
                 stamp = min((s.value for s in snap.select(created_name(sample))), default=None)
-                self.mirrored_totals.setdefault(name, MonotonicTotal()).observe(value, stamp)
+                total = self.mirrored_totals.setdefault(name, MonotonicTotal())
+                if not total.has_baseline and name in self._absent_mirrors:
+                    # Labelled counters appear on their first increment: count that one too.
+                    total.observe(0.0, stamp)
+                total.observe(value, stamp, reset=reset)
             else:
                 gauges[name] = value
+        self._absent_mirrors = absent
         return gauges
 
     def record_ollama(self, vram_ratio: float | None, duration_s: float) -> None:
         """A successful Ollama /api/ps poll; `vram_ratio` None when the model is not loaded."""
         self.scraped = True
+        self._last_error = None
         self.view = ServerView(up=True, scrape_duration_s=duration_s, vram_ratio=vram_ratio)
 
     def record_reload(self) -> None:

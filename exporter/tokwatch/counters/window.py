@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tokwatch.counters.reading import CounterReading, delta, reset_between
+from tokwatch.counters.reading import CounterReading, delta, delta_from_zero, reset_between
 from tokwatch.probes.base import CounterMeasurement
 
 # Above this a counter delta is a unit or bookkeeping error, not a decode speed.
@@ -34,7 +34,7 @@ def _none(reason: str) -> CounterMeasurement:
 def _contamination(before: CounterReading, after: CounterReading) -> list[str]:
     """Signs that requests other than the timed one ran on the server during the window."""
     reasons: list[str] = []
-    finished = delta(before.finished_requests, after.finished_requests)
+    finished = delta_from_zero(before.finished_requests, after.finished_requests)
     if finished is not None and finished > 1:
         reasons.append(f"{finished:g} requests finished in the window")
     if before.running is not None and before.running > 0:
@@ -45,7 +45,7 @@ def _contamination(before: CounterReading, after: CounterReading) -> list[str]:
     for side, reading in (("before", before), ("after", after)):
         if reading.waiting is not None and reading.waiting > 0:
             reasons.append(f"{reading.waiting:g} requests waiting {side} the run")
-    preempted = delta(before.preemptions, after.preemptions)
+    preempted = delta_from_zero(before.preemptions, after.preemptions)
     if preempted is not None and preempted > 0:
         reasons.append(f"{preempted:g} preemptions in the window")
     calls = delta(before.decode_calls, after.decode_calls)
@@ -68,7 +68,7 @@ def measure_readings(before: CounterReading | None, after: CounterReading | None
         return _none(f"server counters reset between snapshots ({reset})")
     if before.basis is None or before.basis != after.basis:
         return _none(f"{after.server} exposes no decode-time counters")
-    finished = delta(before.finished_requests, after.finished_requests)
+    finished = delta_from_zero(before.finished_requests, after.finished_requests)
     if finished is not None and finished < 1:
         return _none("the run is not in the server's finished-request counters yet")
     tokens = delta(before.decode_tokens, after.decode_tokens)

@@ -1,27 +1,20 @@
 """Storage: every run in PostgreSQL/TimescaleDB or an embedded SQLite file, with a durable outbox.
 
-Entry points for the exporter: `open_store`, `make_writer` (a `RunWriter`), `WindowCache` with
-`WindowCollector`, `StorageCollector`, and `add_commands` for the CLI.
+Entry points for the exporter: `open_store`, `make_writer` (a `RunWriter`), `WindowCache` (read by
+`tokwatch.metrics.WindowCollector`), `StorageCollector`, and `add_commands` for the CLI.
 """
 
 from tokwatch.storage.base import EndpointSpec, LastRun, Store, WindowStats
-from tokwatch.storage.collector import StorageCollector, WindowCollector
+from tokwatch.storage.collector import StorageCollector
 from tokwatch.storage.commands import add_commands
 from tokwatch.storage.errors import SchemaTooNewError, StorageError, StoreUnavailableError
 from tokwatch.storage.factory import make_store, make_writer, open_store, outbox_path, sqlite_path
 from tokwatch.storage.rows import RunRow
-from tokwatch.storage.window import (
-    FleetComparison,
-    WindowCache,
-    WindowFigures,
-    fleet_comparison,
-    window_figures,
-)
+from tokwatch.storage.window import WindowCache, fleet_comparison, window_figures
 from tokwatch.storage.writer import RunWriter, WriterStats
 
 __all__ = [
     "EndpointSpec",
-    "FleetComparison",
     "LastRun",
     "RunRow",
     "RunWriter",
@@ -31,8 +24,6 @@ __all__ = [
     "Store",
     "StoreUnavailableError",
     "WindowCache",
-    "WindowCollector",
-    "WindowFigures",
     "WindowStats",
     "WriterStats",
     "add_commands",

@@ -5,6 +5,7 @@ The same queries serve both flavors; only the `runs` DDL (migration 0002) and ho
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -136,6 +137,7 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise StorageError(f"invalid storage DSN: {self._redact(str(exc))}") from None
         self.location = describe_dsn(dsn)
+        self._conninfo = conninfo
         self._timeout = timeout_s
         self._auto_migrate = auto_migrate
         self._retention_s = retention_s
@@ -172,13 +174,24 @@ class PostgresStore(Store):
                 yield conn
         except PoolTimeout:
             raise StoreUnavailableError(
-                f"database {self.location} unreachable (no connection within {self._timeout:g}s)"
+                f"database {self.location}: {await self._why_no_connection()}"
             ) from None
         except psycopg.OperationalError as exc:
             message = self._redact(str(exc)).strip()
             raise StoreUnavailableError(f"database {self.location}: {message}") from None
         except psycopg.Error as exc:
             raise StorageError(f"database {self.location}: {self._redact(str(exc)).strip()}") from None
+
+    async def _why_no_connection(self) -> str:
+        # The pool only says it timed out; one direct attempt names the cause (auth, refused, DNS...).
+        try:
+            conn = await asyncio.wait_for(psycopg.AsyncConnection.connect(self._conninfo), self._timeout)
+        except psycopg.Error as exc:
+            return self._redact(str(exc)).strip()
+        except (TimeoutError, OSError):
+            return f"no connection within {self._timeout:g}s"
+        await conn.close()
+        return f"no free pooled connection within {self._timeout:g}s"
 
     # --- schema --------------------------------------------------------------------------------------
 

@@ -7,13 +7,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from tokwatch.storage.base import Store
-from tokwatch.storage.window import (
-    WINDOW_S,
-    FleetComparison,
-    compare_fleet,
-    window_figures,
-    window_label,
-)
+from tokwatch.storage.window import WINDOW_S, window_figures
+from tokwatch.window import FleetComparison, compare_fleet, window_label
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,11 @@ class RunWriter:
         self._failing = False
 
     @property
+    def backend(self) -> str:
+        """The store's backend name (known after the first successful connection for PostgreSQL)."""
+        return self._store.backend
+
+    @property
     def outbox(self) -> Outbox:
         """The durable outbox (for status output and tests)."""
         return self._outbox

@@ -1,0 +1,122 @@
+"""`tokwatch bench` as a command: exit codes, messages, signals and the live Prometheus endpoint."""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import sys
+
+import aiohttp
+from rich.console import Console
+
+from tokwatch.bench.commands import add_commands
+from tokwatch.bench.config import build_options
+from tokwatch.bench.outcome import ExitCode
+from tokwatch.bench.session import run_bench
+
+ENTRY = (
+    "import argparse, sys\n"
+    "from tokwatch.bench.commands import add_commands\n"
+    "p = argparse.ArgumentParser(); add_commands(p.add_subparsers())\n"
+    "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))\n"
+)
+
+
+def _cmd(argv):
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", *argv])
+    return args.func(args)
+
+
+def _ok_count(body):
+    m = re.search(r'^tokwatch_bench_requests_total\{status="ok"\} (\S+)$', body, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
+    code = _cmd(["--url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "0"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE == 2
+    assert "concurrency" in err and "Traceback" not in err
+    code = _cmd(["--url", "http://127.0.0.1:9/v1", "--model", "m", "--dataset", str(tmp_path / "none.jsonl")])
+    assert code == 2 and "no such dataset file" in capsys.readouterr().err
+    code = _cmd(["--url", "http://127.0.0.1:9/v1", "--model", "m", "--slo", "ttft<1"])
+    assert code == 2 and "expected METRIC:pNN<=VALUE" in capsys.readouterr().err
+
+
+def test_unreachable_endpoint_exits_4_and_writes_results(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = _cmd(["--url", "http://127.0.0.1:9/v1", "--model", "m", "--number", "3", "--output-dir", str(out),
+                 "--no-server-metrics"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == ExitCode.FAILED == 4
+    assert "INCOMPLETE (unreachable)" in err and "Traceback" not in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and summary["stop_reason"] == "unreachable"
+
+
+async def test_sigint_stops_the_run_writes_incomplete_and_exits_3(tmp_path, stream_server):
+    stream_server.gap = 0.01
+    out = tmp_path / "run"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ENTRY, "bench", "--url", stream_server.url, "--model", "m", "--concurrency", "2",
+        "--number", "100000", "--output-dir", str(out), "--no-server-metrics",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            await asyncio.sleep(0.05)
+            if len(stream_server.bodies) > 6:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == ExitCode.INCOMPLETE == 3, err.decode()
+    assert b"Traceback" not in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and summary["stop_reason"] == "interrupted"
+    assert summary["requests"]["ok"] >= 4
+
+
+async def test_live_metrics_are_served_during_the_run(tmp_path, stream_server):
+    stream_server.gap = 0.01
+    port = _free_port()
+    opts = build_options(
+        {"url": stream_server.url, "model": "m", "concurrency": 2, "number": 100000, "listen": f"127.0.0.1:{port}",
+         "plots": False, "server_metrics": False, "live_interval": 60}
+    )  # fmt: skip
+    with open(os.devnull, "w") as devnull:
+        task = asyncio.create_task(run_bench(opts, console=Console(file=devnull), out_dir=tmp_path / "run"))
+        body = ""
+        try:
+            async with aiohttp.ClientSession() as s:
+                for _ in range(200):
+                    await asyncio.sleep(0.05)
+                    try:
+                        async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                            body = await r.text()
+                    except aiohttp.ClientError:
+                        continue
+                    if _ok_count(body) >= 3:
+                        break
+        finally:
+            task.cancel()
+            outcome, _ = await asyncio.wait_for(task, timeout=30)
+    assert _ok_count(body) >= 3
+    assert 'tokwatch_bench_ttft_seconds{quantile="0.99"}' in body
+    assert "tokwatch_bench_in_flight 2.0" in body
+    assert outcome.stop_reason == "interrupted"

@@ -1,0 +1,145 @@
+"""The metric-name lint: every metric the shipped rules read exists in tokwatch's real /metrics output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+
+EXPOSITION = """\
+# TYPE tokwatch_probe_runs counter
+tokwatch_probe_runs_total{endpoint="a",status="ok"} 3
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0"} 1
+# TYPE tokwatch_ttft_seconds histogram
+tokwatch_ttft_seconds_bucket{endpoint="a",le="+Inf"} 1
+tokwatch_ttft_seconds_sum{endpoint="a"} 0.2
+tokwatch_ttft_seconds_count{endpoint="a"} 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        (
+            'sum by (le, endpoint) (rate(tokwatch_ttft_seconds_bucket{le="+Inf"}[1h]))',
+            {"tokwatch_ttft_seconds_bucket"},
+        ),
+        ("a_total > on(job, instance) group_left() 2 * b_seconds", {"a_total", "b_seconds"}),
+        ("increase(vllm:num_preemptions[5m] offset 1h) > 1e3", {"vllm:num_preemptions"}),
+        ('{__name__="x_total", job="tokwatch"} unless ignoring(status) y == bool Inf', {"x_total", "y"}),
+        ("absent(up{job='tokwatch'}) or vector(1) and sum(z) without (status)", {"up", "z"}),
+        ('histogram_quantile(0.99, m{s="a{b}"}[1h:5m])', {"m"}),
+    ],
+)
+def test_metric_names_skip_functions_keywords_labels_and_durations(
+    lint: ModuleType, expr: str, names: set[str]
+) -> None:
+    assert lint.metric_names(expr) == names
+
+
+def _rules(tmp_path: Path, expr: str, annotation: str = "x") -> Path:
+    path = tmp_path / "rules.yml"
+    path.write_text(
+        "groups:\n- name: g\n  rules:\n"
+        "  - record: endpoint:tokwatch_probe_runs:rate5m\n"
+        "    expr: sum by (endpoint) (rate(tokwatch_probe_runs_total[5m]))\n"
+        f"  - alert: A\n    expr: {expr}\n    annotations:\n      description: '{annotation}'\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_lint_catches_vllm_counter_without_total(lint: ModuleType, tmp_path: Path) -> None:
+    rules = _rules(tmp_path, "increase(vllm:num_preemptions[5m]) > 0")
+    bad = lint.unknown_uses([rules], EXPOSITION)
+    assert [(u.rule, u.metric) for u in bad] == [("A", "vllm:num_preemptions")]
+
+
+def test_lint_accepts_recorded_names_histogram_series_and_up(lint: ModuleType, tmp_path: Path) -> None:
+    expr = "endpoint:tokwatch_probe_runs:rate5m > 0 and on() up == 1 and on() tokwatch_ttft_seconds_count > 0"
+    assert lint.unknown_uses([_rules(tmp_path, expr)], EXPOSITION) == []
+
+
+def test_lint_reads_queries_in_annotation_templates(lint: ModuleType, tmp_path: Path) -> None:
+    template = '{{ with printf "tokwatch_probe_run{endpoint=%s}" $labels.endpoint | query }}{{ . }}{{ end }}'
+    rules = _rules(tmp_path, "up == 0", template.replace("'", "''"))
+    assert [u.metric for u in lint.unknown_uses([rules], EXPOSITION)] == ["tokwatch_probe_run"]
+
+
+def test_lint_cli_exit_codes(kit: SimpleNamespace, tmp_path: Path) -> None:
+    script = str(kit.prom_dir / "lint_metric_names.py")
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(EXPOSITION, encoding="utf-8")
+    bad = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--metrics-file",
+            str(metrics),
+            str(_rules(tmp_path, "vllm:num_preemptions > 0")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert "A: metric vllm:num_preemptions is not in tokwatch's /metrics output" in bad.stdout
+    missing = subprocess.run(
+        [sys.executable, script, "--metrics-file", str(tmp_path / "nope.txt"), str(metrics)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "nope.txt" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
+    lint: ModuleType, kit: SimpleNamespace, stack: Any, tmp_path: Path
+) -> None:
+    """Real output: a simulator with an OpenAI, a vLLM (server counters, a mirrored counter) and an Ollama
+    server, tokwatch probing them every 2 s with SQLite storage, scraped after every endpoint has run."""
+    st = stack
+    sim = {
+        "seed": 3,
+        "servers": [
+            {"name": "chat", "dialect": "openai", "models": [{"name": "m", "decode_tps": 500}]},
+            {"name": "gpu", "dialect": "vllm", "models": [{"name": "m", "decode_tps": 500}]},
+            {"name": "ollama", "dialect": "ollama", "models": [{"name": "llama3.2:3b", "decode_tps": 500}]},
+        ],
+    }
+    endpoints = [
+        st.endpoint("chat", "chat", "openai", "m"),
+        st.endpoint(
+            "gpu", "gpu", "vllm", "m", scrape_interval="1s", mirror_metrics=["vllm:num_preemptions_total"]
+        ),
+        st.endpoint("ollama", "ollama", "ollama", "llama3.2:3b", labels={"site": "lab"}),
+    ]
+    await st.start(sim, endpoints)
+    async with aiohttp.ClientSession() as session:
+        # Server counters need a scrape after the endpoint's first round; wait for one of each group.
+        wanted = (
+            "tokwatch_server_up{",
+            "tokwatch_server_mirrored_total{",
+            "tokwatch_window_decode_tokens_per_second_cv_ratio{",
+        )
+
+        async def complete() -> str:
+            text: str = await st.metrics(session)
+            return text if all(w in text for w in wanted) else ""
+
+        exposition = str(await kit.wait_until(complete, 30, "server counters and window figures in /metrics"))
+    (tmp_path / "metrics.txt").write_text(exposition, encoding="utf-8")
+    bad = lint.unknown_uses(kit.rule_files, exposition)
+    assert not bad, "rules read metrics tokwatch does not expose:\n" + "\n".join(
+        f"{u.file}: {u.rule}: {u.metric}" for u in bad
+    )
