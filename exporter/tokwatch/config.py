@@ -165,8 +165,8 @@ class EndpointSettings(_Strict):
     @field_validator("scrape_interval")
     @classmethod
     def _scrape_interval(cls, v: float) -> float:
-        if v < 1.0:
-            raise ValueError("must be at least 1s: scraping faster only adds load on the server")
+        if v < 0.05:
+            raise ValueError("must be at least 50ms: faster scraping only adds load on the server")
         return v
 
     @field_validator("name")
