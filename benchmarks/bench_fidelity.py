@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -72,12 +73,14 @@ def start_sim(config_path: Path, port: int) -> subprocess.Popen[bytes]:
         asyncio.run(main())
         """
     )
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
-async def wait_ready(url: str, timeout: float = 20.0) -> None:
+async def wait_ready(url: str, within_s: float = 20.0) -> None:
     """Poll the sim until it answers."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within_s
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
             try:
@@ -120,11 +123,7 @@ async def measure(url: str, model: str, tmp: Path, name: str, **load: Any) -> di
             **load,
         }
     )
-    devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below
-    try:
-        outcome, _ = await run_bench(opts, console=Console(file=devnull), out_dir=tmp / name)
-    finally:
-        devnull.close()
+    outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp / name)
     truths = await fetch_truths(url, [r.server_request_id for r in outcome.records if r.server_request_id])
     return compare(outcome, truths, opts.rate)
 
@@ -144,7 +143,7 @@ def compare(outcome: BenchOutcome, truths: dict[str, dict[str, Any]], rate: floa
         emitted = t["emitted_at"]
         ttft_err.append(abs(r.ttft_s - (emitted[0] - t["arrival"])))
         recv_lag.append(outcome.perf_t0 + r.sent_at_s + r.ttft_s - emitted[0])
-        true_gaps = [b - a for a, b in zip(emitted, emitted[1:], strict=False)]
+        true_gaps = [b - a for a, b in itertools.pairwise(emitted)]
         tbt_err.extend(abs(c - g) for c, g in zip(r.tbt_s, true_gaps, strict=False))
     dispatch = sorted(r.dispatched_at_s for r in outcome.records)
     achieved = (len(dispatch) - 1) / (dispatch[-1] - dispatch[0]) if len(dispatch) > 1 else None
@@ -171,10 +170,15 @@ def _row(label: str, m: dict[str, Any]) -> str:
     rate = ""
     if m["requested_rate"]:
         err = (m["achieved_rate"] / m["requested_rate"] - 1) * 100 if m["achieved_rate"] else float("nan")
-        rate = f" | rate {m['achieved_rate']:.2f}/{m['requested_rate']:g} ({err:+.2f}%) lag p99 {m['sched_lag_p99_ms']:.2f}ms"
+        achieved = m["achieved_rate"] or float("nan")
+        rate = (
+            f" | rate {achieved:.2f}/{m['requested_rate']:g} ({err:+.2f}%)"
+            f" lag p99 {m['sched_lag_p99_ms'] or float('nan'):.2f}ms"
+        )
     return (
         f"{label:<18} n={m['ok']:>4}/{m['requests']:<4} TTFT err p50 {m['ttft_err_p50_ms']:.3f} p99 "
-        f"{m['ttft_err_p99_ms']:.3f}ms | recv lag p50 {m['recv_lag_p50_ms']:.3f} p99 {m['recv_lag_p99_ms']:.3f}ms"
+        f"{m['ttft_err_p99_ms']:.3f}ms | recv lag p50 {m['recv_lag_p50_ms']:.3f} "
+        f"p99 {m['recv_lag_p99_ms']:.3f}ms"
         f" | TBT err p50 {m['tbt_err_p50_ms']:.3f} p99 {m['tbt_err_p99_ms']:.3f}ms{rate}"
         f" | CPU {m['cpu_per_request_ms']:.2f}ms/req {m['cpu_per_token_us']:.1f}us/tok"
     )

@@ -19,7 +19,7 @@ servers:
   - name: o
     dialect: ollama
     models: [{name: "q:1b", decode_tps: 400, prefill_tps: 100000, cold_load_probability: 1.0,
-              cold_load_duration: 10ms}]
+              cold_load_duration: 200ms}]
 """
 
 

@@ -119,6 +119,8 @@ class ThinkTagSplitter:
 
     def feed(self, text: str) -> list[tuple[Phase, str, int]]:
         """Split `text` into `(phase, visible text, generated chars)` segments."""
+        if not self._held and "<" not in text:
+            return [(self.phase, text, len(text))] if text else []  # fast path: no tag can start here
         buf = self._held + text
         self._held = ""
         out: list[tuple[Phase, str, int]] = []

@@ -18,9 +18,7 @@ from tokwatch.result import Status
 def _record(i: int, *, ttft: float = 0.1, gap: float = 0.01, tokens: int = 11, **kw: Any) -> RequestRecord:
     status = kw.pop("status", Status.OK)
     sent = kw.pop("sent", float(i))
-    r = RequestRecord(
-        i, "chat", sent_at_s=sent, started_at_s=sent, dispatched_at_s=sent, status=status, **kw
-    )
+    r = RequestRecord(i, "chat", sent_at_s=sent, started_at_s=sent, dispatched_at_s=sent, status=status, **kw)
     if status is Status.OK:
         r.ttft_s = ttft
         r.tbt_s = [gap] * (tokens - 1)

@@ -69,8 +69,8 @@ async def test_sigint_stops_the_run_writes_incomplete_and_exits_3(tmp_path, stre
     stream_server.gap = 0.01
     out = tmp_path / "run"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", ENTRY, "bench", "--url", stream_server.url, "--model", "m", "--concurrency", "2",
-        "--number", "100000", "--output-dir", str(out), "--no-server-metrics",
+        sys.executable, "-c", ENTRY, "bench", "--url", stream_server.url, "--model", "m",
+        "--concurrency", "2", "--number", "100000", "--output-dir", str(out), "--no-server-metrics",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "MPLBACKEND": "Agg"},
     )  # fmt: skip
@@ -96,26 +96,25 @@ async def test_live_metrics_are_served_during_the_run(tmp_path, stream_server):
     stream_server.gap = 0.01
     port = _free_port()
     opts = build_options(
-        {"url": stream_server.url, "model": "m", "concurrency": 2, "number": 100000, "listen": f"127.0.0.1:{port}",
-         "plots": False, "server_metrics": False, "live_interval": 60}
+        {"url": stream_server.url, "model": "m", "concurrency": 2, "number": 100000,
+         "listen": f"127.0.0.1:{port}", "plots": False, "server_metrics": False, "live_interval": 60}
     )  # fmt: skip
-    with open(os.devnull, "w") as devnull:
-        task = asyncio.create_task(run_bench(opts, console=Console(file=devnull), out_dir=tmp_path / "run"))
-        body = ""
-        try:
-            async with aiohttp.ClientSession() as s:
-                for _ in range(200):
-                    await asyncio.sleep(0.05)
-                    try:
-                        async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
-                            body = await r.text()
-                    except aiohttp.ClientError:
-                        continue
-                    if _ok_count(body) >= 3:
-                        break
-        finally:
-            task.cancel()
-            outcome, _ = await asyncio.wait_for(task, timeout=30)
+    task = asyncio.create_task(run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "run"))
+    body = ""
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                try:
+                    async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                        body = await r.text()
+                except aiohttp.ClientError:
+                    continue
+                if _ok_count(body) >= 3:
+                    break
+    finally:
+        task.cancel()
+        outcome, _ = await asyncio.wait_for(task, timeout=30)
     assert _ok_count(body) >= 3
     assert 'tokwatch_bench_ttft_seconds{quantile="0.99"}' in body
     assert "tokwatch_bench_in_flight 2.0" in body

@@ -1,6 +1,7 @@
 """The load generator end to end against a real streaming server on 127.0.0.1."""
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -20,7 +21,7 @@ def _opts(url, **kw):
 
 
 async def _bench(tmp_path, url, **kw):
-    return await run_bench(_opts(url, **kw), console=Console(file=open("/dev/null", "w")), out_dir=tmp_path / "run")
+    return await run_bench(_opts(url, **kw), console=Console(quiet=True), out_dir=tmp_path / "run")
 
 
 async def test_closed_loop_respects_concurrency(tmp_path, stream_server):
@@ -72,8 +73,9 @@ async def test_multi_turn_history_grows_with_real_replies(tmp_path, stream_serve
              {"role": "user", "content": "two"}, {"role": "user", "content": "three"}]  # fmt: skip
     data.write_text(json.dumps(turns) + "\n")
     outcome, _ = await _bench(
-        tmp_path, stream_server.url, dataset=str(data), multi_turn=True, parallel=1, number=1, output_tokens="3"
-    )
+        tmp_path, stream_server.url, dataset=str(data), multi_turn=True, parallel=1, number=1,
+        output_tokens="3",
+    )  # fmt: skip
     assert [r.turn for r in outcome.records] == [0, 1, 2]
     bodies = stream_server.bodies
     assert [len(b["messages"]) for b in bodies] == [1, 3, 5]
@@ -124,7 +126,6 @@ async def test_cancelling_the_run_still_writes_incomplete_results(tmp_path, stre
     assert summary["complete"] is False and summary["requests"]["ok"] >= 4
     lines = (out_dir / "request_level_metrics.jsonl").read_text().splitlines()
     assert len(lines) == summary["requests"]["total"]
-    assert stream_server.in_flight == 0 or True  # cancelled streams are closed by the client
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -146,5 +147,5 @@ async def test_worker_processes_share_one_timeline(tmp_path, stream_server):
     assert len({r.request_id for r in outcome.records}) == 12
     intended = sorted(r.intended_at_s for r in measured)
     # worker k is phase-shifted by k/rate: the merged schedule is exactly every 20 ms
-    assert [round(b - a, 6) for a, b in zip(intended, intended[1:], strict=False)] == [0.02] * 9
+    assert [round(b - a, 6) for a, b in itertools.pairwise(intended)] == [0.02] * 9
     assert outcome.client["cpu_s"] > 0

@@ -35,7 +35,7 @@ async def test_stripped_eval_duration_falls_back_to_server_wall(start_sim, serve
 
 async def test_cold_load_on_timed_run(start_sim, server, make_ctx) -> None:
     sim = await start_sim(
-        server("o", "ollama", decode_tps=300, cold_load_probability=1.0, cold_load_duration=0.05)
+        server("o", "ollama", decode_tps=300, cold_load_probability=1.0, cold_load_duration=0.2)
     )
     r = await run_probe(get_probe("ollama"), make_ctx(sim.base_url("o"), "ollama", max_tokens=8))
     assert r.status is Status.OK and r.cold is True

@@ -11,6 +11,9 @@ from tokwatch.result import RunResult, TimingSource
 from tokwatch.streams import OllamaStreamParser, StreamCollector, StreamEvent
 from tokwatch.timing import ollama_engine_tps, ollama_server_wall_tps
 
+# Ollama reports a few milliseconds of load_duration even when the model is already resident; a reload of
+# an evicted model takes hundreds of milliseconds at least. Anything above this counts as a cold load.
+COLD_LOAD_MIN_NS = 100_000_000
 
 class OllamaProbe(HttpProbe):
     """`engine` = eval_count / eval_duration; `server_wall` = eval_count / total_duration when stripped."""
@@ -58,7 +61,7 @@ class OllamaProbe(HttpProbe):
             return out
         result.prompt_tokens = final.prompt_eval_count
         if final.load_duration_ns is not None:
-            result.cold = final.load_duration_ns > 0
+            result.cold = final.load_duration_ns > COLD_LOAD_MIN_NS
         engine = ollama_engine_tps(final.eval_count, final.eval_duration_ns)
         if engine is not None:
             out[TimingSource.ENGINE] = engine

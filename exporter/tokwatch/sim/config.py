@@ -4,30 +4,22 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from tokwatch.config import (
-    ConfigError,
-    _clean_message,
-    _expand_env,
-    _field_path,
-    _line_of,
-    _LinedDict,
-    _LineLoader,
     parse_duration,
     parse_listen,
+    read_config_file,
+    validate_yaml,
 )
 
 DEFAULT_SIM_LISTEN = "127.0.0.1:8900"
@@ -190,42 +182,9 @@ class SimConfig(_Strict):
 
 def load_sim_config_text(text: str, filename: str = "<sim config>") -> SimConfig:
     """Parse and validate sim config text; raises ConfigError with `file:line: field: message` lines."""
-    try:
-        doc = yaml.load(text, Loader=_LineLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{filename}:{mark.line + 1}" if mark else filename
-        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{filename}: invalid YAML: {exc}") from None
-    if doc is None:
-        doc = _LinedDict({}, {}, 1)
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{filename}:1: the file must be a mapping of settings, not {type(doc).__name__}")
-    problems: list[tuple[tuple[Any, ...], str]] = []
-    doc = _expand_env(doc, (), problems)
-    if problems:
-        raise ConfigError(
-            "\n".join(f"{filename}:{_line_of(doc, p) or 1}: {_field_path(p)}: {m}" for p, m in problems)
-        )
-    try:
-        return SimConfig.model_validate(doc)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            msg = "unknown setting" if err["type"] == "extra_forbidden" else _clean_message(err["msg"])
-            lines.append(f"{filename}:{_line_of(doc, loc) or 1}: {_field_path(loc)}: {msg}")
-        raise ConfigError("\n".join(lines)) from None
+    return validate_yaml(text, filename, SimConfig)
 
 
 def load_sim_config(path: str | os.PathLike[str]) -> SimConfig:
     """Read and validate a simulator config file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read: {exc}") from None
-    return load_sim_config_text(text, str(p))
+    return load_sim_config_text(*read_config_file(path))
