@@ -1,8 +1,9 @@
 """Write tokwatch's Grafana dashboards to dashboards/json/, or with --check verify the committed JSON.
 
-Usage: python dashboards/generate.py [--check] [--out DIR] [--metrics-doc docs/metrics.md]
+Usage: python dashboards/generate.py [--check] [--out DIR] [--metrics-doc MD | --metrics-file SCRAPE]
 --check regenerates in memory and fails (exit 1) if a committed file differs, is missing or is stale, or if
-a panel queries a metric docs/metrics.md does not define, uses an Angular panel type or overlaps another.
+a panel queries a metric docs/metrics.md (or a saved /metrics scrape) does not define, uses an Angular panel
+type or overlaps another.
 """
 
 from __future__ import annotations
@@ -76,14 +77,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="verify instead of writing")
     parser.add_argument("--out", type=Path, default=JSON_DIR, help="JSON directory (default: %(default)s)")
-    parser.add_argument("--metrics-doc", type=Path, default=METRICS_DOC, help="metric-name contract")
+    contract = parser.add_mutually_exclusive_group()
+    contract.add_argument("--metrics-doc", type=Path, default=METRICS_DOC, help="metric-name contract")
+    contract.add_argument(
+        "--metrics-file", type=Path, help="a saved /metrics scrape of tokwatch to check names against instead"
+    )
     args = parser.parse_args(argv)
 
-    if not args.metrics_doc.is_file():
-        print(f"error: metrics contract {args.metrics_doc} not found", file=sys.stderr)
+    source = args.metrics_file or args.metrics_doc
+    if not source.is_file():
+        print(f"error: metrics contract {source} not found", file=sys.stderr)
         return 2
+    if args.metrics_file:
+        catalog = lint.metrics_from_exposition(source.read_text(encoding="utf-8"))
+    else:
+        catalog = lint.metrics_from_markdown(source)
     rendered = generate()
-    problems = lint_problems(rendered, lint.metrics_from_markdown(args.metrics_doc))
+    problems = lint_problems(rendered, catalog)
     if args.check:
         problems += drift(rendered, args.out)
     else:

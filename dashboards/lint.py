@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 # Functions, aggregations, operators and literals that look like identifiers in PromQL.
 _KEYWORDS = frozenset(
     {
@@ -164,6 +166,17 @@ def metrics_from_markdown(path: Path) -> MetricCatalog:
         is_histogram = any("bucket" in h for h in header) or (len(cells) > 1 and cells[1] == "histogram")
         if is_histogram:
             histograms.update(found)
+    return MetricCatalog(frozenset(names), frozenset(histograms))
+
+
+def metrics_from_exposition(text: str) -> MetricCatalog:
+    """The series names present in a /metrics scrape (Prometheus text format), e.g. a live tokwatch's."""
+    names: set[str] = set()
+    histograms: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        names.update(sample.name for sample in family.samples)
+        if family.type == "histogram":
+            histograms.add(family.name)
     return MetricCatalog(frozenset(names), frozenset(histograms))
 
 

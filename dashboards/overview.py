@@ -23,6 +23,7 @@ from dashboards.panels import (
     bargauge,
     by_ref,
     describe,
+    heatmap,
     prom,
     stat,
     state_timeline,
@@ -35,6 +36,7 @@ from dashboards.promql import (
     STATUS_CODES,
     STATUS_COLORS,
     STATUS_TEXT,
+    histogram_mean,
     histogram_quantile,
     sel,
     status_code,
@@ -355,13 +357,20 @@ def _latency(grid: Grid) -> None:
     )
     grid.add(
         timeseries(
-            "TPOT p50 / p95",
+            "TPOT p50 / p95 / mean",
             describe(
                 "Time per output token per run: (E2E - TTFT) / (tokens - 1) "
-                "(tokwatch_time_per_output_token_seconds).",
+                "(tokwatch_time_per_output_token_seconds); mean = histogram sum / count.",
                 REF_LATENCY,
             ),
-            quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
+            [
+                *quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
+                prom(
+                    histogram_mean("tokwatch_time_per_output_token_seconds", LATENCY_WINDOW),
+                    "{{endpoint}} mean",
+                    ref="C",
+                ),
+            ],
             unit=SECONDS,
         ),
         w=8,
@@ -380,6 +389,21 @@ def _latency(grid: Grid) -> None:
         h=8,
     )
     grid.add(_last_run_table(), w=8, h=8)
+    itl_buckets = sel("tokwatch_inter_token_latency_seconds_bucket")
+    grid.add(
+        heatmap(
+            "Inter-token latency distribution",
+            describe(
+                "How the per-token gaps of the selected endpoints spread over the histogram buckets in "
+                "each time bucket; darker = more tokens. Stalls show as cells high above the band.",
+                REF_LATENCY,
+            ),
+            f"sum by (le) (increase({itl_buckets}[$__interval]))",
+            unit=SECONDS,
+        ),
+        w=24,
+        h=8,
+    )
 
 
 def _last_run_table() -> g.Table:

@@ -10,6 +10,7 @@ from rich.console import Console
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
+from tokwatch.config import ConfigError
 from tokwatch.result import Status
 
 
@@ -149,3 +150,24 @@ async def test_worker_processes_share_one_timeline(tmp_path, stream_server):
     # worker k is phase-shifted by k/rate: the merged schedule is exactly every 20 ms
     assert [round(b - a, 6) for a, b in itertools.pairwise(intended)] == [0.02] * 9
     assert outcome.client["cpu_s"] > 0
+
+
+async def test_endpoint_from_config_file(tmp_path, stream_server, monkeypatch):
+    monkeypatch.setenv("BENCH_KEY", "cfg-secret-key")
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "endpoints:\n  - name: local\n    kind: openai\n"
+        f"    base_url: {stream_server.url}\n    model: served\n    api_key_env: BENCH_KEY\n"
+    )
+    outcome, out_dir = await run_bench(
+        build_options(
+            {"endpoint": "local", "config": str(cfg), "number": 2, "plots": False, "live_interval": 60}
+        ),
+        console=Console(quiet=True),
+        out_dir=tmp_path / "run",
+    )
+    assert all(r.ok for r in outcome.records)
+    assert stream_server.bodies[0]["model"] == "served"
+    assert "cfg-secret-key" not in (out_dir / "summary.json").read_text()
+    with pytest.raises(ConfigError, match="no endpoint named 'other'"):
+        await run_bench(build_options({"endpoint": "other", "config": str(cfg)}), console=Console(quiet=True))

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from dashboards.lint import iter_panels
+from dashboards.lint import iter_panels, metrics_from_exposition, unknown_metrics
 
 from dashboards import generate
 
@@ -185,6 +185,12 @@ async def test_dashboard_panels_show_data(processes: Any, tmp_path: Path) -> Non
                     empty.append(f"{name}: annotation {annotation['name']!r}")
         assert not empty, "panels without data:\n" + "\n".join(empty)
         assert checked >= 50
+
+        # Every metric the overview and health dashboards query is in the live /metrics output (the server
+        # dashboard also covers Ollama and mirrored metrics this setup does not produce).
+        live = metrics_from_exposition(await stack.metrics(session))
+        for name in ("tokwatch-overview.json", "tokwatch-health.json"):
+            assert unknown_metrics(dashboards[name], live) == []
 
         # The status pill's code for the rate-limited endpoint maps to RATE LIMITED.
         status_panel = next(

@@ -90,6 +90,15 @@ def test_check_fails_when_a_queried_metric_is_not_in_the_contract(
     assert "queries unknown metric 'tokwatch_probe_success'" in err
 
 
+def test_check_against_a_saved_scrape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text('tokwatch_probe_success{endpoint="a"} 1\n', encoding="utf-8")
+    assert generate.main(["--check", "--metrics-file", str(scrape)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown metric 'tokwatch_probe_runs_total'" in err
+    assert "unknown metric 'tokwatch_probe_success'" not in err
+
+
 def test_missing_contract_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.md"
     assert generate.main(["--check", "--metrics-doc", str(missing)]) == 2

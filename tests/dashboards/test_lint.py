@@ -12,6 +12,7 @@ from dashboards.lint import (
     layout_problems,
     metric_names_in_promql,
     metric_names_in_template_query,
+    metrics_from_exposition,
     metrics_from_markdown,
     unknown_metrics,
 )
@@ -189,3 +190,26 @@ def test_unknown_metrics_checks_prometheus_queries_only() -> None:
         "t: annotation 'ann' queries unknown metric 'tokwatch_unknown_a'",
         "t: variable 'v' queries unknown metric 'tokwatch_gone'",
     ]
+
+
+EXPOSITION = """# HELP tokwatch_probe_runs Timed probe runs by status.
+# TYPE tokwatch_probe_runs counter
+tokwatch_probe_runs_total{endpoint="a",status="ok"} 3.0
+# HELP tokwatch_ttft_seconds Time to first token.
+# TYPE tokwatch_ttft_seconds histogram
+tokwatch_ttft_seconds_bucket{endpoint="a",le="0.1"} 1.0
+tokwatch_ttft_seconds_bucket{endpoint="a",le="+Inf"} 2.0
+tokwatch_ttft_seconds_count{endpoint="a"} 2.0
+tokwatch_ttft_seconds_sum{endpoint="a"} 0.3
+# HELP tokwatch_server_model_vram_ratio Ollama VRAM share.
+# TYPE tokwatch_server_model_vram_ratio gauge
+"""
+
+
+def test_metrics_from_exposition_uses_the_series_present() -> None:
+    catalog = metrics_from_exposition(EXPOSITION)
+    assert catalog.defines("tokwatch_probe_runs_total")
+    assert not catalog.defines("tokwatch_probe_runs")
+    assert catalog.defines("tokwatch_ttft_seconds_bucket") and catalog.defines("tokwatch_ttft_seconds_sum")
+    assert catalog.histograms == {"tokwatch_ttft_seconds"}
+    assert not catalog.defines("tokwatch_server_model_vram_ratio")  # family declared, but no series

@@ -15,7 +15,9 @@ from grafanalib import core as g
 from dashboards import generate, panels
 from tokwatch.result import Status
 
-MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline"}
+MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap"}
+# Keys only the legacy Angular heatmap model has (same `type`, different panel).
+LEGACY_HEATMAP_KEYS = {"cards", "dataFormat", "xBucketSize", "yBucketBound", "heatmap", "highlightCards"}
 EXPECTED_UIDS = {
     "tokwatch-overview.json": "tokwatch-overview",
     "tokwatch-server.json": "tokwatch-server",
@@ -65,6 +67,19 @@ def test_only_current_panel_types(model: dict[str, Any]) -> None:
     assert not types & ANGULAR_PANEL_TYPES
 
 
+def test_heatmaps_use_the_current_model(model: dict[str, Any]) -> None:
+    for panel in iter_panels(model):
+        if panel["type"] == "heatmap":
+            assert not LEGACY_HEATMAP_KEYS & set(panel), panel["title"]
+            assert panel["options"]["calculate"] is False  # buckets come from the histogram's `le`
+            assert all(t["format"] == "heatmap" and "sum by (le)" in t["expr"] for t in panel["targets"])
+
+
+def test_grafanalib_heatmap_is_the_legacy_model() -> None:
+    """Why dashboards.panels has its own Heatmap: grafanalib's emits the Angular-era model."""
+    assert LEGACY_HEATMAP_KEYS & set(g.Heatmap(title="x").to_json_data())
+
+
 def test_grafanalib_classes_emit_the_expected_types() -> None:
     """Which grafanalib class emits which `type`: the ones used are current, the legacy ones are Angular."""
     used = {
@@ -74,6 +89,7 @@ def test_grafanalib_classes_emit_the_expected_types() -> None:
         panels.BarGauge: "bargauge",
         g.StateTimeline: "state-timeline",
         g.RowPanel: "row",
+        panels.Heatmap: "heatmap",
     }
     for cls, kind in used.items():
         assert cls(title="x").to_json_data()["type"] == kind
@@ -164,7 +180,7 @@ def test_units_are_consistent() -> None:
     for title in (
         "TTFT p50 / p95 / p99",
         "Inter-token latency p50 / p99",
-        "TPOT p50 / p95",
+        "TPOT p50 / p95 / mean",
         "TTOT p50 / p95",
     ):
         assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "s"
@@ -232,6 +248,9 @@ def test_latency_panels_use_histogram_quantiles() -> None:
 
 def test_divide_guards_against_idle_denominators() -> None:
     assert divide("a", "b") == "(a) / ((b) > 0)"
+    tpot = _panel(MODELS["tokwatch-overview.json"], "TPOT p50 / p95 / mean")
+    mean = next(t["expr"] for t in tpot["targets"] if t["legendFormat"] == "{{endpoint}} mean")
+    assert "_sum" in mean and "_count" in mean and mean.endswith(") > 0)")
 
 
 def test_provisioning_points_at_the_generated_json_and_fixed_uids() -> None:

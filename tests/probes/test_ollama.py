@@ -35,10 +35,14 @@ async def test_stripped_eval_duration_falls_back_to_server_wall(start_sim, serve
 
 async def test_cold_load_on_timed_run(start_sim, server, make_ctx) -> None:
     sim = await start_sim(
-        server("o", "ollama", decode_tps=300, cold_load_probability=1.0, cold_load_duration=0.2)
+        server("o", "ollama", decode_tps=300, cold_load_probability=1.0, cold_load_duration=0.2),
+        server("w", "ollama", decode_tps=300, warm_load_duration=0.004),
     )
     r = await run_probe(get_probe("ollama"), make_ctx(sim.base_url("o"), "ollama", max_tokens=8))
     assert r.status is Status.OK and r.cold is True
+    # a resident model still reports a few ms of load_duration: not a cold load
+    r = await run_probe(get_probe("ollama"), make_ctx(sim.base_url("w"), "ollama", max_tokens=8))
+    assert r.status is Status.OK and r.cold is False
 
 
 async def test_thinking_field(start_sim, server, make_ctx) -> None:

@@ -214,23 +214,22 @@ class Stack:
     async def start(
         self, sim: dict[str, object], endpoints: list[dict[str, object]], interval: str = "2s"
     ) -> None:
-        """Start the simulator, wait until it answers, then tokwatch; wait until every endpoint has run."""
+        """Start the simulator, wait until it answers, then tokwatch (with SQLite storage) on
+        `tokwatch_port`; return once every endpoint has run."""
         sim_yml = self.tmp_path / "sim.yml"
         sim_yml.write_text(yaml.safe_dump(sim), encoding="utf-8")
-        tokwatch_yml = self.tmp_path / "tokwatch.yml"
-        config = {
-            "schedule": {"interval": interval, "offset": "0s"},
-            "probe": {"warmup": False, "max_tokens": 16},
-            "storage": {
-                "sqlite_path": str(self.tmp_path / "tokwatch.db"),
-                "outbox_path": str(self.tmp_path / "outbox"),
-            },
-            "endpoints": endpoints,
-        }
-        tokwatch_yml.write_text(yaml.safe_dump(config), encoding="utf-8")
-        tokwatch = [sys.executable, "-m", "tokwatch"]
         self.processes.start(
-            "sim", [*tokwatch, "sim", "--config", str(sim_yml), "--listen", f"127.0.0.1:{self.sim_port}"]
+            "sim",
+            [
+                sys.executable,
+                "-m",
+                "tokwatch",
+                "sim",
+                "--config",
+                str(sim_yml),
+                "--listen",
+                f"127.0.0.1:{self.sim_port}",
+            ],
         )
         async with aiohttp.ClientSession() as session:
 
@@ -239,34 +238,54 @@ class Stack:
                 return await http_ok(session, f"{self.sim_url}/_sim/servers")
 
             await wait_until(sim_ready, 30, "the simulator to answer")
-            self.processes.start(
+        await self.start_tokwatch("tokwatch", self.tokwatch_port, endpoints, interval, storage=True)
+
+    async def start_tokwatch(
+        self, name: str, port: int, endpoints: list[dict[str, object]], interval: str, *, storage: bool
+    ) -> None:
+        """Start one tokwatch exporter on `port`; return once every endpoint has run."""
+        config: dict[str, object] = {
+            "schedule": {"interval": interval, "offset": "0s"},
+            "probe": {"warmup": False, "max_tokens": 16},
+            "storage": {
+                "enabled": storage,
+                "sqlite_path": str(self.tmp_path / f"{name}.db"),
+                "outbox_path": str(self.tmp_path / f"{name}-outbox"),
+            },
+            "endpoints": endpoints,
+        }
+        config_path = self.tmp_path / f"{name}.yml"
+        config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        self.processes.start(
+            name,
+            [
+                sys.executable,
+                "-m",
                 "tokwatch",
-                [
-                    *tokwatch,
-                    "serve",
-                    "--config",
-                    str(tokwatch_yml),
-                    "--listen",
-                    f"127.0.0.1:{self.tokwatch_port}",
-                ],
-                cwd=self.tmp_path,
-            )
-            names = [str(e["name"]) for e in endpoints]
+                "serve",
+                "--config",
+                str(config_path),
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            cwd=self.tmp_path,
+        )
+        url = f"http://127.0.0.1:{port}"
+        prefixes = [f'tokwatch_probe_last_run_timestamp_seconds{{endpoint="{e["name"]}"' for e in endpoints]
+        async with aiohttp.ClientSession() as session:
 
             async def all_ran() -> bool:
                 self.processes.check_alive()
-                text = await self.metrics(session)
-                return all(
-                    f'tokwatch_probe_last_run_timestamp_seconds{{endpoint="{n}"' in text for n in names
-                )
+                text = await self.metrics(session, url)
+                return all(p in text for p in prefixes)
 
-            await wait_until(all_ran, 40, "a probe run of every endpoint")
+            await wait_until(all_ran, 40, f"a probe run of every endpoint by {name}")
 
-    async def metrics(self, session: aiohttp.ClientSession) -> str:
-        """tokwatch's /metrics text, or "" while it is not answering."""
+    async def metrics(self, session: aiohttp.ClientSession, url: str | None = None) -> str:
+        """/metrics text of tokwatch (or of the exporter at `url`), "" while it is not answering."""
         try:
             async with session.get(
-                f"{self.tokwatch_url}/metrics", timeout=aiohttp.ClientTimeout(total=5)
+                f"{url or self.tokwatch_url}/metrics", timeout=aiohttp.ClientTimeout(total=5)
             ) as r:
                 return await r.text() if r.status == 200 else ""
         except (TimeoutError, aiohttp.ClientError, OSError):

@@ -125,20 +125,24 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
         st.endpoint("ollama", "ollama", "ollama", "llama3.2:3b", labels={"site": "lab"}),
     ]
     await st.start(sim, endpoints)
+    # tokwatch with storage refreshes its window figures from the database every 30 s; a second tokwatch
+    # without storage computes them in memory after each run, so both outputs together hold every name.
+    memory_port = kit.free_port()
+    await st.start_tokwatch("tokwatch-memory", memory_port, endpoints, "2s", storage=False)
+    wanted = {
+        st.tokwatch_url: ("tokwatch_server_up{", "tokwatch_server_mirrored_total{", "tokwatch_storage_up"),
+        f"http://127.0.0.1:{memory_port}": ("tokwatch_window_decode_tokens_per_second_cv_ratio{",),
+    }
     async with aiohttp.ClientSession() as session:
-        # Server counters need a scrape after the endpoint's first round; wait for one of each group.
-        wanted = (
-            "tokwatch_server_up{",
-            "tokwatch_server_mirrored_total{",
-            "tokwatch_window_decode_tokens_per_second_cv_ratio{",
-        )
 
         async def complete() -> str:
-            text: str = await st.metrics(session)
-            return text if all(w in text for w in wanted) else ""
+            texts = [await st.metrics(session, url) for url in wanted]
+            done = all(
+                all(w in text for w in names) for text, names in zip(texts, wanted.values(), strict=True)
+            )
+            return "\n".join(texts) if done else ""
 
-        exposition = str(await kit.wait_until(complete, 30, "server counters and window figures in /metrics"))
-    (tmp_path / "metrics.txt").write_text(exposition, encoding="utf-8")
+        exposition = str(await kit.wait_until(complete, 30, "server counters, storage and window figures"))
     bad = lint.unknown_uses(kit.rule_files, exposition)
     assert not bad, "rules read metrics tokwatch does not expose:\n" + "\n".join(
         f"{u.file}: {u.rule}: {u.metric}" for u in bad

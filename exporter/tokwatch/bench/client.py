@@ -201,6 +201,7 @@ def _fill_figures(
     record.output_itl_s = timing.output_itl(events)
     n = timing.total_tokens(events)
     record.tpot_s = timing.tpot(record.e2e_s, record.ttft_s, n)
+    record.decode_tokens_per_s = timing.client_stream_tps(events, n)
     if record.ttft_s is not None:
         record.fluidity_index = fluidity_index(
             record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s

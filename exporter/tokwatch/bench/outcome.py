@@ -9,6 +9,7 @@ from typing import Any
 from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
+from tokwatch.result import RunResult
 
 SCHEMA_VERSION = 1
 
@@ -100,6 +101,6 @@ class BenchOutcome:
             return ExitCode.INCOMPLETE
         return ExitCode.OK if evaluate(self.slos, self.records)["all_slos_met"] else ExitCode.SLO_FAILED
 
-    def records_for_store(self) -> list[RequestRecord]:
-        """The run's measured request records (for the store, wired by the lead)."""
-        return self.measured
+    def records_for_store(self, endpoint: str, instance: str = "") -> list[RunResult]:
+        """The run's measured requests as RunResults (for the store, wired by the lead)."""
+        return [r.to_run_result(endpoint, self.started_at_unix, instance) for r in self.measured]

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from tokwatch.result import Status
+from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.timing import TokensSource
 
 # Scalar per-request figures, in seconds unless named otherwise; list figures are per token or chunk.
 SCALAR_METRICS = (
@@ -59,7 +60,7 @@ class RequestRecord:
     fixed_output: bool = False  # the server was asked for exactly max_tokens (ignore_eos/min_tokens)
     output_tokens: int | None = None  # non-reasoning tokens
     think_tokens: int | None = None
-    tokens_source: str | None = None  # usage, chunk_usage, engine or client_estimate
+    tokens_source: TokensSource | None = None
     chunks: int = 0
     ttft_s: float | None = None
     ttot_s: float | None = None
@@ -70,6 +71,7 @@ class RequestRecord:
     inter_chunk_s: list[float] = field(default_factory=list)  # per chunk after the first
     output_itl_s: list[float] = field(default_factory=list)  # per token after the first output-phase token
     fluidity_index: float | None = None
+    decode_tokens_per_s: float | None = None  # timing.client_stream_tps: first-to-last token window
     history_tokens: int | None = None  # multi-turn: estimated tokens of earlier turns in the prompt
     reply_text: str = ""  # the model's answer; used for multi-turn history, never written out
 
@@ -130,6 +132,35 @@ class RequestRecord:
             return []
         first = self.sent_at_s + self.ttft_s
         return [first, *(first + t for t in accumulate(self.tbt_s))]
+
+    def to_run_result(self, endpoint: str, run_started_unix: float, instance: str = "") -> RunResult:
+        """The request as the exporter's shared record (for the store); tok/s is the client-stream figure."""
+        return RunResult(
+            endpoint=endpoint,
+            started_at=run_started_unix + self.sent_at_s,
+            status=self.status,
+            http_status=self.http_status,
+            error_class=self.error_class,
+            error_message=self.error_message,
+            tokens_per_second=self.decode_tokens_per_s,
+            source=TimingSource.CLIENT_STREAM if self.decode_tokens_per_s is not None else None,
+            candidates=(
+                {TimingSource.CLIENT_STREAM: self.decode_tokens_per_s} if self.decode_tokens_per_s else {}
+            ),
+            output_tokens=self.output_tokens,
+            think_tokens=self.think_tokens,
+            prompt_tokens=self.prompt_tokens,
+            tokens_source=self.tokens_source,
+            ttft_s=self.ttft_s,
+            ttot_s=self.ttot_s,
+            tpot_s=self.tpot_s,
+            e2e_s=self.e2e_s,
+            itl_s=list(self.tbt_s),
+            output_itl_s=list(self.output_itl_s),
+            streamed=True,
+            finish_reason=self.finish_reason,
+            instance=instance,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the request_level_metrics.jsonl line; docs/bench.md)."""

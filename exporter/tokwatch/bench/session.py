@@ -97,10 +97,11 @@ def build_workload(
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
     """Options for summary.json: no secret, the target's URL without credentials."""
-    data = opts.model_dump(mode="json")
+    redact = Redactor([target.api_key])
+    data = {k: redact(v) if isinstance(v, str) else v for k, v in opts.model_dump(mode="json").items()}
     data["slos"] = [s.name for s in opts.parsed_slos()]
     data.update(
-        target=Redactor([target.api_key])(target.base_url),
+        target=redact(target.base_url),
         kind=target.kind,
         model=target.model,
         load=opts.load_description(),
@@ -185,6 +186,11 @@ async def run_bench(
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
+        except Exception as exc:  # a client-side bug must not lose what was measured
+            state.stop_reason = "client_error"
+            state.message = Redactor([target.api_key])(
+                f"the benchmark client failed: {type(exc).__name__}: {exc}"
+            )
         finally:
             progress.stop()
             for h in helpers:

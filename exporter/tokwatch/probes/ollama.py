@@ -15,6 +15,7 @@ from tokwatch.timing import ollama_engine_tps, ollama_server_wall_tps
 # an evicted model takes hundreds of milliseconds at least. Anything above this counts as a cold load.
 COLD_LOAD_MIN_NS = 100_000_000
 
+
 class OllamaProbe(HttpProbe):
     """`engine` = eval_count / eval_duration; `server_wall` = eval_count / total_duration when stripped."""
 
