@@ -44,8 +44,13 @@ def wait_http(url: str, timeout: float = 20.0) -> None:
 
 
 def tokwatch(*args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tokwatch", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tokwatch", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )  # type: ignore[call-overload]
 
 
 def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -87,19 +92,31 @@ endpoints:
 
 def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path) -> None:
     cfg = write_config(tmp_path, sim)
-    proc = subprocess.run([sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "good" in proc.stdout and "ok" in proc.stdout and "rate_limited" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg), "good"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg), "good"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "client_stream" in proc.stdout
 
 
 def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim)),
-                           "nope"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim)), "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "no endpoint named nope" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -128,8 +145,12 @@ def test_serve_scrapes_then_exits_cleanly_on_sigterm(sim: str, tmp_path: Path) -
 def test_serve_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.yml"
     cfg.write_text("schedule:\n  interval: often\n")
-    proc = subprocess.run([sys.executable, "-m", "tokwatch", "serve", "--config", str(cfg)],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokwatch", "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert f"{cfg}:2: schedule.interval: invalid duration 'often'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -138,9 +159,21 @@ def test_serve_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None
 def test_demo_runs_a_round_and_exits(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "tokwatch", "demo", "--rounds", "1", "--listen", f"127.0.0.1:{port}",
-         "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "tokwatch",
+            "demo",
+            "--rounds",
+            "1",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout

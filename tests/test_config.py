@@ -31,7 +31,11 @@ def test_defaults_follow_seed_000() -> None:
     assert cfg.probe.warmup is True
     assert cfg.schedule.interval == 3600 and cfg.schedule.offset == 1800 and cfg.schedule.parallelism == 1
     assert [s.value for s in cfg.probe.timing_preference] == [
-        "engine", "vllm_metrics", "server_wall", "client_stream", "client_wall"
+        "engine",
+        "vllm_metrics",
+        "server_wall",
+        "client_stream",
+        "client_wall",
     ]
     assert cfg.endpoints[0].effective_timeout == 30.0  # loopback
 
@@ -89,9 +93,9 @@ def test_env_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
     assert errors_of(BASE + "    api_key: ${TW_MISSING}\n") == (
         "t.yml:7: endpoints[0].api_key: environment variable TW_MISSING is not set"
     )
-    assert load_config_text(BASE.replace("model: m", "model: ${TW_MISSING:-fallback}")).endpoints[0].model == (
-        "fallback"
-    )
+    assert load_config_text(BASE.replace("model: m", "model: ${TW_MISSING:-fallback}")).endpoints[
+        0
+    ].model == ("fallback")
 
 
 def test_api_key_from_file(tmp_path: Path) -> None:

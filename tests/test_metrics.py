@@ -23,9 +23,18 @@ endpoints:
 
 def ok_run(endpoint: str = "a", tps: float = 50.0, t: float = 1000.0) -> RunResult:
     return RunResult(
-        endpoint=endpoint, started_at=t, status=Status.OK, tokens_per_second=tps, source=TimingSource.ENGINE,
-        output_tokens=256, ttft_s=0.2, tpot_s=0.02, e2e_s=5.3, duration_s=5.31,
-        itl_s=[0.02, 0.0, 0.03], streamed=True,
+        endpoint=endpoint,
+        started_at=t,
+        status=Status.OK,
+        tokens_per_second=tps,
+        source=TimingSource.ENGINE,
+        output_tokens=256,
+        ttft_s=0.2,
+        tpot_s=0.02,
+        e2e_s=5.3,
+        duration_s=5.31,
+        itl_s=[0.02, 0.0, 0.03],
+        streamed=True,
     )
 
 
@@ -50,12 +59,17 @@ def test_runs_counter_and_last_ok(registry: tuple[CollectorRegistry, ProbeMetric
     assert reg.get_sample_value("tokwatch_probe_status", {**labels, "status": "timeout"}) == 1
     assert reg.get_sample_value("tokwatch_probe_status", {**labels, "status": "ok"}) == 0
     # the headline number stays on the last ok run during an incident (seed 000)
-    assert reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"}) == 50.0
+    assert (
+        reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"})
+        == 50.0
+    )
     assert reg.get_sample_value("tokwatch_probe_last_ok_timestamp_seconds", labels) == 1000.0
     assert reg.get_sample_value("tokwatch_probe_last_run_timestamp_seconds", labels) == 2000.0
 
 
-def test_histograms_observe_tokens_and_skip_failed_runs(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:
+def test_histograms_observe_tokens_and_skip_failed_runs(
+    registry: tuple[CollectorRegistry, ProbeMetrics],
+) -> None:
     reg, pm = registry
     pm.record(ok_run())
     pm.record(RunResult(endpoint="a", started_at=1.0, status=Status.PROVIDER_ERROR, ttft_s=0.1))
@@ -70,18 +84,31 @@ def test_histograms_observe_tokens_and_skip_failed_runs(registry: tuple[Collecto
 
 def test_static_labels_are_unioned(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:
     reg, _ = registry
-    assert reg.get_sample_value(
-        "tokwatch_endpoint_info", {"endpoint": "b", "gpu": "", "site": "lab", "kind": "ollama", "model": "m2"}
-    ) == 1
+    assert (
+        reg.get_sample_value(
+            "tokwatch_endpoint_info",
+            {"endpoint": "b", "gpu": "", "site": "lab", "kind": "ollama", "model": "m2"},
+        )
+        == 1
+    )
 
 
-def test_reload_drops_removed_endpoints_keeps_others(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:
+def test_reload_drops_removed_endpoints_keeps_others(
+    registry: tuple[CollectorRegistry, ProbeMetrics],
+) -> None:
     reg, pm = registry
     pm.record(ok_run("a"))
     pm.set_endpoints(CONFIG.endpoints[:1])
-    assert reg.get_sample_value("tokwatch_probe_runs_total", {"endpoint": "a", "gpu": "3090", "status": "ok"}) == 1
-    assert reg.get_sample_value("tokwatch_endpoint_info", {"endpoint": "b", "gpu": "", "kind": "ollama",
-                                                            "model": "m2"}) is None
+    assert (
+        reg.get_sample_value("tokwatch_probe_runs_total", {"endpoint": "a", "gpu": "3090", "status": "ok"})
+        == 1
+    )
+    assert (
+        reg.get_sample_value(
+            "tokwatch_endpoint_info", {"endpoint": "b", "gpu": "", "kind": "ollama", "model": "m2"}
+        )
+        is None
+    )
 
 
 def test_probe_families_for_one_run() -> None:
@@ -95,11 +122,15 @@ def test_probe_families_for_one_run() -> None:
     reg.register(C())  # type: ignore[arg-type]
     labels = {"endpoint": "a", "gpu": "3090"}
     assert reg.get_sample_value("tokwatch_probe_success", labels) == 1
-    assert reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"}) == 50
+    assert (
+        reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"}) == 50
+    )
     assert reg.get_sample_value("tokwatch_probe_duration_seconds", labels) == 5.31
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed"
+)
 def test_promtool_check_metrics_passes(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:
     reg, pm = registry
     pm.record(ok_run())

@@ -124,7 +124,7 @@ async def test_concurrent_probes_of_one_target_share_one_run(running: Running) -
 async def test_scrape_timeout_header_caps_the_probe(running: Running) -> None:
     headers = {"X-Prometheus-Scrape-Timeout-Seconds": "1.5"}
     t0 = asyncio.get_running_loop().time()
-    status, body = await get(running, "/probe?target=slowish", headers=headers)  # 16 tokens at 10 tok/s > 1 s
+    _, body = await get(running, "/probe?target=slowish", headers=headers)  # 16 tokens at 10 tok/s > 1 s
     assert asyncio.get_running_loop().time() - t0 < 5
     assert 'status="timeout"} 1.0' in body
 
@@ -140,7 +140,11 @@ async def test_health_ready_and_metrics_self(running: Running) -> None:
 
 async def test_reload_applies_and_bad_reload_keeps_config(running: Running, tmp_path: Path) -> None:
     cfg = Path(running.app.config_path or "")
-    cfg.write_text(exporter_config(running.sim_url, "  - {name: added, kind: ollama, base_url: 'http://127.0.0.1:9', model: x}"))
+    cfg.write_text(
+        exporter_config(
+            running.sim_url, "  - {name: added, kind: ollama, base_url: 'http://127.0.0.1:9', model: x}"
+        )
+    )
     async with running.session.post(running.url + "/-/reload") as resp:
         assert resp.status == 200 and "reloaded" in await resp.text()
     assert running.app.config.endpoint("added") is not None

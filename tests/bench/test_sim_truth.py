@@ -22,6 +22,13 @@ servers:
         tokens_per_chunk: 3
         think_tokens: 6
         ping_interval: 5ms
+  - name: olla
+    dialect: ollama
+    models:
+      - name: thinker
+        decode_tps: 500
+        think_tokens: 4
+        reasoning_format: think_tags
   - name: llama
     dialect: llamacpp
     api_key: test-key-123456
@@ -106,3 +113,21 @@ async def test_wrong_api_key_is_an_auth_failure(tmp_path, sim, monkeypatch):
         tmp_path, f"{sim.url}/llama", "llamacpp", "plain", concurrency=1, number=3, api_key_env="SIM_KEY"
     )
     assert outcome.stop_reason == "auth_failure" and not outcome.complete
+
+
+async def test_ollama_with_think_tags_and_a_reasoning_mix(tmp_path, sim):
+    outcome, _ = await _bench(
+        tmp_path, f"{sim.url}/olla", "ollama", "thinker", concurrency=2, number=8, output_tokens="12",
+        reasoning_ratio=0.5, reasoning_tokens="20:30",
+    )  # fmt: skip
+    assert outcome.complete and all(r.ok for r in outcome.records)
+    cats = {r.category for r in outcome.records}
+    assert cats == {"chat", "reasoning"}
+    for r in outcome.records:
+        truth = sim.truth(r.server_request_id)
+        assert r.tokens_source == "engine"  # Ollama eval_count
+        assert r.generated_tokens == truth.tokens
+        assert r.think_tokens == truth.think_tokens == 4
+        assert r.ttot_s is not None and r.ttot_s >= 0
+        if r.category == "reasoning":
+            assert 32 <= r.max_tokens <= 42

@@ -19,9 +19,9 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from dashboards.lint import iter_panels, metrics_from_exposition, unknown_metrics
 
 from dashboards import generate
+from dashboards.lint import iter_panels, metrics_from_exposition, unknown_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(170)]
 

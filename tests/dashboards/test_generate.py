@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from dashboards.lint import iter_queries, metric_names_in_promql, metric_names_in_template_query
 
 from dashboards import generate
+from dashboards.lint import iter_queries, metric_names_in_promql, metric_names_in_template_query
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboards.lint import iter_panels
 
 import tokwatch
 from dashboards import generate
+from dashboards.lint import iter_panels
 
 psycopg = pytest.importorskip("psycopg")
 

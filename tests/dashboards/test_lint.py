@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dashboards.lint import (
     MetricCatalog,
     angular_panels,

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, layout_problems
-from dashboards.promql import STATUS_CODES, divide, status_code
 from grafanalib import core as g
 
 from dashboards import generate, panels
+from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, layout_problems
+from dashboards.promql import STATUS_CODES, divide, status_code
 from tokwatch.result import Status
 
 MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap"}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dashboards.lint import iter_queries
 
 from dashboards import generate
+from dashboards.lint import iter_queries
 
 VARIABLES = {
     "__interval": "2m",

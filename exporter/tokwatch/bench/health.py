@@ -108,8 +108,10 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             by[key] = by.get(key, 0) + 1
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
         checks.append(Check("errors", "WARN", f"{len(errored)}/{len(measured)} failed: {detail}"))
-    else:
+    elif measured:
         checks.append(Check("errors", "PASS", "no failed requests"))
+    else:
+        checks.append(Check("errors", "FAIL", "no request was measured"))
     return checks
 
 
