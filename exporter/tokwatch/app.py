@@ -81,7 +81,7 @@ class App:
         self.runner = ProbeRunner(self._start_probe)
         self.http: HttpClient | None = None
         self.ready = False
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
         self._scheduler: Scheduler | None = None
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
         self._apply(config)
@@ -106,7 +106,7 @@ class App:
                 run_on_start=self.config.schedule.run_on_start,
                 after_round=self._after_round,
             )
-            self._tasks.append(asyncio.create_task(self._scheduler.run(), name="tokwatch-scheduler"))
+            self._tasks.add(asyncio.create_task(self._scheduler.run(), name="tokwatch-scheduler"))
         self.ready = True
 
     async def _open_storage(self) -> None:
@@ -124,7 +124,7 @@ class App:
     async def stop(self) -> None:
         """Cancel in-flight probes and the scheduler, then close the client (SIGTERM path)."""
         self.ready = False
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
         await self.runner.cancel_all()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -230,8 +230,18 @@ class App:
         return self._scheduler.rounds if self._scheduler else 0
 
     def _after_round(self) -> None:
+        if self._window_cache is not None and self.writer is not None:
+            # Fresh window figures right after a round instead of up to 30 s later.
+            task = asyncio.create_task(self._refresh_windows())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         if self.after_round is not None:
             self.after_round()
+
+    async def _refresh_windows(self) -> None:
+        if self.writer is not None and self._window_cache is not None:
+            await self.writer.flush(timeout_s=5.0)
+            await self._window_cache.refresh()
 
     def _schedule_settings(self) -> tuple[float, float, int, Sequence[str]]:
         s = self.config.schedule

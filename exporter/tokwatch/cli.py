@@ -147,12 +147,12 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.1f}"
 
 
-def print_results(results: Sequence[RunResult]) -> None:
+def print_results(results: Sequence[RunResult], title: str = "tokwatch probe") -> None:
     """A table of runs: endpoint, status, tok/s, source, TTFT, ITL p50/p99, tokens."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="tokwatch probe")
+    table = Table(title=title)
     for col in (
         "endpoint",
         "status",

@@ -114,7 +114,8 @@ async def _demo(listen: str, state_dir: Path, rounds: int | None) -> int:
 
         def after_round() -> None:
             states = [app.probe_metrics.state(ep.name) for ep in app.config.enabled_endpoints]
-            print_results([st.last for st in states if st is not None and st.last is not None])
+            runs = [st.last for st in states if st is not None and st.last is not None]
+            print_results(runs, title=f"tokwatch demo: round {app.rounds_completed}")
             if rounds is not None and app.rounds_completed >= rounds:
                 done.set()
 

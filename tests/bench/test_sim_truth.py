@@ -1,6 +1,7 @@
 """Client figures against the simulator's ground truth, over real loopback HTTP."""
 
 import itertools
+import json
 
 import pytest
 from rich.console import Console
@@ -22,6 +23,12 @@ servers:
         tokens_per_chunk: 3
         think_tokens: 6
         ping_interval: 5ms
+  - name: runaway
+    dialect: openai
+    models:
+      - name: endless
+        decode_tps: 2000
+        endless_stream: true
   - name: olla
     dialect: ollama
     models:
@@ -131,3 +138,14 @@ async def test_ollama_with_think_tags_and_a_reasoning_mix(tmp_path, sim):
         assert r.ttot_s is not None and r.ttot_s >= 0
         if r.category == "reasoning":
             assert 32 <= r.max_tokens <= 42
+
+
+async def test_server_ignoring_max_tokens_stops_the_run(tmp_path, sim):
+    outcome, out_dir = await _bench(
+        tmp_path, f"{sim.url}/runaway/v1", "openai", "endless", concurrency=1, number=10, output_tokens="8"
+    )
+    assert outcome.stop_reason == "max_tokens_ignored" and not outcome.complete
+    assert outcome.records[0].error_class == "max_tokens_ignored"
+    assert "ignores max_tokens" in (outcome.message or "")
+    assert len(outcome.records) == 1
+    assert json.loads((out_dir / "summary.json").read_text())["complete"] is False

@@ -104,10 +104,10 @@ def test_lint_cli_exit_codes(kit: SimpleNamespace, tmp_path: Path) -> None:
 
 
 async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
-    lint: ModuleType, kit: SimpleNamespace, stack: Any, tmp_path: Path
+    lint: ModuleType, kit: SimpleNamespace, stack: Any
 ) -> None:
     """Real output: a simulator with an OpenAI, a vLLM (server counters, a mirrored counter) and an Ollama
-    server, tokwatch probing them every 2 s with SQLite storage, scraped after every endpoint has run."""
+    server, probed every 2 s by tokwatch with SQLite storage and by tokwatch without storage."""
     st = stack
     sim = {
         "seed": 3,

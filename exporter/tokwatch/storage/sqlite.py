@@ -41,10 +41,10 @@ _ROLLUP_SQL = (
 
 
 def tps_aggregates(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    """(median, mean, sample stddev) of tok/s values; stddev is 0 for one value, all None for none."""
+    """(median, mean, sample stddev) of tok/s; stddev is None below two values, as stddev_samp."""
     if not values:
         return None, None, None
-    return median(values), sum(values) / len(values), sample_stddev(values)
+    return median(values), sum(values) / len(values), sample_stddev(values) if len(values) >= 2 else None
 
 
 def _rollup_row(endpoint_id: int, bucket: float, rows: Iterable[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -63,9 +63,7 @@ def _rollup_row(endpoint_id: int, bucket: float, rows: Iterable[tuple[Any, ...]]
             ttft.append(ttft_s)
         if e2e_s is not None:
             e2e.append(e2e_s)
-    med, mean, _ = tps_aggregates(tps)
-    # Same as PostgreSQL's stddev_samp: undefined (NULL) below two samples.
-    stddev = sample_stddev(tps) if len(tps) >= 2 else None
+    med, mean, stddev = tps_aggregates(tps)
     return (
         endpoint_id,
         bucket,
