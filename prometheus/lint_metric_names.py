@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
+
+# The PromQL name extraction is shared with the dashboards' lint; the script lives outside any package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dashboards.lint import metric_names_in_promql, metrics_from_exposition
 
 # Series Prometheus itself creates for every target or rule, never present in an exporter's output.
 PROMETHEUS_SERIES = frozenset(
@@ -33,14 +36,6 @@ PROMETHEUS_SERIES = frozenset(
         "ALERTS_FOR_STATE",
     }
 )
-_KEYWORDS = frozenset(
-    {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
-)
-_NUMBER_WORDS = frozenset({"inf", "nan"})
-_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_NAME_MATCHER_RE = re.compile(r'__name__\s*=\s*(?:"([^"]*)"|\'([^\']*)\')')
-_MODIFIER_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_IDENT_RE = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?")
 _TEMPLATE_ACTION_RE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 
 
@@ -52,21 +47,6 @@ class Use:
     group: str
     rule: str
     metric: str
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names in a PromQL expression (selectors, including `{__name__="..."}`)."""
-    names = {a or b for a, b in _NAME_MATCHER_RE.findall(expr)}
-    text = _STRING_RE.sub('""', expr)
-    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers: label names are not metrics
-    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subquery steps
-    text = _MODIFIER_RE.sub(" ", text)  # by (...), on (...), group_left (...)
-    for m in _IDENT_RE.finditer(text):
-        word, call = m.group(1), m.group(2)
-        if call or word in _KEYWORDS or word.lower() in _NUMBER_WORDS:
-            continue
-        names.add(word)
-    return names
 
 
 def _template_queries(annotation: str) -> list[str]:
@@ -106,23 +86,15 @@ def rule_uses(paths: Iterable[Path]) -> tuple[list[Use], set[str]]:
                 for value in (rule.get("annotations") or {}).values():
                     exprs.extend(_template_queries(str(value)))
                 for expr in exprs:
-                    for name in sorted(metric_names(expr)):
+                    for name in sorted(metric_names_in_promql(expr)):
                         uses.append(Use(str(path), gname, rname, name))
     return uses, recorded
-
-
-def exposed_names(exposition: str) -> set[str]:
-    """Sample names in Prometheus text exposition (`_total`, `_bucket`, `_sum`, `_count` included)."""
-    names: set[str] = set()
-    for family in text_string_to_metric_families(exposition):
-        names.update(sample.name for sample in family.samples)
-    return names
 
 
 def unknown_uses(paths: Sequence[Path], exposition: str) -> list[Use]:
     """Uses of names that neither tokwatch exposes, nor the rule files record, nor Prometheus creates."""
     uses, recorded = rule_uses(paths)
-    known = exposed_names(exposition) | recorded | PROMETHEUS_SERIES
+    known = metrics_from_exposition(exposition).names | recorded | PROMETHEUS_SERIES
     return [u for u in uses if u.metric not in known]
 
 

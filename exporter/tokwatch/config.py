@@ -409,8 +409,8 @@ def _clean_message(msg: str) -> str:
 M = TypeVar("M", bound=BaseModel)
 
 
-def validate_yaml(text: str, filename: str, model: type[M]) -> M:
-    """Parse YAML text into `model`; raises ConfigError with `file:line: field: message` lines."""
+def parse_yaml_doc(text: str, filename: str) -> Any:
+    """YAML text -> a mapping remembering line numbers, ${ENV} expanded; ConfigError names the line."""
     try:
         doc = yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader derives from SafeLoader
     except yaml.MarkedYAMLError as exc:
@@ -429,17 +429,32 @@ def validate_yaml(text: str, filename: str, model: type[M]) -> M:
         raise ConfigError(
             "\n".join(f"{filename}:{_line_of(doc, p) or 1}: {_field_path(p)}: {m}" for p, m in problems)
         )
+    return doc
+
+
+def line_of(doc: Any, loc: tuple[Any, ...]) -> int | None:
+    """Line of the setting at `loc` in a document from `parse_yaml_doc` (None if unknown)."""
+    return _line_of(doc, loc)
+
+
+def format_validation_error(exc: ValidationError, filename: str, doc: Any = None) -> str:
+    """`file:line: field: message` lines for a pydantic error (line left out when `doc` is None)."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        msg = "unknown setting" if err["type"] == "extra_forbidden" else _clean_message(err["msg"])
+        line = _line_of(doc, loc) if doc is not None else None
+        lines.append(f"{filename}{f':{line}' if line else ''}: {_field_path(loc)}: {msg}")
+    return "\n".join(lines)
+
+
+def validate_yaml(text: str, filename: str, model: type[M]) -> M:
+    """Parse YAML text into `model`; raises ConfigError with `file:line: field: message` lines."""
+    doc = parse_yaml_doc(text, filename)
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            msg = _clean_message(err["msg"])
-            if err["type"] == "extra_forbidden":
-                msg = "unknown setting"
-            lines.append(f"{filename}:{_line_of(doc, loc) or 1}: {_field_path(loc)}: {msg}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(format_validation_error(exc, filename, doc)) from None
 
 
 def read_config_file(path: str | os.PathLike[str]) -> tuple[str, str]:

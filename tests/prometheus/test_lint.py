@@ -40,7 +40,7 @@ tokwatch_ttft_seconds_count{endpoint="a"} 1
 def test_metric_names_skip_functions_keywords_labels_and_durations(
     lint: ModuleType, expr: str, names: set[str]
 ) -> None:
-    assert lint.metric_names(expr) == names
+    assert lint.metric_names_in_promql(expr) == names
 
 
 def _rules(tmp_path: Path, expr: str, annotation: str = "x") -> Path:

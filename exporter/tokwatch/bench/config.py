@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tokwatch.bench.arrivals import ArrivalKind
@@ -13,12 +12,12 @@ from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.config import (
     ConfigError,
-    _field_path,
-    _line_of,
-    _LinedDict,
-    _LineLoader,
+    format_validation_error,
+    line_of,
     parse_duration,
     parse_listen,
+    parse_yaml_doc,
+    read_config_file,
 )
 
 Kind = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
@@ -154,25 +153,8 @@ class BenchOptions(BaseModel):
 
 def load_bench_file(path: str | Path) -> tuple[dict[str, Any], Any]:
     """Read a YAML bench file into option values (seed 002's `slos:` list allowed at the top level)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such bench file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read: {exc}") from None
-    try:
-        doc = yaml.load(text, Loader=_LineLoader)  # _LineLoader derives from SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        raise ConfigError(f"{p}:{line}: invalid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
-    if doc is None:
-        doc = _LinedDict({}, {}, 1)
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{p}:1: a bench file must be a mapping of options")
+    text, name = read_config_file(path)
+    doc = parse_yaml_doc(text, name)
     values = {str(k).replace("-", "_"): v for k, v in doc.items()}
     return values, doc
 
@@ -182,19 +164,13 @@ def build_options(values: dict[str, Any], *, source: str = "options", doc: Any =
     try:
         opts = BenchOptions.model_validate(values)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown option"
-            line = _line_of(doc, loc) if doc is not None else None
-            lines.append(f"{source}{f':{line}' if line else ''}: {_field_path(loc)}: {msg}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(
+            format_validation_error(exc, source, doc).replace("unknown setting", "unknown option")
+        )
     for i, item in enumerate(opts.slos):
         try:
             parse_slo(item) if isinstance(item, str) else slo_from_mapping(item, f"slos[{i}]")
         except SloError as exc:
-            line = _line_of(doc, ("slos", i)) if doc is not None and not isinstance(item, str) else None
+            line = line_of(doc, ("slos", i)) if doc is not None and not isinstance(item, str) else None
             raise ConfigError(f"{source}{f':{line}' if line else ''}: {exc}") from None
     return opts
