@@ -164,9 +164,8 @@ def build_options(values: dict[str, Any], *, source: str = "options", doc: Any =
     try:
         opts = BenchOptions.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(
-            format_validation_error(exc, source, doc).replace("unknown setting", "unknown option")
-        )
+        message = format_validation_error(exc, source, doc).replace("unknown setting", "unknown option")
+        raise ConfigError(message) from None
     for i, item in enumerate(opts.slos):
         try:
             parse_slo(item) if isinstance(item, str) else slo_from_mapping(item, f"slos[{i}]")
