@@ -26,7 +26,8 @@ from tokwatch.streams import (
     parse_chat_completion,
 )
 
-SAMPLES = Path("/work/shared/samples")
+# Real server captures live in shared/ beside the repository checkout.
+SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
 
 
 def _feed_split(data: bytes, cuts: list[int], parser: OpenAIStreamParser | OllamaStreamParser) -> list:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES = Path("/work/shared/samples")
+# Real server captures live in shared/ beside the repository checkout.
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "samples"
 
 
 def _sample_text(name: str) -> str:
-    """A real server capture from /work/shared/samples (the test is skipped when it is missing)."""
+    """A real server capture from shared/samples beside the checkout (skipped when missing)."""
     path = SAMPLES / name
     if not path.is_file():
         pytest.skip(f"sample capture {path} is not available")
