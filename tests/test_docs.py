@@ -1,0 +1,55 @@
+"""docs/metrics.md lists every metric the exporter exposes (the contract is checked against real output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dashboards.lint import metrics_from_markdown
+from tokwatch.app import App
+from tokwatch.config import load_config_text
+from tokwatch.sim.config import load_sim_config_text
+from tokwatch.sim.testing import run_sim
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = """
+seed: 9
+servers:
+  - name: v
+    dialect: vllm
+    models: [{name: m, decode_tps: 500, prefill_tps: 100000}]
+  - name: o
+    dialect: ollama
+    models: [{name: "q:1b", decode_tps: 500, prefill_tps: 100000}]
+"""
+
+
+async def test_every_exposed_metric_is_documented(tmp_path: Path) -> None:
+    async with run_sim(load_sim_config_text(SIM)) as sim:
+        cfg = load_config_text(f"""
+probe: {{max_tokens: 8}}
+storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
+endpoints:
+  - {{name: vllm, kind: vllm, base_url: '{sim.url}/v/v1', model: m,
+      mirror_metrics: [vllm:num_requests_running, vllm:prompt_tokens_total]}}
+  - {{name: ollama, kind: ollama, base_url: '{sim.url}/o', model: 'q:1b'}}
+""")
+        app = App(cfg)
+        await app.start(schedule=False)
+        try:
+            for name in ("vllm", "ollama", "vllm"):
+                await app.probe(name)
+            await app._refresh_windows()
+            for counters in app._counters.values():
+                await counters.scrape_once()
+            text = generate_latest(app.registry).decode()
+        finally:
+            await app.stop()
+    documented = metrics_from_markdown(ROOT / "docs" / "metrics.md")
+    exposed = {f.name for f in text_string_to_metric_families(text)}
+    expected = {"tokwatch_probe_runs", "tokwatch_server_up", "tokwatch_storage_up", "tokwatch_window_runs"}
+    assert expected <= exposed
+    missing = sorted(n for n in exposed if not (documented.defines(n) or documented.defines(n + "_total")))
+    assert not missing, f"exposed but not in docs/metrics.md: {missing}"
