@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import subprocess
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -26,7 +29,8 @@ servers:
 """
 
 
-async def test_every_exposed_metric_is_documented(tmp_path: Path) -> None:
+async def scrape_full_exporter(tmp_path: Path) -> str:
+    """/metrics of an exporter that probed a vLLM and an Ollama endpoint, with storage and counters."""
     async with run_sim(load_sim_config_text(SIM)) as sim:
         cfg = load_config_text(f"""
 probe: {{max_tokens: 8}}
@@ -44,12 +48,21 @@ endpoints:
             await app._refresh_windows()
             for counters in app._counters.values():
                 await counters.scrape_once()
-            text = generate_latest(app.registry).decode()
+            return generate_latest(app.registry).decode()
         finally:
             await app.stop()
+
+
+def test_every_exposed_metric_is_documented_and_valid(tmp_path: Path) -> None:
+    text = asyncio.run(scrape_full_exporter(tmp_path))
     documented = metrics_from_markdown(ROOT / "docs" / "metrics.md")
     exposed = {f.name for f in text_string_to_metric_families(text)}
     expected = {"tokwatch_probe_runs", "tokwatch_server_up", "tokwatch_storage_up", "tokwatch_window_runs"}
     assert expected <= exposed
     missing = sorted(n for n in exposed if not (documented.defines(n) or documented.defines(n + "_total")))
     assert not missing, f"exposed but not in docs/metrics.md: {missing}"
+    if shutil.which("promtool"):  # installed by scripts/install-test-deps.sh (Debian package prometheus)
+        lint = subprocess.run(
+            ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+        )
+        assert lint.returncode == 0, (lint.stdout + lint.stderr).decode()
