@@ -9,12 +9,18 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tokwatch import __version__
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from tokwatch.app import App
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("tokwatch")
@@ -85,18 +91,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, args.config, host, port))
 
 
-async def _serve(config: Config, path: str, host: str, port: int) -> int:
-    from tokwatch.app import App
+async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner, int] | None:
+    """Start probing and serving; None (after a clear message, app stopped) when the port can't be bound."""
     from tokwatch.server import start_site
 
-    app = App(config, path)
     await app.start()
     try:
-        runner, bound = await start_site(app, host, port)
+        return await start_site(app, host, port)
     except OSError as exc:
         await app.stop()
         print(f"tokwatch: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return None
+
+
+async def _serve(config: Config, path: str, host: str, port: int) -> int:
+    from tokwatch.app import App
+
+    app = App(config, path)
+    started = await start_exporter(app, host, port)
+    if started is None:
         return EXIT_USAGE
+    runner, bound = started
     log.info(
         "tokwatch %s listening on http://%s:%d/metrics (%d endpoints)",
         __version__,

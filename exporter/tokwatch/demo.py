@@ -100,8 +100,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 async def _demo(listen: str, state_dir: Path, rounds: int | None) -> int:
     from tokwatch.app import App
-    from tokwatch.cli import _until_signal, print_results
-    from tokwatch.server import start_site
+    from tokwatch.cli import _until_signal, print_results, start_exporter
     from tokwatch.sim.config import load_sim_config_text
     from tokwatch.sim.testing import run_sim
 
@@ -120,13 +119,10 @@ async def _demo(listen: str, state_dir: Path, rounds: int | None) -> int:
                 done.set()
 
         app.after_round = after_round
-        await app.start()
-        try:
-            runner, bound = await start_site(app, host, port)
-        except OSError as exc:
-            await app.stop()
-            print(f"tokwatch: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        started = await start_exporter(app, host, port)
+        if started is None:
             return 2
+        runner, bound = started
         print(f"tokwatch demo: simulated server at {sim.url}, endpoints probed every 20 s")
         print(f"tokwatch demo: metrics at http://{host}:{bound}/metrics  (Ctrl-C to stop)")
         try:

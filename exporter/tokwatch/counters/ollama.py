@@ -16,12 +16,12 @@ partly offloaded to the CPU (`size_vram < size` in /api/ps) shows `tokwatch_serv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import TYPE_CHECKING, Any
 
 from tokwatch.config import server_root
+from tokwatch.counters.loop import BackgroundLoop
 from tokwatch.counters.scraper import effective_interval, scrape_timeout
 from tokwatch.counters.state import ServerState, log
 from tokwatch.http import HttpStatusError, TransportError
@@ -72,7 +72,7 @@ class OllamaSignals:
         self._http = http
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self.state = ServerState(endpoint.name, endpoint.labels, ollama=True)
-        self._task: asyncio.Task[None] | None = None
+        self._loop_task = BackgroundLoop(self._loop, f"tokwatch-ollama-ps-{endpoint.name}")
 
     def observe(self, result: RunResult) -> None:
         """Account one timed run: a cold hot-run (model reloaded) counts as a reload/eviction."""
@@ -107,13 +107,8 @@ class OllamaSignals:
 
     async def start(self) -> None:
         """Start polling /api/ps (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name=f"tokwatch-ollama-ps-{self.endpoint.name}")
+        await self._loop_task.start()
 
     async def close(self) -> None:
         """Stop polling and wait for the loop to end."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop_task.close()

@@ -18,12 +18,12 @@ and the endpoint shows `tokwatch_server_up 0` with no stale gauges.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tokwatch.counters.adapters import read_counters
+from tokwatch.counters.loop import BackgroundLoop
 from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_metrics
 from tokwatch.counters.reading import CounterReading
 from tokwatch.counters.state import ServerState, log
@@ -74,7 +74,7 @@ class ServerCounters:
         self._redact = Redactor(self._headers.values())
         self.state = ServerState(endpoint.name, endpoint.labels, mirror=endpoint.mirror_metrics)
         self.window = ServerCounterWindow(self.read)
-        self._task: asyncio.Task[None] | None = None
+        self._loop_task = BackgroundLoop(self._loop, f"tokwatch-scrape-{endpoint.name}")
 
     async def fetch(self) -> tuple[CounterReading | None, MetricsSnapshot] | None:
         """Scrape and parse once; None (counted, logged, up 0) when /metrics could not be read or parsed."""
@@ -128,13 +128,8 @@ class ServerCounters:
 
     async def start(self) -> None:
         """Start the scrape loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name=f"tokwatch-scrape-{self.endpoint.name}")
+        await self._loop_task.start()
 
     async def close(self) -> None:
         """Stop the scrape loop and wait for it."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop_task.close()
