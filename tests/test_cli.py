@@ -23,6 +23,7 @@ servers:
     models:
       - {{name: m, decode_tps: 2000, prefill_tps: 100000}}
       - {{name: limited, decode_tps: 2000, faults: {{http_429: 1.0}}}}
+      - {{name: stuck, decode_tps: 2000, faults: {{stall: 1.0}}}}
 """
 
 
@@ -181,3 +182,30 @@ def test_demo_runs_a_round_and_exits(tmp_path: Path) -> None:
     for name in ("openai-fast", "ollama-local", "llamacpp-local", "vllm-reasoning", "flaky-cloud"):
         assert name in out
     assert "engine" in out  # ollama / llama.cpp report engine timings
+
+
+def test_sigterm_cancels_a_probe_in_flight_and_exits_cleanly(sim: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "stuck.yml"
+    cfg.write_text(f"""
+schedule: {{interval: 1h, offset: 0s}}
+storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
+endpoints:
+  - {{name: stuck, kind: openai, base_url: '{sim}/oa/v1', model: stuck, timeout: 60s}}
+""")
+    port = free_port()
+    proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready")
+        deadline = time.monotonic() + 20
+        body = ""
+        while time.monotonic() < deadline and "tokwatch_probes_in_flight 1.0" not in body:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                body = resp.read().decode()
+            time.sleep(0.1)
+        assert "tokwatch_probes_in_flight 1.0" in body
+        t0 = time.monotonic()
+    finally:
+        code, _out, err = stop(proc)
+    assert code == 0, err
+    assert time.monotonic() - t0 < 10  # the 60 s probe was cancelled, not waited for
+    assert "Traceback" not in err
