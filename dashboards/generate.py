@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as `python dashboards/generate.py`: make `d
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from dashboards import health, history, lint, overview, server
+from dashboards import benchmarks, health, history, lint, overview, server
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_DIR = ROOT / "dashboards" / "json"
@@ -33,6 +33,7 @@ DASHBOARDS: dict[str, Callable[[], g.Dashboard]] = {
     "tokwatch-server.json": server.build,
     "tokwatch-health.json": health.build,
     "tokwatch-history.json": history.build,
+    "tokwatch-benchmarks.json": benchmarks.build,
 }
 
 

@@ -47,7 +47,7 @@ def test_check_passes_on_the_repository() -> None:
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "ok: 4 dashboards" in proc.stdout
+    assert "ok: 5 dashboards" in proc.stdout
 
 
 def test_write_then_check_then_detect_drift_and_stale_files(

@@ -15,7 +15,7 @@ from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, la
 from dashboards.promql import STATUS_CODES, divide, status_code
 from tokwatch.result import Status
 
-MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap"}
+MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap", "histogram"}
 # Keys only the legacy Angular heatmap model has (same `type`, different panel).
 LEGACY_HEATMAP_KEYS = {"cards", "dataFormat", "xBucketSize", "yBucketBound", "heatmap", "highlightCards"}
 EXPECTED_UIDS = {
@@ -23,6 +23,7 @@ EXPECTED_UIDS = {
     "tokwatch-server.json": "tokwatch-server",
     "tokwatch-health.json": "tokwatch-health",
     "tokwatch-history.json": "tokwatch-history",
+    "tokwatch-benchmarks.json": "tokwatch-benchmarks",
 }
 
 
@@ -143,6 +144,10 @@ def test_template_variables() -> None:
     assert {"datasource", "instance"} <= set(variables("tokwatch-health.json"))
     history = variables("tokwatch-history.json")
     assert history["endpoint"]["datasource"]["uid"] == panels.POSTGRES_UID
+    bench = variables("tokwatch-benchmarks.json")
+    assert set(bench) == {"endpoint", "run"}
+    assert all(v["datasource"]["uid"] == panels.POSTGRES_UID for v in bench.values())
+    assert bench["run"]["multi"] is False and "__value" in bench["run"]["query"]
 
 
 def test_variables_used_in_queries_are_defined(model: dict[str, Any]) -> None:

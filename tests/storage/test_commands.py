@@ -34,14 +34,14 @@ def test_sqlite_migrate_status_report(tmp_path: Path, capsys: pytest.CaptureFixt
     db = tmp_path / "state" / "tw.db"
     cfg = _config(tmp_path, f"  sqlite_path: {db}\n  outbox_path: {tmp_path / 'o.jsonl'}")
     assert _run(["db", "status", "-c", cfg]) == 1  # not migrated yet
-    assert "pending migrations 1" in capsys.readouterr().out
+    assert "pending migrations 1, 2" in capsys.readouterr().out
     assert _run(["db", "migrate", "-c", cfg]) == 0
-    assert "applied 1" in capsys.readouterr().out
+    assert "applied 1, 2" in capsys.readouterr().out
     assert _run(["db", "migrate", "-c", cfg]) == 0
     assert "up to date" in capsys.readouterr().out
     assert _run(["db", "status", "-c", cfg]) == 0
     out = capsys.readouterr().out
-    assert "schema:   version 1" in out and "runs:     0" in out
+    assert "schema:   version 2" in out and "runs:     0" in out
 
     async def seed() -> None:
         store = SQLiteStore(db)

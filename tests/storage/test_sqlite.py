@@ -23,10 +23,10 @@ async def test_migrate_from_empty_then_idempotent(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db" / "tw.db")
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1]
+        assert await store.migrate() == [1, 2]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending) == (1, 1, ())
+        assert (st.current, st.known, st.pending) == (2, 2, ())
     finally:
         await store.close()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tokwatch.storage.bench_rows import BENCH_RUN_COLUMNS, BenchRunRow
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 
@@ -83,7 +84,7 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
     store = PostgresStore(dsn, pool_size=1, timeout_s=30.0, retention_s=30 * DAY, compress_after_s=7 * DAY)
     await store.open()
     try:
-        assert await store.migrate() == [1, 2]
+        assert await store.migrate() == [1, 2, 3]
         assert store.backend == "timescaledb"
         assert await store.migrate() == []
         hyper = await _query(store, "SELECT hypertable_name FROM timescaledb_information.hypertables")
@@ -115,6 +116,18 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
         in_compressed = next(r for r in rows if now - 20 * DAY < r.time < now - 10 * DAY)
         assert await store.write_runs([in_compressed]) == 0
         assert await store.count_runs() == kept
+
+        # Bench tables (plain tables in this flavor too): a run written twice is stored once.
+        values: dict[str, object] = {c: None for c in BENCH_RUN_COLUMNS}
+        values.update(
+            id="b1", started_at=now, finished_at=now + 1, endpoint="ep0", model="m", kind="x", load="closed",
+            complete=True, stop_reason="finished", requests_measured=0, requests_ok=0, requests_errored=0,
+            summary="{}", instance="",
+        )  # fmt: skip
+        bench = BenchRunRow(**values)  # type: ignore[arg-type]
+        assert await store.write_bench(bench, []) is True
+        assert await store.write_bench(bench, []) is False
+        assert [b.id for b in await store.bench_runs(now - 1)] == ["b1"]
 
         stats = await store.window_stats(now - DAY, now)
         assert sum(s.runs for s in stats.values()) == 4

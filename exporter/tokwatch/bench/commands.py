@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from typing import Any
@@ -15,7 +16,7 @@ from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
-from tokwatch.config import ConfigError
+from tokwatch.config import Config, ConfigError, load_config
 
 # Flags whose value is copied into the options when given (argparse dest == option name).
 _VALUE_FLAGS = (
@@ -37,7 +38,12 @@ def add_commands(subparsers: Any) -> None:
     )
     t = p.add_argument_group("target")
     t.add_argument("--endpoint", help="endpoint name from --config")
-    t.add_argument("--config", "-c", help="tokwatch.yml defining --endpoint")
+    t.add_argument(
+        "--config",
+        "-c",
+        help="tokwatch.yml defining --endpoint; its store (storage:) also receives the run. Without "
+        "--config nothing is stored",
+    )
     t.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000/v1")
     t.add_argument("--kind", choices=["openai", "vllm", "llamacpp", "ollama", "sglang"], help="API dialect")
     t.add_argument("--model", help="model name (default: the endpoint's)")
@@ -78,6 +84,12 @@ def add_commands(subparsers: Any) -> None:
     o.add_argument("--no-server-metrics", dest="server_metrics", action="store_false", default=None)
     o.add_argument("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff")
     o.add_argument("--fail-fast", type=int, help="stop after N failures before any success (5)")
+    o.add_argument(
+        "--no-store",
+        dest="store",
+        action="store_false",
+        help="do not write the run to the store of --config (written by default when storage is enabled)",
+    )
     p.set_defaults(func=cmd_bench)
 
 
@@ -108,6 +120,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
         opts = options_from_args(args)
+        # Read before anything is sent, so a bad storage section is a usage error, not a lost run.
+        store_config = _store_config(opts) if getattr(args, "store", True) else None
         outcome, out_dir = asyncio.run(_main(opts, console))
     except (ConfigError, WorkloadError, SloError) as exc:
         print(f"tokwatch bench: {exc}", file=sys.stderr)
@@ -116,7 +130,42 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"tokwatch bench: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     print_result(outcome, str(out_dir), console)
+    if store_config is not None:
+        _store(outcome, store_config, opts, console)
     return int(outcome.exit_code())
+
+
+def _store_config(opts: BenchOptions) -> Config | None:
+    """The tokwatch.yml whose store receives the run: only with --config and `storage.enabled`."""
+    if opts.config is None:
+        return None
+    config = load_config(opts.config)
+    return config if config.storage.enabled else None
+
+
+def _api_key(opts: BenchOptions, config: Config) -> str | None:
+    """The endpoint's API key, as a secret to mask in what is stored (never raises)."""
+    try:
+        if opts.endpoint is not None:
+            ep = config.endpoint(opts.endpoint)
+            return ep.resolve_api_key() if ep is not None else None
+    except ConfigError:
+        return None
+    return os.environ.get(opts.api_key_env) if opts.api_key_env else None
+
+
+def _store(outcome: BenchOutcome, config: Config, opts: BenchOptions, console: Console) -> None:
+    """Write the run to the store; a failure is one warning line and changes neither files nor exit code."""
+    from tokwatch.bench.storing import store_outcome
+    from tokwatch.storage.errors import StorageError
+
+    try:
+        line = asyncio.run(store_outcome(outcome, config, api_key=_api_key(opts, config)))
+    except (StorageError, OSError) as exc:
+        warning = f"  warning: run not stored: {exc} (result files are kept)"
+        console.print(warning, highlight=False, soft_wrap=True)
+        return
+    console.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
 async def _main(opts: BenchOptions, console: Console) -> tuple[BenchOutcome, Any]:

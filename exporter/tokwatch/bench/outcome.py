@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -42,6 +43,7 @@ class BenchOutcome:
     metrics_after: str | None = None
     client: dict[str, Any] = field(default_factory=dict)  # the benchmark client's own CPU cost
     perf_t0: float = 0.0  # time.perf_counter() at the run start: `*_at_s` + perf_t0 is absolute
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # key of the run in the store
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -63,6 +65,7 @@ class BenchOutcome:
         span = (max(sends) - min(sends)) if len(sends) > 1 else 0.0
         return {
             "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
             "complete": self.complete,
             "stop_reason": self.stop_reason,
             "message": self.message,

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
 
@@ -102,6 +103,17 @@ class Store(ABC):
     @abstractmethod
     async def count_runs(self) -> int:
         """Rows in the runs table."""
+
+    @abstractmethod
+    async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
+        """Store a bench run and its requests in one transaction; a run id already stored is left as is.
+
+        Returns True when the run was new. Bench rows never go to the probe `runs` table.
+        """
+
+    @abstractmethod
+    async def bench_runs(self, since: float) -> list[BenchRunRow]:
+        """Bench runs started at or after `since` (unix seconds), newest first."""
 
     @abstractmethod
     async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:

@@ -10,11 +10,13 @@ from collections.abc import Awaitable, Callable
 
 from tokwatch.config import Config, ConfigError, load_config, parse_duration
 from tokwatch.storage.base import Store
+from tokwatch.storage.bench_report import BENCH_RENDERERS
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, outbox_path
 from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
+from tokwatch.window import window_label
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -35,6 +37,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="per-endpoint tok/s, CV, uptime and the fleet comparison")
     _config_arg(p)
     p.add_argument("--since", default="7d", help="window for last run, medians and comparison (default 7d)")
+    p.add_argument(
+        "--bench", action="store_true", help="list the `tokwatch bench` runs stored in the --since window"
+    )
     p.add_argument("--format", choices=sorted(RENDERERS), default="table")
     p.set_defaults(func=cmd_report)
 
@@ -132,6 +137,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     async def body(config: Config, store: Store) -> int:
+        if getattr(args, "bench", False):
+            runs = await store.bench_runs(time.time() - since_s)
+            sys.stdout.write(BENCH_RENDERERS[args.format](runs, window_label(since_s)))
+            return EXIT_OK
         report = await build_report(store, time.time(), since_s)
         sys.stdout.write(RENDERERS[args.format](report))
         return EXIT_OK

@@ -21,6 +21,12 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from tokwatch.redact import Redactor
 from tokwatch.storage import timescale
 from tokwatch.storage.base import EndpointSpec, LastRun, MaintenanceReport, Store, WindowStats
+from tokwatch.storage.bench_rows import (
+    BENCH_REQUEST_COLUMNS,
+    BENCH_RUN_COLUMNS,
+    BenchRequestRow,
+    BenchRunRow,
+)
 from tokwatch.storage.errors import SchemaTooNewError, StorageError, StoreUnavailableError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow
 from tokwatch.storage.schema import Flavor, SchemaStatus, known_version, migrations_for, too_new_message
@@ -72,6 +78,20 @@ LEFT JOIN LATERAL (SELECT time, tokens_per_second FROM runs
                    WHERE endpoint_id = e.id AND time >= %(since)s AND status = 'ok'
                    ORDER BY time DESC LIMIT 1) k ON true
 """
+_BENCH_TIMES = frozenset({"started_at", "finished_at", "sent_at"})
+_BENCH_RUN_SQL = (
+    f"INSERT INTO bench_runs ({', '.join(BENCH_RUN_COLUMNS)}) VALUES "
+    f"({', '.join('%s::jsonb' if c == 'summary' else '%s' for c in BENCH_RUN_COLUMNS)}) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_BENCH_REQUEST_SQL = (
+    f"INSERT INTO bench_requests ({', '.join(BENCH_REQUEST_COLUMNS)}) "
+    f"VALUES ({', '.join('%s' for _ in BENCH_REQUEST_COLUMNS)}) ON CONFLICT DO NOTHING"
+)
+_BENCH_SELECT_SQL = (
+    f"SELECT {', '.join('summary::text' if c == 'summary' else c for c in BENCH_RUN_COLUMNS)} "
+    "FROM bench_runs WHERE started_at >= %s ORDER BY started_at DESC"
+)
 _PARTITION_RE = re.compile(r"^runs_p(\d{4})_(\d{2})$")
 PARTITIONS_AHEAD = 2  # months created beyond the current one
 
@@ -514,6 +534,39 @@ class PostgresStore(Store):
             bucket = d["bucket"]
             d["bucket"] = bucket.timestamp() if isinstance(bucket, datetime) else bucket
             out.append(d)
+        return out
+
+    # --- bench runs ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _bench_params(row: BenchRunRow | BenchRequestRow, columns: Sequence[str]) -> tuple[Any, ...]:
+        return tuple(ts(getattr(row, c)) if c in _BENCH_TIMES else getattr(row, c) for c in columns)
+
+    async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
+        """INSERT .. ON CONFLICT DO NOTHING of the run, then its requests, in one transaction."""
+        await self.ensure_ready()
+        async with self._connection() as conn, conn.transaction():
+            cur = await conn.execute(_BENCH_RUN_SQL.encode(), self._bench_params(run, BENCH_RUN_COLUMNS))
+            new = cur.rowcount == 1
+            if new and requests:  # a run stored before keeps the requests it was stored with
+                async with conn.cursor() as c:
+                    await c.executemany(
+                        _BENCH_REQUEST_SQL.encode(),
+                        [self._bench_params(r, BENCH_REQUEST_COLUMNS) for r in requests],
+                    )
+        return new
+
+    async def bench_runs(self, since: float) -> list[BenchRunRow]:
+        """Bench runs started at or after `since`, newest first; times as unix seconds."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            rows = await (await conn.execute(_BENCH_SELECT_SQL.encode(), (ts(since),))).fetchall()
+        out = []
+        for values in rows:
+            d = dict(zip(BENCH_RUN_COLUMNS, values, strict=True))
+            for key in _BENCH_TIMES & d.keys():
+                d[key] = d[key].timestamp()
+            out.append(BenchRunRow(**d))
         return out
 
     async def count_runs(self) -> int:

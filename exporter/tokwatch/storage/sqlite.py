@@ -21,6 +21,12 @@ from tokwatch.storage.base import (
     WindowStats,
     hour_bucket,
 )
+from tokwatch.storage.bench_rows import (
+    BENCH_REQUEST_COLUMNS,
+    BENCH_RUN_COLUMNS,
+    BenchRequestRow,
+    BenchRunRow,
+)
 from tokwatch.storage.errors import SchemaTooNewError, StorageError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow
 from tokwatch.storage.schema import SchemaStatus, migrations_for, too_new_message
@@ -38,6 +44,16 @@ _ROLLUP_SQL = (
     "tps_mean, tps_stddev, tps_min, tps_max, ttft_median_s, e2e_median_s) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+_BENCH_RUN_SQL = (
+    f"INSERT OR IGNORE INTO bench_runs ({', '.join(BENCH_RUN_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in BENCH_RUN_COLUMNS)})"
+)
+_BENCH_REQUEST_SQL = (
+    f"INSERT OR IGNORE INTO bench_requests ({', '.join(BENCH_REQUEST_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in BENCH_REQUEST_COLUMNS)})"
+)
+_BENCH_BOOLS = ("complete", "all_slos_met")  # INTEGER 0/1 in SQLite
 
 
 def tps_aggregates(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -382,6 +398,47 @@ class SQLiteStore(Store):
         """Rows in runs."""
         await self.ensure_ready()
         return await self._run(lambda conn: int(conn.execute("SELECT count(*) FROM runs").fetchone()[0]))
+
+    # --- bench runs ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _write_bench_sync(
+        conn: sqlite3.Connection, run: BenchRunRow, requests: Sequence[BenchRequestRow]
+    ) -> bool:
+        conn.execute("BEGIN IMMEDIATE")
+        cur = conn.execute(_BENCH_RUN_SQL, tuple(getattr(run, c) for c in BENCH_RUN_COLUMNS))
+        new = cur.rowcount == 1
+        if new:  # a run stored before keeps the requests it was stored with
+            conn.executemany(
+                _BENCH_REQUEST_SQL, [tuple(getattr(r, c) for c in BENCH_REQUEST_COLUMNS) for r in requests]
+            )
+        conn.execute("COMMIT")
+        return new
+
+    async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
+        """INSERT OR IGNORE the run, then its requests, in one transaction; True when the run was new."""
+        await self.ensure_ready()
+        return await self._run(lambda conn: self._write_bench_sync(conn, run, requests))
+
+    async def bench_runs(self, since: float) -> list[BenchRunRow]:
+        """Bench runs started at or after `since`, newest first."""
+        await self.ensure_ready()
+
+        def query(conn: sqlite3.Connection) -> list[BenchRunRow]:
+            cur = conn.execute(
+                f"SELECT {', '.join(BENCH_RUN_COLUMNS)} FROM bench_runs WHERE started_at >= ? "
+                "ORDER BY started_at DESC",
+                (since,),
+            )
+            out = []
+            for values in cur.fetchall():
+                d = dict(zip(BENCH_RUN_COLUMNS, values, strict=True))
+                for key in _BENCH_BOOLS:
+                    d[key] = None if d[key] is None else bool(d[key])
+                out.append(BenchRunRow(**d))
+            return out
+
+        return await self._run(query)
 
     async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
         """Retention: delete runs older than `retention_s` (the hourly rollup is kept)."""

@@ -1,0 +1,208 @@
+"""Bench runs in the store: rows from a BenchOutcome, migration of a database with data, idempotent writes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.slo import parse_slo
+from tokwatch.result import Status
+from tokwatch.storage.base import Store
+from tokwatch.storage.bench_rows import bench_rows
+from tokwatch.storage.commands import add_commands
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.rows import RunRow
+from tokwatch.storage.schema import migrations_for
+from tokwatch.storage.sqlite import SQLiteStore
+
+T0 = 1_790_000_000.0
+SECRET = "sk-bench-secret-123456"
+
+
+def _record(i: int, *, ok: bool = True, warmup: bool = False) -> RequestRecord:
+    sent = 0.1 * i
+    r = RequestRecord(i, "chat", warmup=warmup, sent_at_s=sent, started_at_s=sent, dispatched_at_s=sent)
+    if ok:
+        r.ttft_s = 0.1 + 0.01 * i
+        r.tbt_s = [0.01, 0.02, 0.03]
+        r.e2e_s = r.ttft_s + 0.06
+        r.tpot_s = 0.02
+        r.output_tokens, r.think_tokens, r.prompt_tokens = 4, 0, 100
+        r.tokens_source = "usage"
+        r.fluidity_index = 1.0
+        r.completed_at_s = sent + r.e2e_s
+    else:
+        r.status = Status.PROVIDER_ERROR
+        r.error_class = f"http_5xx token={SECRET}"
+        r.completed_at_s = sent + 0.01
+    return r
+
+
+def _outcome(run_id: str = "bench-1", *, complete: bool = True, slos: bool = True) -> BenchOutcome:
+    records = [_record(0, warmup=True), *(_record(i) for i in range(1, 9)), _record(9, ok=False)]
+    return BenchOutcome(
+        options={
+            "endpoint": None,
+            "target": f"http://user:{SECRET}@127.0.0.1:9/v1",
+            "model": "m",
+            "kind": "vllm",
+            "load": "open loop 4/s poisson",
+            "rate": 4.0,
+            "arrivals": "poisson",
+            "max_concurrency": 8,
+        },
+        records=records,
+        started_at_unix=T0,
+        wall_s=2.0,
+        complete=complete,
+        stop_reason="finished" if complete else "interrupted",
+        slos=[parse_slo("ttft:p99<=0.5")] if slos else [],
+        requested_rate=4.0,
+        run_id=run_id,
+    )
+
+
+def test_rows_from_an_outcome() -> None:
+    run, requests = bench_rows(_outcome(), instance="host-a")
+    assert run.id == "bench-1" and run.instance == "host-a"
+    assert SECRET not in run.endpoint and "127.0.0.1:9/v1" in run.endpoint
+    assert (run.requests_measured, run.requests_ok, run.requests_errored) == (9, 8, 1)
+    assert (run.arrivals, run.concurrency, run.requested_rate) == ("poisson", 8, 4.0)
+    assert run.all_slos_met is True and run.goodput_ratio == pytest.approx(8 / 9)
+    assert run.ttft_p50_s is not None and run.ttft_p50_s < run.ttft_p99_s  # type: ignore[operator]
+    assert run.finished_at == T0 + 2.0
+    assert json.loads(run.summary)["run_id"] == "bench-1" and SECRET not in run.summary
+    assert [r.request_id for r in requests] == list(range(1, 10))  # warm-up excluded
+    assert requests[0].sent_at == pytest.approx(T0 + 0.1)
+    assert requests[0].tbt_p50_s == pytest.approx(0.02)
+    assert requests[-1].status == "provider_error" and SECRET not in (requests[-1].error_class or "")
+    no_slo, _ = bench_rows(_outcome(slos=False))
+    assert no_slo.all_slos_met is None
+
+
+async def _roundtrip(store: Store) -> None:
+    run, requests = bench_rows(_outcome(), instance="i")
+    assert await store.write_bench(run, requests) is True
+    assert await store.write_bench(run, requests) is False  # same run again: stored once
+    later = _outcome("bench-2", complete=False)
+    later.started_at_unix = T0 + 5
+    partial, partial_requests = bench_rows(later)
+    assert await store.write_bench(partial, partial_requests) is True
+    got = await store.bench_runs(T0 - 1)
+    assert [r.id for r in got] == ["bench-2", "bench-1"]  # newest first
+    first = next(r for r in got if r.id == "bench-1")
+    assert first.complete is True and first.all_slos_met is True
+    assert first.started_at == pytest.approx(T0) and first.ttft_p99_s == pytest.approx(run.ttft_p99_s)
+    assert json.loads(first.summary)["requests"]["total"] == 9
+    assert next(r for r in got if r.id == "bench-2").complete is False
+    assert await store.bench_runs(T0 + 10) == []
+    assert await store.count_runs() == 0  # never in the probe runs table
+
+
+async def test_sqlite_bench_roundtrip_idempotent(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "tw.db")
+    try:
+        await _roundtrip(store)
+    finally:
+        await store.close()
+    with sqlite3.connect(tmp_path / "tw.db") as conn:
+        counts = dict(conn.execute("SELECT bench_run_id, count(*) FROM bench_requests GROUP BY 1").fetchall())
+    assert counts == {"bench-1": 9, "bench-2": 9}
+
+
+async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    v1 = migrations_for("sqlite")[0]
+    with sqlite3.connect(path) as conn:  # a database exactly as tokwatch with schema 1 left it
+        conn.executescript(v1.sql)
+        conn.execute("CREATE TABLE tokwatch_schema (version INTEGER PRIMARY KEY, name TEXT, applied_at REAL)")
+        conn.execute("INSERT INTO tokwatch_schema VALUES (1, 'init', 0)")
+        conn.execute("INSERT INTO endpoints (name, created_at) VALUES ('a', 0)")
+        conn.execute("INSERT INTO runs (run_id, time, endpoint_id, status) VALUES ('r1', 100.0, 1, 'ok')")
+    store = SQLiteStore(path)
+    try:
+        assert (await store.schema_status()).current == 1
+        assert await store.migrate() == [2]
+        assert await store.migrate() == []
+        assert await store.count_runs() == 1
+        await store.write_runs([RunRow(run_id="r2", time=time.time(), endpoint="a", status="ok")])
+        run, requests = bench_rows(_outcome())
+        assert await store.write_bench(run, requests) is True
+        assert await store.count_runs() == 2
+    finally:
+        await store.close()
+
+
+async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> None:
+    store = PostgresStore(pg_dsn, timeout_s=10)
+    await store.open()
+    try:
+        assert await store.migrate() == [1, 2, 3]
+        await _roundtrip(store)
+        await store.write_runs([RunRow(run_id="r1", time=time.time(), endpoint="a", status="ok")])
+    finally:
+        await store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        n = conn.execute("SELECT count(*) FROM bench_requests WHERE bench_run_id = 'bench-1'").fetchone()
+        kind = conn.execute("SELECT jsonb_typeof(summary) FROM bench_runs WHERE id = 'bench-1'").fetchone()
+        assert n == (9,) and kind == ("object",)
+        # Back to schema 2 (what the previous tokwatch left), with the probe data still there.
+        conn.execute("DROP TABLE bench_requests; DROP TABLE bench_runs")
+        conn.execute("DELETE FROM tokwatch_schema WHERE version = 3")
+    store = PostgresStore(pg_dsn, timeout_s=10)
+    await store.open()
+    try:
+        assert (await store.schema_status()).current == 2
+        await store.ensure_ready()  # auto-migrates, as the exporter and `tokwatch bench` do
+        assert (await store.schema_status()).current == 3
+        assert await store.count_runs() == 1
+        assert await store.bench_runs(0) == []
+        run, requests = bench_rows(_outcome())
+        assert await store.write_bench(run, requests) is True
+    finally:
+        await store.close()
+
+
+def test_report_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "tokwatch.yml"
+    db = tmp_path / "tw.db"
+    cfg.write_text(f"storage:\n  sqlite_path: {db}\n")
+
+    async def seed() -> None:
+        store = SQLiteStore(db)
+        outcome = _outcome()
+        outcome.started_at_unix = time.time() - 60
+        await store.write_bench(*bench_rows(outcome))
+        await store.close()
+
+    asyncio.run(seed())
+
+    def run(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser(prog="tokwatch")
+        add_commands(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return int(args.func(args))
+
+    assert run(["report", "--bench", "-c", str(cfg), "--since", "30d"]) == 0
+    out = capsys.readouterr().out
+    assert "bench-1" in out and "open loop 4/s poisson" in out and "8/9" in out and "met" in out
+    assert run(["report", "--bench", "-c", str(cfg), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in data["bench_runs"]] == ["bench-1"]
+    assert data["bench_runs"][0]["summary"]["requests"]["ok"] == 8
+    assert run(["report", "--bench", "-c", str(cfg), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.startswith("| started (UTC) |")
+    assert run(["report", "--bench", "-c", str(cfg), "--since", "1s"]) == 0
+    assert "no bench runs stored" in capsys.readouterr().out
+    assert run(["report", "--bench", "-c", str(cfg), "--since", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert "--since" in err and "Traceback" not in err
