@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from tokwatch.http import HttpStatusError, TransportError
 from tokwatch.result import RunResult, Status
@@ -61,7 +62,18 @@ def classify_exception(exc: BaseException) -> Classification:
     return Classification(Status.PROVIDER_ERROR, "internal", f"{type(exc).__name__}: {exc}")
 
 
-def apply(result: RunResult, outcome: Classification, redact: Callable[[str], str]) -> RunResult:
+class Outcome(Protocol):
+    """Anything that carries a run's verdict: a probe's RunResult or a benchmark request's record."""
+
+    status: Status
+    error_class: str | None
+    error_message: str | None
+
+
+R = TypeVar("R", bound=Outcome)
+
+
+def apply(result: R, outcome: Classification, redact: Callable[[str], str]) -> R:
     """Record a non-ok outcome on the result with a redacted, bounded message."""
     result.status = outcome.status
     result.error_class = outcome.error_class

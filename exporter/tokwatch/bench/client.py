@@ -25,7 +25,6 @@ from tokwatch.streams import OllamaStreamParser, OpenAIStreamParser, StreamColle
 
 # Kinds whose OpenAI-compatible API accepts ignore_eos/min_tokens for an exact output length.
 FIXED_LENGTH_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
-MAX_ERROR_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +155,7 @@ async def execute(
 def _fail(
     record: RequestRecord, failure: status_mod.Classification, redactor: Redactor, run_t0: float
 ) -> RequestRecord:
-    record.status = failure.status
-    record.error_class = failure.error_class
-    record.error_message = redactor(failure.message)[:MAX_ERROR_CHARS]
+    status_mod.apply(record, failure, redactor)
     record.completed_at_s = time.perf_counter() - run_t0
     return record
 
