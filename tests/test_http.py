@@ -4,38 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SSE = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(routes: dict[str, Handler]) -> str:
-        app = web.Application()
-        for path, handler in routes.items():
-            app.router.add_route("*", path, handler)
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        runners.append(runner)
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}"
-
-    try:
-        yield start
-    finally:
-        for r in runners:
-            await r.cleanup()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
 from tokwatch.result import Status
 from tokwatch.storage.bench_rows import bench_rows
-from tokwatch.storage.devserver import LocalPostgres, find_bindir
+from tokwatch.storage.devserver import LocalPostgres
 from tokwatch.storage.postgres import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")
@@ -56,45 +55,29 @@ def _outcome(run_id: str, endpoint: str, start: float, ttfts: list[float], faile
 
 
 @pytest.fixture(scope="module")
-def conn() -> Iterator[Any]:
-    """A throwaway PostgreSQL migrated by PostgresStore and holding three known bench runs."""
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed")
-    if os.geteuid() == 0:
-        import pwd
+def conn(pg_server: LocalPostgres) -> Iterator[Any]:
+    """A database on the session's throwaway PostgreSQL, migrated by PostgresStore, with known bench runs."""
+    dsn = pg_server.new_database()
 
+    async def fill() -> None:
+        store = PostgresStore(dsn, timeout_s=10)
+        await store.open()
         try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and no `postgres` system user to run initdb as")
-    server = LocalPostgres(bindir)
-    try:
-        server.init()
-        server.start()
-        dsn = server.create_database("bench_dash")
+            await store.migrate()
+            runs = [
+                _outcome("run-a", "titan", T0, [0.1, 0.2, 0.3, 0.4]),
+                _outcome("run-b", "titan", T0 + 3600, [0.2, 0.2, 0.9, 0.3], failed=1),
+                _outcome("run-c", "cloud", T0 + 7200, [0.05, 0.06]),
+                _outcome("run-old", "titan", T0 - 86400, [1.0]),  # outside the time range
+            ]
+            for outcome in runs:
+                await store.write_bench(*bench_rows(outcome))
+        finally:
+            await store.close()
 
-        async def fill() -> None:
-            store = PostgresStore(dsn, timeout_s=10)
-            await store.open()
-            try:
-                await store.migrate()
-                runs = [
-                    _outcome("run-a", "titan", T0, [0.1, 0.2, 0.3, 0.4]),
-                    _outcome("run-b", "titan", T0 + 3600, [0.2, 0.2, 0.9, 0.3], failed=1),
-                    _outcome("run-c", "cloud", T0 + 7200, [0.05, 0.06]),
-                    _outcome("run-old", "titan", T0 - 86400, [1.0]),  # outside the time range
-                ]
-                for outcome in runs:
-                    await store.write_bench(*bench_rows(outcome))
-            finally:
-                await store.close()
-
-        asyncio.run(fill())
-        with psycopg.connect(dsn, autocommit=True) as c:
-            yield c
-    finally:
-        server.destroy()
+    asyncio.run(fill())
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
 
 
 def expand(sql: str, endpoints: list[str], run: str = "run-b") -> str:

@@ -7,13 +7,7 @@ expanded the way Grafana's PostgreSQL datasource does before the query reaches t
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import re
-import shutil
-import socket
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +18,7 @@ import pytest
 import tokwatch
 from dashboards import generate
 from dashboards.lint import iter_panels
+from tokwatch.storage.devserver import LocalPostgres
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -32,74 +27,10 @@ T0 = datetime(2026, 5, 14, 12, 0, tzinfo=UTC)
 RANGE = (T0 - timedelta(hours=1), T0 + timedelta(hours=6))
 
 
-def _bindir() -> Path | None:
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and (Path(out.stdout.strip()) / "initdb").exists():
-            return Path(out.stdout.strip())
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    return found[-1].parent if found else None
-
-
-def _run(cmd: list[str], timeout: float) -> None:
-    """Run a PostgreSQL tool; on failure, fail the test with the tool's own output."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stdout}{proc.stderr}")
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def pg_dsn() -> Iterator[str]:
-    """A throwaway PostgreSQL on 127.0.0.1 (initdb + pg_ctl in a temp dir), stopped after the module."""
-    bindir = _bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed")
-    as_user: list[str] = []
-    workdir = Path(tempfile.mkdtemp(prefix="tokwatch-dash-pg-"))
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        if shutil.which("runuser") is None or not _user_exists("postgres"):
-            pytest.skip("running as root without runuser or a postgres user; cannot start PostgreSQL")
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(workdir, user="postgres")
-    data, port = workdir / "data", _free_port()
-    pg_ctl = [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60"]
-    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
-    try:
-        _run(
-            [
-                *as_user,
-                str(bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "tokwatch",
-                "--auth=trust",
-                "--no-sync",
-            ],
-            120,
-        )
-        try:
-            _run([*pg_ctl, "-o", options, "-l", str(workdir / "log"), "start"], 90)
-            yield f"host=127.0.0.1 port={port} user=tokwatch dbname=postgres connect_timeout=10"
-        finally:  # also after a failed or timed-out start, which may have left a server behind
-            subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True, timeout=90)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+def pg_dsn(pg_server: LocalPostgres) -> str:
+    """A database on the session's throwaway PostgreSQL (tests/conftest.py)."""
+    return pg_server.new_database()
 
 
 @pytest.fixture(scope="module")

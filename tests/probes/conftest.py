@@ -6,14 +6,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.http import HttpClient
 from tokwatch.probes.base import CounterWindow, ProbeContext, ProbeLog
 from tokwatch.redact import Redactor
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MakeCtx = Callable[..., ProbeContext]
 
 
@@ -47,29 +45,6 @@ def make_ctx(http: HttpClient) -> MakeCtx:
         )
 
     return make
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(routes: dict[str, Handler]) -> str:
-        app = web.Application()
-        for path, handler in routes.items():
-            app.router.add_route("*", path, handler)
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        runners.append(runner)
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}"
-
-    try:
-        yield start
-    finally:
-        for r in runners:
-            await r.cleanup()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 
 PASSWORD = "tw-test-Secret-9"  # throwaway cluster, loopback only
@@ -120,3 +121,9 @@ class LocalPostgres:
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"'.encode())
         return self.dsn(name)
+
+    def new_database(self) -> str:
+        """A fresh, uniquely named database (the server is restarted if a test stopped it); its DSN."""
+        if not self.running:
+            self.start()
+        return self.create_database(f"t_{uuid.uuid4().hex[:12]}")

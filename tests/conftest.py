@@ -1,0 +1,64 @@
+"""Fixtures shared across the suite: a local aiohttp server and one throwaway PostgreSQL per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+from aiohttp import web
+
+from tokwatch.storage.devserver import LocalPostgres, find_bindir
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
+    """Start a real aiohttp server on 127.0.0.1 with the given routes; returns its base URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(routes: dict[str, Handler]) -> str:
+        app = web.Application()
+        for path, handler in routes.items():
+            app.router.add_route("*", path, handler)
+        runner = web.AppRunner(app, handler_cancellation=True)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    try:
+        yield start
+    finally:
+        for r in runners:
+            await r.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[LocalPostgres]:
+    """A throwaway PostgreSQL cluster for the whole session; skipped with the reason if unavailable."""
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found: install postgresql")
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and no `postgres` system user to run initdb as")
+    server = LocalPostgres(bindir)
+    try:
+        server.init()
+        server.start()
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def pg_dsn(pg_server: LocalPostgres) -> str:
+    """A fresh database for one test."""
+    return pg_server.new_database()
