@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
@@ -62,3 +63,15 @@ def pg_server() -> Iterator[LocalPostgres]:
 def pg_dsn(pg_server: LocalPostgres) -> str:
     """A fresh database for one test."""
     return pg_server.new_database()
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """A function returning a loopback port that was free a moment ago (for servers a test starts)."""
+
+    def pick() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    return pick

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,6 @@ servers:
       - {{name: limited, decode_tps: 2000, faults: {{http_429: 1.0}}}}
       - {{name: stuck, decode_tps: 2000, faults: {{stall: 1.0}}}}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:
@@ -66,7 +59,7 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[str]:
+def sim(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
     port = free_port()
     cfg = tmp_path / "sim.yml"
     cfg.write_text(SIM.format(port=port))
@@ -121,7 +114,9 @@ def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path)
     assert proc.returncode == 2 and "no endpoint named nope" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_serve_scrapes_then_exits_cleanly_on_sigterm(sim: str, tmp_path: Path) -> None:
+def test_serve_scrapes_then_exits_cleanly_on_sigterm(
+    sim: str, tmp_path: Path, free_port: Callable[[], int]
+) -> None:
     cfg = write_config(tmp_path, sim)
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
@@ -157,7 +152,7 @@ def test_serve_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None
     assert "Traceback" not in proc.stderr
 
 
-def test_demo_runs_a_round_and_exits(tmp_path: Path) -> None:
+def test_demo_runs_a_round_and_exits(tmp_path: Path, free_port: Callable[[], int]) -> None:
     port = free_port()
     proc = subprocess.run(
         [
@@ -184,7 +179,9 @@ def test_demo_runs_a_round_and_exits(tmp_path: Path) -> None:
     assert "engine" in out  # ollama / llama.cpp report engine timings
 
 
-def test_sigterm_cancels_a_probe_in_flight_and_exits_cleanly(sim: str, tmp_path: Path) -> None:
+def test_sigterm_cancels_a_probe_in_flight_and_exits_cleanly(
+    sim: str, tmp_path: Path, free_port: Callable[[], int]
+) -> None:
     cfg = tmp_path / "stuck.yml"
     cfg.write_text(f"""
 schedule: {{interval: 1h, offset: 0s}}

