@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, load_config_text
+from tokwatch.config import Config, ConfigError, EndpointSettings, load_config
 from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
 from tokwatch.http import HttpClient
 from tokwatch.metrics import ExporterCollector, ExporterStatus, ProbeMetrics, WindowCollector
@@ -63,12 +63,13 @@ class App:
         self._config_digest = _digest_file(config_path) if config_path else None
         self.keys = Keys(config)
         self.instance = instance or config.instance or socket.gethostname()
+        self.runner = ProbeRunner(self._start_probe)
         self.registry = CollectorRegistry(auto_describe=False)
         self.probe_metrics = ProbeMetrics()
         self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
         self.windows = MemoryWindows()
         self.registry.register(self.probe_metrics)
-        self.registry.register(ExporterCollector(self.status))
+        self.registry.register(ExporterCollector(self.status, lambda: self.runner.in_flight))
         self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
         self.registry.register(WindowCollector(lambda: self._window_snapshot()))
         self.store: Store | None = None
@@ -78,7 +79,6 @@ class App:
         self.registry.register(self.server_collector)
         self._counters: dict[str, ServerCounters] = {}
         self._ollama: dict[str, OllamaSignals] = {}
-        self.runner = ProbeRunner(self._start_probe)
         self.http: HttpClient | None = None
         self.ready = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -163,15 +163,22 @@ class App:
         if http is None:
             return
         wanted = {ep.name: ep for ep in self.config.enabled_endpoints}
-        await self._sync(self._counters, wanted, lambda ep: ServerCounters(ep, http), "metrics")
-        await self._sync(self._ollama, wanted, lambda ep: OllamaSignals(ep, http), "ollama")
+        await self._sync(
+            self._counters,
+            wanted,
+            lambda ep: ep.effective_metrics_url is not None,
+            lambda ep: ServerCounters(ep, http),
+        )
+        await self._sync(
+            self._ollama, wanted, lambda ep: ep.kind == "ollama", lambda ep: OllamaSignals(ep, http)
+        )
 
     async def _sync(
         self,
         watchers: dict[str, W],
         wanted: dict[str, EndpointSettings],
+        applies: Callable[[EndpointSettings], bool],
         make: Callable[[EndpointSettings], W],
-        what: str,
     ) -> None:
         for name, watcher in list(watchers.items()):
             if wanted.get(name) != watcher.endpoint:
@@ -179,32 +186,20 @@ class App:
                 self.server_collector.remove(name)
                 del watchers[name]
         for name, ep in wanted.items():
-            applies = ep.effective_metrics_url is not None if what == "metrics" else ep.kind == "ollama"
-            if applies and name not in watchers:
+            if applies(ep) and name not in watchers:
                 watchers[name] = watcher = make(ep)
                 self.server_collector.add(watcher.state)
                 await watcher.start()
 
-    async def reload_async(self) -> tuple[bool, str]:
-        """Reload the config file and re-sync the server watchers (the /-/reload and SIGHUP path)."""
-        ok, message = self.reload()
-        if ok:
-            await self._sync_server_watchers()
-        return ok, message
-
-    def reload(self, text: str | None = None) -> tuple[bool, str]:
-        """Re-read the config file (or `text`); keeps the old config on error. Returns (ok, message)."""
+    async def reload(self) -> tuple[bool, str]:
+        """Re-read the config file (SIGHUP, POST /-/reload); keeps the old config on error. (ok, message)."""
+        if self.config_path is None:
+            return True, "no config file to reload"
+        digest = _digest_file(self.config_path)
+        if digest == self._config_digest:
+            return True, "config unchanged"
         try:
-            if text is not None:
-                config = load_config_text(text, self.config_path or "<reload>")
-                digest = None
-            else:
-                if self.config_path is None:
-                    return True, "no config file to reload"
-                digest = _digest_file(self.config_path)
-                if digest == self._config_digest:
-                    return True, "config unchanged"
-                config = load_config(self.config_path)
+            config = load_config(self.config_path)
             keys = Keys(config)
         except ConfigError as exc:
             self.status.reload_ok = False
@@ -217,6 +212,7 @@ class App:
         self.keys = keys
         self._config_digest = digest
         self._apply(config)
+        await self._sync_server_watchers()
         self.status.reload_ok = True
         self.status.reload_success_ts = time.time()
         if self._scheduler is not None:
@@ -280,11 +276,7 @@ class App:
             instance=self.instance,
             counters=counters.window if (counters := self._counters.get(name)) else None,
         )
-        self.status.in_flight += 1
-        try:
-            result = await run_probe(get_probe(ep.kind), ctx)
-        finally:
-            self.status.in_flight -= 1
+        result = await run_probe(get_probe(ep.kind), ctx)
         self.record(result)
         return ProbeOutcome(result, plog)
 

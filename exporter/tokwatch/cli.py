@@ -120,7 +120,7 @@ async def _serve(config: Config, path: str, host: str, port: int) -> int:
         len(config.endpoints),
     )
     try:
-        await _until_signal(on_hup=lambda: asyncio.ensure_future(app.reload_async()))
+        await _until_signal(on_hup=lambda: asyncio.ensure_future(app.reload()))
     finally:
         log.info("shutting down: cancelling probes in flight")
         await app.stop()

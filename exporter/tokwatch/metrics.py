@@ -341,14 +341,14 @@ class ExporterStatus:
     lag_s: float = 0.0
     last_round_ts: float = 0.0
     next_round_ts: float = 0.0
-    in_flight: int = 0
 
 
 class ExporterCollector(Collector):
     """Self-metrics: build info, config reload, scheduler lag, probes in flight."""
 
-    def __init__(self, status: ExporterStatus) -> None:
+    def __init__(self, status: ExporterStatus, in_flight: Callable[[], int]) -> None:
         self._s = status
+        self._in_flight = in_flight
 
     def describe(self) -> Iterable[Metric]:
         """Static set, but described lazily like the others."""
@@ -390,4 +390,6 @@ class ExporterCollector(Collector):
             "When the next round is planned.",
             value=s.next_round_ts,
         )
-        yield GaugeMetricFamily("tokwatch_probes_in_flight", "Probes running now.", value=float(s.in_flight))
+        yield GaugeMetricFamily(
+            "tokwatch_probes_in_flight", "Probes running now.", value=float(self._in_flight())
+        )

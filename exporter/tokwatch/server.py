@@ -97,7 +97,7 @@ async def ready(request: web.Request) -> web.Response:
 
 async def reload(request: web.Request) -> web.Response:
     """Re-read the config file (as SIGHUP does)."""
-    ok, message = await _app(request).reload_async()
+    ok, message = await _app(request).reload()
     return web.Response(status=200 if ok else 500, text=message + "\n")
 
 
