@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -206,3 +207,28 @@ endpoints:
     assert code == 0, err
     assert time.monotonic() - t0 < 10  # the 60 s probe was cancelled, not waited for
     assert "Traceback" not in err
+
+
+async def test_log_redaction_follows_keys_added_by_a_reload(tmp_path: Path) -> None:
+    from tokwatch.app import App
+    from tokwatch.cli import RedactingFilter
+    from tokwatch.config import load_config
+
+    def config(key: str) -> str:
+        return (
+            "endpoints:\n"
+            f"  - {{name: a, kind: openai, base_url: 'http://127.0.0.1:9/v1', model: m, api_key: {key}}}\n"
+        )
+
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(config("sk-first-key-0001"))
+    app = App(load_config(cfg), str(cfg))
+    redacting = RedactingFilter()
+    redacting.follow(lambda: app.keys.redactor)
+    cfg.write_text(config("sk-second-key-0002"))
+    assert (await app.reload())[0]
+    record = logging.LogRecord(
+        "tokwatch", logging.INFO, __file__, 1, "sent %s", ("sk-second-key-0002",), None
+    )
+    redacting.filter(record)
+    assert "sk-second-key-0002" not in record.getMessage() and "***" in record.getMessage()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import sys
@@ -31,36 +30,29 @@ class RedactingFilter(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.redactor = Redactor()
+        self._source: Callable[[], Redactor] = Redactor
+
+    def follow(self, source: Callable[[], Redactor]) -> None:
+        """Mask what `source()` knows at each record, e.g. the running app's keys, which a reload changes."""
+        self._source = source
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = self.redactor(record.getMessage())
+        record.msg = self._source()(record.getMessage())
         record.args = None
         return True
 
 
-_FILTER = RedactingFilter()
-
-
-def setup_logging(level: str) -> None:
-    """Log to stderr with timestamps; every record is redacted."""
+def setup_logging(level: str) -> RedactingFilter:
+    """Log to stderr with timestamps; every record goes through the returned redacting filter."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(_FILTER)
+    redacting = RedactingFilter()
+    handler.addFilter(redacting)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-
-
-def _load(path: str) -> Config:
-    config = load_config(path)
-    secrets = []
-    for ep in config.endpoints:
-        with contextlib.suppress(ConfigError):
-            secrets.append(ep.resolve_api_key())
-    _FILTER.redactor = Redactor(secrets)
-    return config
+    return redacting
 
 
 def _listen(args: argparse.Namespace, config: Config | None) -> tuple[str, int]:
@@ -86,9 +78,9 @@ async def _until_signal(on_hup: Callable[[], object] | None = None) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the exporter until SIGTERM/SIGINT; SIGHUP reloads the config."""
-    config = _load(args.config)
+    config = load_config(args.config)
     host, port = _listen(args, config)
-    return asyncio.run(_serve(config, args.config, host, port))
+    return asyncio.run(_serve(config, args.config, host, port, args.log_filter))
 
 
 async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner, int] | None:
@@ -104,10 +96,11 @@ async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner,
         return None
 
 
-async def _serve(config: Config, path: str, host: str, port: int) -> int:
+async def _serve(config: Config, path: str, host: str, port: int, redacting: RedactingFilter) -> int:
     from tokwatch.app import App
 
     app = App(config, path)
+    redacting.follow(lambda: app.keys.redactor)
     started = await start_exporter(app, host, port)
     if started is None:
         return EXIT_USAGE
@@ -133,7 +126,7 @@ async def _serve(config: Config, path: str, host: str, port: int) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Probe endpoints once, print a table, exit 1 if any run was not ok."""
-    config = _load(args.config)
+    config = load_config(args.config)
     names = args.endpoints or [e.name for e in config.enabled_endpoints]
     unknown = [n for n in names if config.endpoint(n) is None]
     if unknown:
@@ -142,15 +135,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if not names:
         print(f"tokwatch: {args.config}: no enabled endpoints to probe", file=sys.stderr)
         return EXIT_USAGE
-    results = asyncio.run(_probe_once(config, args.config, names))
+    results = asyncio.run(_probe_once(config, args.config, names, args.log_filter))
     print_results(results)
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
-async def _probe_once(config: Config, path: str, names: Sequence[str]) -> list[RunResult]:
+async def _probe_once(
+    config: Config, path: str, names: Sequence[str], redacting: RedactingFilter
+) -> list[RunResult]:
     from tokwatch.app import App
 
     app = App(config, path)
+    redacting.follow(lambda: app.keys.redactor)
     await app.start(schedule=False, storage=False)  # a one-off check, not part of the stored history
     try:
         return [(await app.probe(n)).result for n in names]
@@ -202,7 +198,7 @@ def print_results(results: Sequence[RunResult], title: str = "tokwatch probe") -
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config file; exit 0 if valid, 2 with file:line: field: message lines if not."""
-    config = _load(args.file)
+    config = load_config(args.file)
     from tokwatch.app import Keys
 
     Keys(config)  # env vars and key files must resolve too
@@ -251,14 +247,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (config errors: 2, never a traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.log_level)
+    args.log_filter = setup_logging(args.log_level)
     try:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"tokwatch: configuration error:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     except StorageError as exc:
-        print(f"tokwatch: storage: {_FILTER.redactor(str(exc))}", file=sys.stderr)
+        print(f"tokwatch: storage: {Redactor()(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
