@@ -82,6 +82,14 @@ class RunResult:
     cold: bool | None = None  # Ollama load_duration > 0 on the hot run
     finish_reason: str | None = None
     instance: str = ""
+    # What started the run: the schedule, or an on-demand /probe request (excluded from window figures).
+    trigger: Literal["scheduled", "on_demand"] = "scheduled"
+    # Measurement integrity (docs/methodology.md, "Disturbance"): the client's own lateness during the
+    # stream. A disturbed run keeps its figures but is excluded from window figures by default.
+    timing_disturbed: bool = False
+    max_stall_s: float | None = None  # largest measurement-loop stall seen while the run was in flight
+    merged_reads: int | None = None  # socket reads that carried two or more content events
+    send_delay_s: float | None = None  # from calling the client to the request's last byte on the socket
 
     @property
     def ok(self) -> bool:
