@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from tokwatch.config import Config, ConfigError, EndpointSettings, load_config
 from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
+from tokwatch.exposition import Exposition
 from tokwatch.http import HttpClient
+from tokwatch.measurement import MeasurementLoop, on_loop
 from tokwatch.metrics import ExporterCollector, ExporterStatus, ProbeMetrics, WindowCollector
 from tokwatch.probes import get_probe
-from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
+from tokwatch.probes.base import CounterMeasurement, CounterWindow, ProbeContext, ProbeLog, run_probe
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.runner import ProbeOutcome, ProbeRunner
@@ -64,27 +67,37 @@ class App:
         self.keys = Keys(config)
         self.instance = instance or config.instance or socket.gethostname()
         self.runner = ProbeRunner(self._start_probe)
+        # Both serve the same collectors: the registry answers queries (tests, `get_sample_value`), the
+        # exposition builds /metrics from per-endpoint pieces rendered once per change.
         self.registry = CollectorRegistry(auto_describe=False)
+        self.exposition = Exposition()
         self.probe_metrics = ProbeMetrics()
         self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
         self.windows = MemoryWindows()
-        self.registry.register(self.probe_metrics)
-        self.registry.register(ExporterCollector(self.status, lambda: self.runner.in_flight))
+        self._register(self.probe_metrics)
+        self._register(ExporterCollector(self.status, lambda: self.runner.in_flight))
         self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
-        self.registry.register(WindowCollector(lambda: self._window_snapshot()))
+        self._register(WindowCollector(lambda: self._window_snapshot()))
         self.store: Store | None = None
         self.writer: RunWriter | None = None
         self._window_cache: WindowCache | None = None
         self.server_collector = ServerCollector()
-        self.registry.register(self.server_collector)
+        self._register(self.server_collector)
         self._counters: dict[str, ServerCounters] = {}
         self._ollama: dict[str, OllamaSignals] = {}
-        self.http: HttpClient | None = None
+        self.http: HttpClient | None = None  # main loop: server-counter and Ollama watchers
+        # Probes run on their own loop and thread, so nothing else the exporter does shifts their stamps.
+        self.measurement = MeasurementLoop()
+        self._probe_http: HttpClient | None = None
         self.ready = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._scheduler: Scheduler | None = None
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
         self._apply(config)
+
+    def _register(self, collector: Collector) -> None:
+        self.registry.register(collector)
+        self.exposition.register(collector)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -97,6 +110,8 @@ class App:
             await self._open_storage()
         self.http = HttpClient()
         await self.http.__aenter__()
+        self.measurement.start()
+        self._probe_http = await self.measurement.call(_open_client())
         await self._sync_server_watchers()
         if schedule:
             self._scheduler = Scheduler(
@@ -115,7 +130,7 @@ class App:
         self.writer = make_writer(self.store, settings, instance=self.instance)
         self.writer.sync_endpoints(self.config.endpoints)
         await self.writer.start()
-        self.registry.register(StorageCollector(self.writer))
+        self._register(StorageCollector(self.writer))
         self._window_cache = WindowCache(self.store, window_s=self.config.schedule.window)
         self._window_cache.configure(self.config.endpoints)
         await self._window_cache.start()
@@ -144,6 +159,10 @@ class App:
         if self.http is not None:
             await self.http.close()
             self.http = None
+        if self._probe_http is not None and self.measurement.running:
+            await self.measurement.call(self._probe_http.close())
+        self._probe_http = None
+        self.measurement.stop()
 
     # --- config ------------------------------------------------------------------------------------
 
@@ -259,7 +278,7 @@ class App:
 
     async def _probe_and_record(self, name: str, timeout_cap: float | None) -> ProbeOutcome:
         ep = self.config.endpoint(name)
-        if ep is None or self.http is None:
+        if ep is None or self._probe_http is None:
             raise KeyError(name)
         settings = self.config.probe_for(ep)
         if timeout_cap is not None:
@@ -267,16 +286,19 @@ class App:
             capped = min(ep.effective_timeout, max(0.5, timeout_cap / runs))
             ep = ep.model_copy(update={"timeout": capped})
         plog = ProbeLog(self.keys.redactor)
+        counters = self._counters.get(name)
         ctx = ProbeContext(
             endpoint=ep,
             settings=settings,
-            http=self.http,
+            http=self._probe_http,
             api_key=self.keys.get(name),
             log=plog,
             instance=self.instance,
-            counters=counters.window if (counters := self._counters.get(name)) else None,
+            # Scraping and parsing the server's /metrics stays on this (main) loop.
+            counters=_CountersOnLoop(counters.window, asyncio.get_running_loop()) if counters else None,
+            stalls=self.measurement.monitor,
         )
-        result = await run_probe(get_probe(ep.kind), ctx)
+        result = await self.measurement.call(_measured(ctx))
         self.record(result)
         return ProbeOutcome(result, plog)
 
@@ -289,6 +311,35 @@ class App:
             self.windows.add(result.endpoint, result.started_at, result.ok, result.tokens_per_second)
         if (signals := self._ollama.get(result.endpoint)) is not None:
             signals.observe(result)
+
+
+async def _open_client() -> HttpClient:
+    client = HttpClient()
+    await client.__aenter__()
+    return client
+
+
+async def _measured(ctx: ProbeContext) -> RunResult:
+    """Warm-up and timed run on the measurement loop, with its stall monitor running throughout."""
+    assert ctx.stalls is not None
+    with ctx.stalls.watching():
+        return await run_probe(get_probe(ctx.endpoint.kind), ctx)
+
+
+class _CountersOnLoop:
+    """A CounterWindow whose snapshots run on another loop (the one that owns the counters' HTTP client)."""
+
+    def __init__(self, inner: CounterWindow, loop: asyncio.AbstractEventLoop) -> None:
+        self._inner = inner
+        self._loop = loop
+
+    async def snapshot(self) -> object | None:
+        """The inner snapshot, scraped and parsed on the owning loop."""
+        return await on_loop(self._loop, self._inner.snapshot)
+
+    def measure(self, before: object | None, after: object | None) -> CounterMeasurement | None:
+        """Pure arithmetic: runs wherever it is called."""
+        return self._inner.measure(before, after)
 
 
 def _digest_file(path: str) -> str | None:

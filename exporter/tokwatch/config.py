@@ -89,6 +89,16 @@ class ProbeSettings(_Strict):
     # What to do with a counter-delta figure whose window saw other requests.
     shared_server_window: Literal["flag", "fallback"] = "fallback"
     max_response_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # A run during which the measurement loop stalled this long is flagged `timing_disturbed`.
+    disturbance_threshold: float = 0.005
+    _probe_durations = _duration_fields("disturbance_threshold")
+
+    @field_validator("disturbance_threshold")
+    @classmethod
+    def _positive_threshold(cls, v: float) -> float:
+        if not 0 < v < 60:
+            raise ValueError("must be a duration above 0 and below 60s")
+        return v
 
     @field_validator("timing_preference")
     @classmethod

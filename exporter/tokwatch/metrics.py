@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import platform
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,11 +20,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tokwatch import __version__
-from tokwatch.result import RunResult, Status
+from tokwatch.result import CLIENT_SOURCES, RunResult, Status
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings
-    from tokwatch.window import WindowSnapshot
+    from tokwatch.window import WindowFigures, WindowSnapshot
+
+_FLEET = "__fleet__"  # the window collector's part that is not an endpoint
 
 # Buckets suited to LLM serving: TTFT spans tens of ms (warm, local) to minutes (cold, overloaded);
 # per-token gaps span sub-ms (batched fast decode) to seconds (stalls, preemption).
@@ -49,6 +51,13 @@ HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
         "Time from the last reasoning token to the first output token.",
     ),
 }
+
+EAGER_HISTOGRAMS = (
+    "tokwatch_ttft_seconds",
+    "tokwatch_inter_token_latency_seconds",
+    "tokwatch_time_per_output_token_seconds",
+    "tokwatch_e2e_latency_seconds",
+)
 
 
 class _Histogram:
@@ -80,11 +89,16 @@ class EndpointState:
 
     settings: EndpointSettings
     runs: dict[Status, int] = field(default_factory=lambda: dict.fromkeys(Status, 0))
+    disturbed: int = 0  # timed runs flagged timing_disturbed
     last: RunResult | None = None
     last_ok: RunResult | None = None
+    # The reasoning-phase histograms appear on first observation: for a model that does not reason they
+    # would be 30 series of zeros per endpoint. The others exist from the start, so `increase()` sees the
+    # first run after a restart.
     hist: dict[str, _Histogram] = field(
-        default_factory=lambda: {name: _Histogram(b) for name, (b, _) in HISTOGRAMS.items()}
+        default_factory=lambda: {n: _Histogram(HISTOGRAMS[n][0]) for n in EAGER_HISTOGRAMS}
     )
+    revision: int = 0  # bumped on every change, so /metrics re-renders only this endpoint's part
 
 
 class LabelSet:
@@ -105,6 +119,7 @@ class ProbeMetrics(Collector):
     def __init__(self) -> None:
         self._states: dict[str, EndpointState] = {}
         self._labels = LabelSet(())
+        self._generation = 0  # bumped on reload: label names and settings may have changed
 
     def set_endpoints(self, endpoints: Sequence[EndpointSettings]) -> None:
         """Apply a (re)loaded config: keep history of endpoints that stay, drop removed ones."""
@@ -115,6 +130,7 @@ class ProbeMetrics(Collector):
             states[ep.name] = state
         self._states = states
         self._labels = LabelSet(endpoints)
+        self._generation += 1
 
     def state(self, name: str) -> EndpointState | None:
         """Current state of one endpoint."""
@@ -125,22 +141,41 @@ class ProbeMetrics(Collector):
         state = self._states.get(result.endpoint)
         if state is None:  # endpoint removed by a reload while its probe ran
             return
+        state.revision += 1
         state.runs[result.status] += 1
         state.last = result
-        if result.ok:
+        if result.timing_disturbed:
+            state.disturbed += 1
+        # A disturbed run's client-side figures are off by the stall: they feed no histogram, and its tok/s
+        # becomes the exported "last ok" figure only when it came from the server (docs/methodology.md).
+        if result.ok and not (result.timing_disturbed and result.source in CLIENT_SOURCES):
             state.last_ok = result
-        if result.status in (Status.OK, Status.DEGRADED):
+        if result.status in (Status.OK, Status.DEGRADED) and not result.timing_disturbed:
             _observe(state, result)
 
     def describe(self) -> Iterable[Metric]:
         """No up-front description: families depend on config (see prometheus_client custom collectors)."""
         return []
 
+    def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
+        """One part per endpoint (see tokwatch.exposition)."""
+        gen = self._generation
+        for name, state in self._states.items():
+            yield name, (gen, state.revision)
+
+    def collect_part(self, key: Hashable) -> Iterator[Metric]:
+        """One endpoint's families."""
+        state = self._states.get(str(key))
+        return self._collect([state] if state is not None else [])
+
     def collect(self) -> Iterator[Metric]:
         """Families built from the in-memory snapshot."""
+        return self._collect(list(self._states.values()))
+
+    def _collect(self, states: Sequence[EndpointState]) -> Iterator[Metric]:
         names = self._labels.names
         fams = _Families(names)
-        for state in self._states.values():
+        for state in states:
             lv = self._labels.values(state.settings)
             ep = state.settings
             fams.gauge(
@@ -158,6 +193,12 @@ class ProbeMetrics(Collector):
                     n,
                     extra={"status": status.value},
                 )
+            fams.counter(
+                "tokwatch_probe_timing_disturbed_total",
+                "Timed runs whose timing the exporter's own lateness could have shifted (timing_disturbed).",
+                lv,
+                state.disturbed,
+            )
             if state.last is not None:
                 last_run_families(fams, lv, state.last, include_tps=False)
                 fams.gauge(
@@ -189,24 +230,25 @@ class ProbeMetrics(Collector):
                     float(ok.server_shared),
                 )
             for hname, (_, doc) in HISTOGRAMS.items():
-                fams.histogram(hname, doc, lv, state.hist[hname])
+                if (hist := state.hist.get(hname)) is not None:
+                    fams.histogram(hname, doc, lv, hist)
         yield from fams.all()
 
 
 def _observe(state: EndpointState, r: RunResult) -> None:
-    h = state.hist
-    if r.ttft_s is not None:
-        h["tokwatch_ttft_seconds"].observe(r.ttft_s)
-    for gap in r.itl_s:
-        h["tokwatch_inter_token_latency_seconds"].observe(gap)
-    for gap in r.output_itl_s:
-        h["tokwatch_output_inter_token_latency_seconds"].observe(gap)
-    if r.tpot_s is not None:
-        h["tokwatch_time_per_output_token_seconds"].observe(r.tpot_s)
-    if r.e2e_s is not None:
-        h["tokwatch_e2e_latency_seconds"].observe(r.e2e_s)
-    if r.ttot_s is not None:
-        h["tokwatch_ttot_seconds"].observe(r.ttot_s)
+    def feed(name: str, values: Iterable[float]) -> None:
+        hist = state.hist.get(name)
+        for v in values:
+            if hist is None:
+                hist = state.hist[name] = _Histogram(HISTOGRAMS[name][0])
+            hist.observe(v)
+
+    feed("tokwatch_ttft_seconds", () if r.ttft_s is None else (r.ttft_s,))
+    feed("tokwatch_inter_token_latency_seconds", r.itl_s)
+    feed("tokwatch_output_inter_token_latency_seconds", r.output_itl_s)
+    feed("tokwatch_time_per_output_token_seconds", () if r.tpot_s is None else (r.tpot_s,))
+    feed("tokwatch_e2e_latency_seconds", () if r.e2e_s is None else (r.e2e_s,))
+    feed("tokwatch_ttot_seconds", () if r.ttot_s is None else (r.ttot_s,))
 
 
 class _Families:
@@ -268,6 +310,19 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_output_tokens", "Output tokens of the run.", lv, float(r.output_tokens))
     if r.think_tokens is not None:
         fams.gauge("tokwatch_probe_think_tokens", "Reasoning tokens of the run.", lv, float(r.think_tokens))
+    if r.max_stall_s is not None:
+        fams.gauge(
+            "tokwatch_probe_max_stall_seconds",
+            "Largest measurement-loop stall while the run streamed (timing_disturbed at the threshold).",
+            lv,
+            r.max_stall_s,
+        )
+    fams.gauge(
+        "tokwatch_probe_timing_disturbed",
+        "1 if the run's timing could have been shifted by the exporter's own lateness.",
+        lv,
+        float(r.timing_disturbed),
+    )
     if include_tps and r.tokens_per_second is not None and r.source is not None:
         fams.gauge(
             "tokwatch_probe_decode_tokens_per_second",
@@ -301,19 +356,41 @@ class WindowCollector(Collector):
 
     def __init__(self, snapshot: Callable[[], WindowSnapshot]) -> None:
         self._snapshot = snapshot
+        self._parts_snapshot: WindowSnapshot | None = None  # the one `parts()` saw, for `collect_part`
 
     def describe(self) -> Iterable[Metric]:
         """Families depend on config; nothing up front."""
         return []
 
+    def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
+        """One part per endpoint, revised when its figures change, and one for the fleet comparison."""
+        snap = self._parts_snapshot = self._snapshot()
+        static = tuple(sorted({k for labels in snap.static_labels.values() for k in labels}))
+        for name, fig in snap.figures.items():
+            yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
+        yield _FLEET, snap.fleet
+
+    def collect_part(self, key: Hashable) -> Iterator[Metric]:
+        """One endpoint's window figures, or the fleet comparison (from the snapshot `parts()` saw)."""
+        snap = self._parts_snapshot or self._snapshot()
+        if key == _FLEET:
+            yield self._fleet(snap)
+            return
+        fig = snap.figures.get(str(key))
+        yield from self._figures(snap, [fig] if fig is not None else [])
+
     def collect(self) -> Iterator[Metric]:
         """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
         snap = self._snapshot()
+        yield from self._figures(snap, list(snap.figures.values()))
+        yield self._fleet(snap)
+
+    def _figures(self, snap: WindowSnapshot, figures: Sequence[WindowFigures]) -> Iterator[Metric]:
         static_names = sorted({k for labels in snap.static_labels.values() for k in labels})
         label_names = ["endpoint", *static_names, "window"]
         for name, doc, attr in _WINDOW_FAMILIES:
             family = GaugeMetricFamily(name, doc, labels=label_names)
-            for fig in snap.figures.values():
+            for fig in figures:
                 value = getattr(fig, attr)
                 if value is None:
                     continue
@@ -321,6 +398,9 @@ class WindowCollector(Collector):
                 values = [fig.endpoint, *(static.get(k, "") for k in static_names), fig.window]
                 family.add_metric(values, value)
             yield family
+
+    @staticmethod
+    def _fleet(snap: WindowSnapshot) -> Metric:
         fleet = GaugeMetricFamily(
             "tokwatch_fleet_fastest_vs_slowest_ratio",
             "Median tok/s of the fastest endpoint over that of the slowest (ok runs).",
@@ -328,7 +408,7 @@ class WindowCollector(Collector):
         )
         if snap.fleet is not None:
             fleet.add_metric([snap.fleet.fastest, snap.fleet.slowest, snap.fleet.window], snap.fleet.ratio)
-        yield fleet
+        return fleet
 
 
 @dataclass

@@ -34,6 +34,7 @@ class TimingSource(StrEnum):
 
 
 SERVER_SOURCES = frozenset({TimingSource.ENGINE, TimingSource.VLLM_METRICS, TimingSource.SERVER_WALL})
+CLIENT_SOURCES = frozenset({TimingSource.CLIENT_STREAM, TimingSource.CLIENT_WALL})
 
 Phase = Literal["think", "output"]
 

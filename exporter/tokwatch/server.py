@@ -10,6 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 
+from tokwatch.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
 from tokwatch.metrics import probe_result_families
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ def _exposition(request: web.Request, registry: CollectorRegistry) -> web.Respon
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Scheduled-probe metrics; never waits on a probe, the network or the database."""
-    return _exposition(request, _app(request).registry)
+    """Scheduled-probe metrics from pre-rendered pieces; never waits on a probe, network or database."""
+    body = _app(request).exposition.render()
+    return web.Response(body=body, headers={"Content-Type": EXPOSITION_CONTENT_TYPE})
 
 
 async def probe(request: web.Request) -> web.Response:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from tokwatch.result import SERVER_SOURCES, Phase, TimingSource, TokenEvent
+from tokwatch.result import CLIENT_SOURCES, SERVER_SOURCES, Phase, TimingSource, TokenEvent
 
 TokensSource = Literal["usage", "engine", "chunk_usage", "client_estimate"]
 
@@ -236,3 +236,17 @@ def select_source(
             shared = source is TimingSource.VLLM_METRICS and counters_shared
             return Selection(source, usable[source], shared, skipped)
     return Selection(None, None, False, skipped)
+
+
+
+def trusted_candidates(
+    candidates: Mapping[TimingSource, float], *, disturbed: bool
+) -> dict[TimingSource, float]:
+    """Candidates fit to be chosen: on a disturbed run, client figures drop out when a server figure exists.
+
+    A stalled client stamps tokens late, which skews its own figures but not the server's; with no server
+    figure the client one is kept and the run stays flagged (docs/methodology.md, "Disturbance").
+    """
+    if not disturbed or not any(s in SERVER_SOURCES for s in candidates):
+        return dict(candidates)
+    return {s: v for s, v in candidates.items() if s not in CLIENT_SOURCES}

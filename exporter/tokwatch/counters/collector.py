@@ -14,7 +14,7 @@ not exported at all; its counters (`_total`) keep their values.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -66,10 +66,25 @@ class ServerCollector(Collector):
         """Nothing up front: families depend on the endpoints registered later."""
         return []
 
+    def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
+        """One part per endpoint (see tokwatch.exposition), revised when its state changes."""
+        extra = self._extra()
+        for name, state in self._states.items():
+            yield name, (state.revision, id(state), extra)
+
+    def collect_part(self, key: Hashable) -> Iterator[Metric]:
+        """One endpoint's families (label names are still the union over all endpoints)."""
+        state = self._states.get(str(key))
+        return self._collect([state] if state is not None else [], self._extra())
+
     def collect(self) -> Iterator[Metric]:
         """Build the families from the current in-memory state."""
-        states = list(self._states.values())
-        extra = sorted({k for s in states for k in s.labels})
+        return self._collect(list(self._states.values()), self._extra())
+
+    def _extra(self) -> tuple[str, ...]:
+        return tuple(sorted({k for s in self._states.values() for k in s.labels}))
+
+    def _collect(self, states: list[ServerState], extra: tuple[str, ...]) -> Iterator[Metric]:
         names = ["endpoint", *extra]
 
         def labels(s: ServerState, *more: str) -> list[str]:

@@ -96,9 +96,11 @@ class ServerState:
         self._last_error: str | None = None
         self._last_problem: str | None = None
         self._absent_mirrors: set[str] = set()
+        self.revision = 0  # bumped by every record_* call: /metrics re-renders this endpoint's part then
 
     def record_error(self, duration_s: float | None, message: str) -> None:
         """A failed scrape: count it, log it with the endpoint name, drop every gauge (up 0)."""
+        self.revision += 1
         self.scrape_errors += 1
         self.scraped = True
         message = redact(message)
@@ -115,6 +117,7 @@ class ServerState:
         self, reading: CounterReading | None, snap: MetricsSnapshot | None, at: float, duration_s: float
     ) -> None:
         """A successful scrape at monotonic time `at`: update rates, totals, mirrored series and gauges."""
+        self.revision += 1
         self.scraped = True
         self._last_error = None
         decode_tps = prefill_tps = None
@@ -183,12 +186,14 @@ class ServerState:
 
     def record_ollama(self, vram_ratio: float | None, duration_s: float) -> None:
         """A successful Ollama /api/ps poll; `vram_ratio` None when the model is not loaded."""
+        self.revision += 1
         self.scraped = True
         self._last_error = None
         self.view = ServerView(up=True, scrape_duration_s=duration_s, vram_ratio=vram_ratio)
 
     def record_reload(self) -> None:
         """One Ollama cold load (the model had been evicted and was loaded again)."""
+        self.revision += 1
         self.model_reloads += 1
 
 

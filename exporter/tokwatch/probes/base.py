@@ -13,6 +13,7 @@ from tokwatch.result import RunResult
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings, ProbeSettings
     from tokwatch.http import HttpClient
+    from tokwatch.measurement import StallMonitor
 
 
 class ProbeLog:
@@ -67,6 +68,7 @@ class ProbeContext:
     log: ProbeLog
     instance: str = ""
     counters: CounterWindow | None = None
+    stalls: StallMonitor | None = None  # the measurement loop's heartbeat (None: disturbance not checked)
     extra: dict[str, object] = field(default_factory=dict)
 
 

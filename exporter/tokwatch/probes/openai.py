@@ -28,6 +28,7 @@ from tokwatch.timing import (
     token_events,
     total_tokens,
     tpot,
+    trusted_candidates,
     ttft,
     ttot,
 )
@@ -177,6 +178,9 @@ class HttpProbe(Probe):
             if col.deltas and result.streamed:
                 result.ttft_s = col.deltas[0].t - sent_at
             return status_mod.apply(result, outcome, ctx.log.redact)
+        if ctx.stalls is not None:
+            result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
+            result.timing_disturbed = result.max_stall_s >= ctx.settings.disturbance_threshold
         after = await _snapshot(ctx, counters)
         measurement = _measure(ctx, counters, before, after)
         self._fill(ctx, result, col, sent_at, end, measurement)
@@ -219,8 +223,11 @@ class HttpProbe(Probe):
         if cw is not None:
             candidates[TimingSource.CLIENT_WALL] = cw
         result.candidates = candidates
+        if result.timing_disturbed:
+            stall_ms = (result.max_stall_s or 0.0) * 1e3
+            ctx.log(f"timing disturbed: the measurement loop stalled {stall_ms:.1f} ms")
         chosen = select_source(
-            candidates,
+            trusted_candidates(candidates, disturbed=result.timing_disturbed),
             ctx.settings.timing_preference,
             counters_shared=bool(measurement and measurement.shared),
             shared_policy=ctx.settings.shared_server_window,

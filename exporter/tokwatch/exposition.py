@@ -1,0 +1,120 @@
+"""/metrics from pre-rendered pieces: each endpoint's samples are rendered once per change, not per scrape.
+
+Rendering the whole registry on every scrape cost 0.15-0.37 s at 200 endpoints, all of it on the loop
+that serves the scrape. Here a collector that knows its parts (one per endpoint) says which part changed
+(a revision token); only those are rendered again, and a scrape joins cached bytes family by family. Small
+collectors without parts (the exporter's own figures) are rendered whole each scrape, which costs little.
+The output is the Prometheus text format 0.0.4 (what every Prometheus accepts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@runtime_checkable
+class PartitionedCollector(Protocol):
+    """A collector whose samples split into parts (e.g. one per endpoint) that change independently."""
+
+    def parts(self) -> Iterable[tuple[Hashable, Hashable]]:
+        """(key, revision) of every part now; a new revision means the part must be rendered again."""
+        ...
+
+    def collect_part(self, key: Hashable) -> Iterable[Metric]:
+        """The families of one part (the same family names in every part, each with that part's samples)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    revision: Hashable
+    headers: dict[str, bytes]  # family -> "# HELP ...\n# TYPE ...\n"
+    samples: dict[str, bytes]  # family -> sample lines
+
+
+class _One:
+    """A collector of exactly one family, so prometheus_client formats it (escaping, float format)."""
+
+    __slots__ = ("metric",)
+
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+
+    def collect(self) -> list[Metric]:
+        return [self.metric]
+
+
+def render_families(metrics: Iterable[Metric]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Headers and sample lines per family name, in the text format."""
+    headers: dict[str, bytes] = {}
+    samples: dict[str, bytes] = {}
+    for metric in metrics:
+        text = generate_latest(_One(metric))
+        cut = text.index(b"\n", text.index(b"\n") + 1) + 1  # after "# HELP" and "# TYPE"
+        name = metric.name
+        headers.setdefault(name, text[:cut])
+        samples[name] = samples.get(name, b"") + text[cut:]
+    return headers, samples
+
+
+class Exposition:
+    """Builds /metrics bodies from partitioned collectors (cached per part) and plain ones (each scrape)."""
+
+    def __init__(self) -> None:
+        self._partitioned: list[PartitionedCollector] = []
+        self._plain: list[Collector] = []
+        self._cache: dict[tuple[int, Hashable], _Rendered] = {}
+        self.parts_rendered = 0  # how many part renders happened (self-metric, and for tests)
+
+    def register(self, collector: Collector) -> None:
+        """Serve `collector`; partitioned ones are cached per part."""
+        if isinstance(collector, PartitionedCollector):
+            self._partitioned.append(collector)
+        else:
+            self._plain.append(collector)
+
+    def unregister(self, collector: Collector) -> None:
+        """Stop serving `collector`."""
+        if collector in self._partitioned:
+            self._partitioned.remove(collector)
+            self._cache = {k: v for k, v in self._cache.items() if k[0] != id(collector)}
+        elif collector in self._plain:
+            self._plain.remove(collector)
+
+    def render(self) -> bytes:
+        """The whole exposition; parts whose revision is unchanged are not rendered again."""
+        headers: dict[str, bytes] = {}
+        bodies: dict[str, list[bytes]] = {}
+        live: set[tuple[int, Hashable]] = set()
+        for collector in self._partitioned:
+            cid = id(collector)
+            for key, revision in collector.parts():
+                ck = (cid, key)
+                live.add(ck)
+                cached = self._cache.get(ck)
+                if cached is None or cached.revision != revision:
+                    h, s = render_families(collector.collect_part(key))
+                    cached = self._cache[ck] = _Rendered(revision, h, s)
+                    self.parts_rendered += 1
+                for name, lines in cached.samples.items():
+                    if name not in headers:
+                        headers[name] = cached.headers[name]
+                        bodies[name] = []
+                    bodies[name].append(lines)
+        if len(self._cache) != len(live):
+            self._cache = {k: v for k, v in self._cache.items() if k in live}
+        out: list[bytes] = []
+        for name, header in headers.items():
+            out.append(header)
+            out.extend(bodies[name])
+        for plain in self._plain:
+            out.append(generate_latest(plain))
+        return b"".join(out)

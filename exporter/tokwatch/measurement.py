@@ -1,0 +1,179 @@
+"""Measurement isolation: probes run on their own event loop in their own thread, watched for stalls.
+
+Token arrival is stamped in the connection's `data_received`, which runs only when the loop that owns the
+socket gets to it. On the exporter's main loop that could wait behind anything else the exporter does
+(rendering /metrics, parsing server counters, store writes, reloads). Here the probes' sockets belong to a
+loop that does nothing but probing, so that work can delay a stamp only by the time the measurement thread
+waits for the interpreter lock, which `MeasurementLoop` bounds by lowering the switch interval. What is left
+(another probe's parsing, CPU starvation, a lock held by a long C call) is caught by `StallMonitor`: a
+heartbeat that records how late the loop ran, so a run whose timing could have been disturbed is flagged.
+See docs/methodology.md, "Measurement isolation" and "Disturbance".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# How long the measurement thread can wait for the interpreter lock while another thread runs Python code.
+# The default (5 ms) would be as large as the stalls we flag; the cost of a shorter one is paid only while
+# two threads compete for the lock.
+SWITCH_INTERVAL_S = 0.0005
+
+
+class StallMonitor:
+    """A heartbeat on one event loop: every `period_s` it records how late it woke (a stall).
+
+    Runs only while something is being measured (`watching()`), so an idle exporter does not wake up
+    500 times a second. Lateness at or below `floor_s` is the timer's own granularity and is not kept.
+    """
+
+    def __init__(self, period_s: float = 0.002, floor_s: float = 0.001, keep_s: float = 900.0) -> None:
+        self.period_s = period_s
+        self.floor_s = floor_s
+        self.keep_s = keep_s
+        self._ends: deque[float] = deque()  # perf_counter when each kept stall ended, ascending
+        self._sizes: deque[float] = deque()
+        self._users = 0
+        self._task: asyncio.Task[None] | None = None
+        self.beats = 0
+        self.largest_s = 0.0  # largest stall ever seen (self-metric)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Keep the heartbeat running for the duration of the block (call on the monitored loop)."""
+        self._users += 1
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._beat(), name="tokwatch-stall-monitor")
+        try:
+            yield
+        finally:
+            self._users -= 1
+            if self._users == 0 and self._task is not None:
+                self._task.cancel()
+                self._task = None
+
+    async def _beat(self) -> None:
+        period = self.period_s
+        while True:
+            planned = time.perf_counter() + period
+            await asyncio.sleep(period)
+            now = time.perf_counter()
+            self.beats += 1
+            self.record(now, now - planned)
+
+    def record(self, ended_at: float, late_s: float) -> None:
+        """Keep one observed lateness (ended at `ended_at`, perf_counter seconds) if above the floor."""
+        if late_s <= self.floor_s:
+            return
+        self._ends.append(ended_at)
+        self._sizes.append(late_s)
+        self.largest_s = max(self.largest_s, late_s)
+        horizon = ended_at - self.keep_s
+        while self._ends and self._ends[0] < horizon:
+            self._ends.popleft()
+            self._sizes.popleft()
+
+    def max_stall(self, start: float, end: float) -> float:
+        """Largest stall overlapping [start, end] (perf_counter seconds); 0.0 when none was seen."""
+        i = bisect.bisect_left(self._ends, start)
+        worst = 0.0
+        for j in range(i, len(self._ends)):
+            ended = self._ends[j]
+            if ended - self.largest_s > end:
+                break  # ends ascend: no later stall can have begun inside the window
+            if ended - self._sizes[j] <= end:
+                worst = max(worst, self._sizes[j])
+        return worst
+
+
+class MeasurementLoop:
+    """A thread running its own asyncio loop for probes; coroutines are submitted from the main loop."""
+
+    def __init__(self, name: str = "tokwatch-measure") -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.monitor = StallMonitor()
+        self._previous_switch: float | None = None
+
+    @property
+    def running(self) -> bool:
+        """True between `start()` and `stop()`."""
+        return self._loop is not None and self._thread is not None and self._thread.is_alive()
+
+    def start(self, *, timeout_s: float = 10.0) -> None:
+        """Start the thread and its loop; returns when the loop runs."""
+        if self.running:
+            return
+        ready = threading.Event()
+        self._previous_switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._previous_switch, SWITCH_INTERVAL_S))
+
+        def run() -> None:
+            loop = new_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            loop.call_soon(ready.set)
+            try:
+                loop.run_forever()
+            finally:
+                _cancel_remaining(loop)
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=self._name, daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout_s):
+            raise RuntimeError("the measurement loop did not start")
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the measurement loop and wait for it; cancelling the caller cancels it there."""
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise RuntimeError("the measurement loop is not running")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Stop the loop (tasks still on it are cancelled) and join the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout_s)
+        self._loop = self._thread = None
+        if self._previous_switch is not None:
+            sys.setswitchinterval(self._previous_switch)
+            self._previous_switch = None
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A fresh event loop for measurement."""
+    return asyncio.new_event_loop()
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """`uvloop` or `asyncio`, for reports that say which loop measured."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
+def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Coroutine[Any, Any, T]]) -> asyncio.Future[T]:
+    """Run `fn()` on another loop; returns a future of the calling loop (e.g. counters on the main loop)."""
+    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(), loop))
