@@ -48,9 +48,20 @@ endpoints:
             await app._refresh_windows()
             for counters in app._counters.values():
                 await counters.scrape_once()
-            return generate_latest(app.registry).decode()
+            served = app.exposition.render().decode()
+            # /metrics (pre-rendered per endpoint) carries exactly the registry's samples
+            assert _samples(served) == _samples(generate_latest(app.registry).decode())
+            return served
         finally:
             await app.stop()
+
+
+def _samples(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_every_exposed_metric_is_documented_and_valid(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,9 @@ async def test_probe_returns_only_that_runs_metrics(running: Running) -> None:
     status, body = await get(running, "/probe?target=good")
     assert status == 200
     assert 'tokwatch_probe_success{endpoint="good",team="a"} 1.0' in body
-    assert 'tokwatch_probe_decode_tokens_per_second{endpoint="good",source="client_stream",team="a"}' in body
+    # client_stream, or client_wall when a busy host merged this 8 ms stream into one read
+    tps = r'tokwatch_probe_decode_tokens_per_second\{endpoint="good",source="client_(stream|wall)",team="a"\}'
+    assert re.search(tps, body)
     assert "stalled" not in body and "tokwatch_probe_runs_total" not in body
     # the run is also recorded for /metrics
     status, metrics = await get(running, "/metrics")

@@ -36,8 +36,8 @@ class PartitionedCollector(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Rendered:
     revision: Hashable
-    headers: dict[str, bytes]  # family -> "# HELP ...\n# TYPE ...\n"
-    samples: dict[str, bytes]  # family -> sample lines
+    headers: dict[str, bytes]  # "name type" -> "# HELP ...\n# TYPE ...\n"
+    samples: dict[str, bytes]  # "name type" -> sample lines
 
 
 class _One:
@@ -59,7 +59,7 @@ def render_families(metrics: Iterable[Metric]) -> tuple[dict[str, bytes], dict[s
     for metric in metrics:
         text = generate_latest(_One(metric))
         cut = text.index(b"\n", text.index(b"\n") + 1) + 1  # after "# HELP" and "# TYPE"
-        name = metric.name
+        name = f"{metric.name} {metric.type}"  # a counter and a gauge may share a base name
         headers.setdefault(name, text[:cut])
         samples[name] = samples.get(name, b"") + text[cut:]
     return headers, samples

@@ -84,15 +84,18 @@ class StallMonitor:
             self._sizes.popleft()
 
     def max_stall(self, start: float, end: float) -> float:
-        """Largest stall overlapping [start, end] (perf_counter seconds); 0.0 when none was seen."""
+        """Largest stall overlapping [start, end] (perf_counter seconds), clipped to it; 0.0 when none.
+
+        Only the part inside the window counts: a stall before the request left cannot delay its bytes.
+        """
         i = bisect.bisect_left(self._ends, start)
         worst = 0.0
         for j in range(i, len(self._ends)):
             ended = self._ends[j]
             if ended - self.largest_s > end:
                 break  # ends ascend: no later stall can have begun inside the window
-            if ended - self._sizes[j] <= end:
-                worst = max(worst, self._sizes[j])
+            inside = min(ended, end) - max(ended - self._sizes[j], start)
+            worst = max(worst, inside)
         return worst
 
 
@@ -105,6 +108,11 @@ class MeasurementLoop:
         self._thread: threading.Thread | None = None
         self.monitor = StallMonitor()
         self._previous_switch: float | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The measurement loop while it runs (for callers that must schedule work on it)."""
+        return self._loop
 
     @property
     def running(self) -> bool:

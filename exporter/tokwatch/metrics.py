@@ -317,12 +317,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             lv,
             r.max_stall_s,
         )
-    fams.gauge(
-        "tokwatch_probe_timing_disturbed",
-        "1 if the run's timing could have been shifted by the exporter's own lateness.",
-        lv,
-        float(r.timing_disturbed),
-    )
+
     if include_tps and r.tokens_per_second is not None and r.source is not None:
         fams.gauge(
             "tokwatch_probe_decode_tokens_per_second",

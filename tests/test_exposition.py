@@ -1,0 +1,75 @@
+"""/metrics from pre-rendered parts: the samples of a full render, re-rendered only where changed."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.test_metrics import CONFIG, ok_run
+from tokwatch.exposition import Exposition
+from tokwatch.metrics import ProbeMetrics
+
+
+def samples(text: bytes) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for fam in text_string_to_metric_families(text.decode())
+        for s in fam.samples
+    }
+
+
+def probe_metrics() -> tuple[ProbeMetrics, Exposition]:
+    pm = ProbeMetrics()
+    pm.set_endpoints(CONFIG.endpoints)
+    exposition = Exposition()
+    exposition.register(pm)
+    return pm, exposition
+
+
+def test_parts_give_the_same_samples_as_a_full_render() -> None:
+    pm, exposition = probe_metrics()
+    pm.record(ok_run("a", 50.0))
+    pm.record(ok_run("b", 20.0))
+    assert samples(exposition.render()) == samples(generate_latest(pm))  # type: ignore[arg-type]
+
+
+def test_only_changed_endpoints_are_rendered_again() -> None:
+    pm, exposition = probe_metrics()
+    first = exposition.render()
+    assert exposition.parts_rendered == 2
+    assert exposition.render() == first  # nothing changed: cached bytes
+    assert exposition.parts_rendered == 2
+    pm.record(ok_run("a", 50.0))
+    body = exposition.render()
+    assert exposition.parts_rendered == 3  # only endpoint a again
+    assert b'tokwatch_probe_decode_tokens_per_second{endpoint="a"' in body
+
+
+def test_each_family_header_appears_once_and_removed_endpoints_vanish() -> None:
+    pm, exposition = probe_metrics()
+    pm.record(ok_run("a"))
+    pm.record(ok_run("b"))
+    body = exposition.render().decode()
+    assert body.count("# TYPE tokwatch_probe_runs_total counter") == 1
+    pm.set_endpoints([e for e in CONFIG.endpoints if e.name == "a"])
+    body = exposition.render().decode()
+    assert 'endpoint="b"' not in body and 'endpoint="a"' in body
+
+
+def test_a_counter_and_a_gauge_with_one_base_name_are_both_served() -> None:
+    class Both:
+        def parts(self):  # type: ignore[no-untyped-def]
+            return [("x", 1)]
+
+        def collect_part(self, key):  # type: ignore[no-untyped-def]
+            yield CounterMetricFamily("t_thing", "counter", value=3)
+            yield GaugeMetricFamily("t_thing", "gauge", value=1)
+
+        def collect(self):  # type: ignore[no-untyped-def]
+            return list(self.collect_part("x"))
+
+    exposition = Exposition()
+    exposition.register(Both())  # type: ignore[arg-type]
+    got = samples(exposition.render())
+    assert ("t_thing_total", (), 3.0) in got and ("t_thing", (), 1.0) in got
