@@ -83,8 +83,8 @@ class Exposition:
 
     def unregister(self, collector: Collector) -> None:
         """Stop serving `collector`."""
-        if collector in self._partitioned:
-            self._partitioned.remove(collector)
+        if any(c is collector for c in self._partitioned):
+            self._partitioned = [c for c in self._partitioned if c is not collector]
             self._cache = {k: v for k, v in self._cache.items() if k[0] != id(collector)}
         elif collector in self._plain:
             self._plain.remove(collector)
