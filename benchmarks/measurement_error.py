@@ -12,37 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from simproc import simulator
 from tokwatch.http import HttpClient
 from tokwatch.stats import percentile
 from tokwatch.streams import OpenAIStreamParser, StreamCollector
 from tokwatch.timing import itl, token_events, ttft
-
-_CHILD = """
-import asyncio, signal, sys
-from tokwatch.sim import load_sim_config
-from tokwatch.sim.server import start_runner
-
-async def main():
-    runner, _, port = await start_runner(load_sim_config(sys.argv[1]), "127.0.0.1", 0)
-    print(port, flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await runner.cleanup()
-
-asyncio.run(main())
-"""
 
 
 @dataclass
@@ -159,26 +138,8 @@ def report(levels: list[Level]) -> str:
 
 async def main_async(args: argparse.Namespace) -> list[Level]:
     """Start the simulator process, run every level, stop the simulator."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "sim.yml"
-        cfg.write_text(sim_config(args.decode_tps, args.jitter))
-        proc = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
-            [sys.executable, "-c", _CHILD, str(cfg)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
-        )
-        try:
-            assert proc.stdout is not None
-            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=30)
-            if not line.strip().isdigit():
-                raise SystemExit(f"simulator did not start (got {line!r})")
-            base = f"http://127.0.0.1:{int(line)}"
-            return [await run_level(base, c, args.tokens, args.rounds) for c in args.levels]
-        finally:
-            proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
+    with simulator(sim_config(args.decode_tps, args.jitter)) as base:
+        return [await run_level(base, c, args.tokens, args.rounds) for c in args.levels]
 
 
 def main() -> None:

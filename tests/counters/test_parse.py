@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from tokwatch.counters.parse import MetricsParseError, is_openmetrics, parse_metrics
+from tokwatch.counters.parse import (
+    MetricsParseError,
+    _parse_reference,
+    _parse_text_fast,
+    is_openmetrics,
+    parse_metrics,
+)
 
 
 def test_real_vllm_capture_keeps_full_sample_names(sample_text: Callable[[str], str]) -> None:
@@ -73,3 +79,42 @@ def test_empty_body_is_an_empty_snapshot() -> None:
     assert list(snap.names()) == []
     assert snap.total("anything") is None
     assert not math.isnan(parse_metrics("x 0\n").total("x") or 0.0)
+
+
+TRICKY = [
+    '# TYPE a counter\na{x="q\\"uote",y="back\\\\slash",z="new\\nline"} 1\n',
+    "# TYPE h histogram\nh_bucket{le=\"0.1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 0.3\nh_count 2\n"
+    "h_created 5\n",
+    "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns_sum 2\ns_count 3\n",
+    "# TYPE c counter\nc 7\nuntyped_thing 3 1700000000000\n",
+    'g{a="1",} 2\ng{ a = "2" } -3.5e-2\n',
+    "# HELP x some help\n# TYPE x gauge\nx NaN\nx{l=\"v\"} +Inf\ny 4\n",
+    "odd line that is not a sample\n",
+]
+
+
+@pytest.mark.parametrize(
+    "name", ["vllm_metrics.txt", "llamacpp_metrics_after.txt", "llamacpp_metrics_legacy.txt"]
+)
+def test_fast_text_parser_matches_prometheus_client_on_captures(
+    name: str, sample_text: Callable[[str], str]
+) -> None:
+    _same_as_reference(sample_text(name))
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_fast_text_parser_matches_prometheus_client_on_edge_cases(text: str) -> None:
+    _same_as_reference(text)
+
+
+def _same_as_reference(text: str) -> None:
+    try:
+        reference = _parse_reference(text, False, 10**6)
+    except MetricsParseError:
+        with pytest.raises(MetricsParseError):
+            parse_metrics(text)
+        return
+    fast = _parse_text_fast(text, 10**6)
+    got = fast if fast is not None else parse_metrics(text)
+    assert dict(got.series) == dict(reference.series)
+    assert dict(got.types) == dict(reference.types)

@@ -122,3 +122,18 @@ async def test_contention_stretches_planned_gaps(http: aiohttp.ClientSession) ->
     # Each planned gap is 5 ms x (1 + 1.0 x (running - 1)): 5 ms alone, 10 ms while both decode.
     assert all(abs(g - 0.005) < 1e-9 or abs(g - 0.010) < 1e-9 for g in gaps)
     assert any(abs(g - 0.010) < 1e-9 for g in gaps)  # the two 150 ms requests overlapped
+
+
+async def test_recent_truth_listing_by_model(http: aiohttp.ClientSession) -> None:
+    async with run_sim(sim_config(CFG)) as sim:
+        ids = []
+        for _ in range(2):
+            async with http.post(f"{sim.url}/v/v1/chat/completions", json=chat_body(max_tokens=1)) as resp:
+                ids.append(resp.headers["x-sim-request-id"])
+        async with http.get(f"{sim.url}/_sim/requests", params={"model": "m", "last": "5"}) as resp:
+            listed = (await resp.json())["requests"]
+        async with http.get(f"{sim.url}/_sim/requests", params={"model": "other"}) as resp:
+            assert (await resp.json())["requests"] == []
+        async with http.get(f"{sim.url}/_sim/requests", params={"last": "x"}) as resp:
+            assert resp.status == 400
+    assert [r["request_id"] for r in listed] == ids  # oldest first

@@ -34,6 +34,7 @@ def build_app(config: SimConfig) -> web.Application:
     """The simulator app for `config` (state in app[SIM_STATE])."""
     app = web.Application(client_max_size=8 * 1024 * 1024)
     app[SIM_STATE] = SimState.build(config)
+    app.router.add_get("/_sim/requests", _list_truth)
     app.router.add_get("/_sim/requests/{request_id}", _get_truth)
     app.router.add_get("/_sim/servers", _list_servers)
     app.router.add_post("/_sim/servers/{server}/models/{model}/faults", _set_faults)
@@ -84,6 +85,16 @@ async def _get_truth(request: web.Request) -> web.Response:
     if rec is None:
         return web.json_response({"error": "unknown or evicted request id"}, status=404)
     return web.json_response(rec.to_json())
+
+
+async def _list_truth(request: web.Request) -> web.Response:
+    query = request.query
+    try:
+        limit = min(max(int(query.get("last", "100")), 1), 10_000)
+    except ValueError:
+        return web.json_response({"error": "last must be an integer"}, status=400)
+    records = request.app[SIM_STATE].truth.recent(query.get("model"), limit)
+    return web.json_response({"requests": [rec.to_json() for rec in records]})
 
 
 async def _list_servers(request: web.Request) -> web.Response:

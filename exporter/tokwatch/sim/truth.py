@@ -163,6 +163,16 @@ class TruthStore:
     def __len__(self) -> int:
         return len(self._items)
 
+    def recent(self, model: str | None = None, limit: int = 100) -> list[RequestTruth]:
+        """Up to `limit` most recent non-background records (of `model` when given), oldest first."""
+        out: list[RequestTruth] = []
+        for rec in reversed(self._items.values()):
+            if len(out) >= limit:
+                break
+            if not rec.background and (model is None or rec.model == model):
+                out.append(rec)
+        return out[::-1]
+
     def last(self, server: str | None = None) -> RequestTruth | None:
         """The most recent non-background record (of `server` when given)."""
         for rec in reversed(self._items.values()):
