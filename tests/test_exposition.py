@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from prometheus_client import generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_metrics import CONFIG, ok_run
-from tokwatch.exposition import Exposition
+from tokwatch.exposition import Exposition, _One, render_families
 from tokwatch.metrics import ProbeMetrics
 
 
@@ -73,3 +73,19 @@ def test_a_counter_and_a_gauge_with_one_base_name_are_both_served() -> None:
     exposition.register(Both())  # type: ignore[arg-type]
     got = samples(exposition.render())
     assert ("t_thing_total", (), 3.0) in got and ("t_thing", (), 1.0) in got
+
+
+def test_fast_formatting_is_byte_identical_to_prometheus_client() -> None:
+    pm, _ = probe_metrics()
+    pm.record(ok_run("a", 50.0))
+    for family in pm.collect():
+        headers, lines = render_families([family])
+        reference = generate_latest(_One(family))  # type: ignore[arg-type]
+        assert b"".join(headers.values()) + b"".join(lines.values()) == reference
+
+
+def test_families_the_fast_path_does_not_handle_fall_back_to_prometheus_client() -> None:
+    info = InfoMetricFamily("t_build", "build", value={"version": 'a"b\\c'})
+    headers, lines = render_families([info])
+    reference = generate_latest(_One(info))  # type: ignore[arg-type]
+    assert b"".join(headers.values()) + b"".join(lines.values()) == reference

@@ -79,7 +79,8 @@ def test_histograms_observe_tokens_and_skip_failed_runs(
     assert reg.get_sample_value("tokwatch_ttft_seconds_bucket", {**labels, "le": "0.1"}) == 0
     assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_count", labels) == 3
     assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_sum", labels) == pytest.approx(0.05)
-    assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_bucket", {**labels, "le": "0.001"}) == 1
+    bucket = {**labels, "le": "0.0025"}
+    assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_bucket", bucket) == 1
 
 
 def test_static_labels_are_unioned(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -53,16 +54,53 @@ class _One:
 
 
 def render_families(metrics: Iterable[Metric]) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    """Headers and sample lines per family name, in the text format."""
+    """Headers and sample lines per family ("name type"), in the text format 0.0.4."""
     headers: dict[str, bytes] = {}
     samples: dict[str, bytes] = {}
+    labels_memo: dict[tuple[tuple[str, str], ...], str] = {}
     for metric in metrics:
-        text = generate_latest(_One(metric))
-        cut = text.index(b"\n", text.index(b"\n") + 1) + 1  # after "# HELP" and "# TYPE"
-        name = f"{metric.name} {metric.type}"  # a counter and a gauge may share a base name
-        headers.setdefault(name, text[:cut])
-        samples[name] = samples.get(name, b"") + text[cut:]
+        key = f"{metric.name} {metric.type}"  # a counter and a gauge may share a base name
+        rendered = _fast_family(metric, labels_memo)
+        if rendered is None:
+            text = generate_latest(_One(metric))
+            cut = text.index(b"\n", text.index(b"\n") + 1) + 1  # after "# HELP" and "# TYPE"
+            rendered = text[:cut], text[cut:]
+        headers.setdefault(key, rendered[0])
+        samples[key] = samples.get(key, b"") + rendered[1]
     return headers, samples
+
+
+_TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram", "unknown": "untyped"}
+
+
+def _fast_family(
+    metric: Metric, memo: dict[tuple[tuple[str, str], ...], str]
+) -> tuple[bytes, bytes] | None:
+    """prometheus_client's text-format output for the plain families tokwatch builds, without its per-sample
+    validation (names and labels here are ours, fixed in code); None for anything else (info, created,
+    timestamps, exemplars), which `generate_latest` formats."""
+    typ = _TEXT_TYPES.get(metric.type)
+    if typ is None:
+        return None
+    name = metric.name + "_total" if metric.type == "counter" else metric.name
+    doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    header = f"# HELP {name} {doc}\n# TYPE {name} {typ}\n"
+    lines = []
+    for sample in metric.samples:
+        if sample.timestamp is not None or sample.exemplar is not None or sample.name.endswith("_created"):
+            return None
+        items = tuple(sorted(sample.labels.items()))
+        labels = memo.get(items)
+        if labels is None:
+            labels = memo[items] = (
+                "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in items) + "}" if items else ""
+            )
+        lines.append(f"{sample.name}{labels} {floatToGoString(sample.value)}\n")
+    return header.encode(), "".join(lines).encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
 class Exposition:

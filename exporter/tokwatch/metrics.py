@@ -28,11 +28,13 @@ if TYPE_CHECKING:
 
 _FLEET = "__fleet__"  # the window collector's part that is not an endpoint
 
-# Buckets suited to LLM serving: TTFT spans tens of ms (warm, local) to minutes (cold, overloaded);
-# per-token gaps span sub-ms (batched fast decode) to seconds (stalls, preemption).
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
-TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
-E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Buckets suited to LLM serving: TTFT spans ~10 ms (warm, local) to a minute (cold, overloaded); per-token
+# gaps span a few ms (fast batched decode) to a second (stalls, preemption). 10-12 buckets each, dense where
+# the figures usually fall (ITL 10-30 ms): every bucket is one series per endpoint, and at 1000 endpoints
+# the exposition size is what a scrape costs (docs/performance.md).
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_GAP_BUCKETS = (0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
+E2E_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
     "tokwatch_ttft_seconds": (LATENCY_BUCKETS, "Time to first token of streamed probe runs."),
@@ -352,6 +354,7 @@ class WindowCollector(Collector):
     def __init__(self, snapshot: Callable[[], WindowSnapshot]) -> None:
         self._snapshot = snapshot
         self._parts_snapshot: WindowSnapshot | None = None  # the one `parts()` saw, for `collect_part`
+        self._parts_static: tuple[str, ...] | None = None
 
     def describe(self) -> Iterable[Metric]:
         """Families depend on config; nothing up front."""
@@ -360,7 +363,7 @@ class WindowCollector(Collector):
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
         """One part per endpoint, revised when its figures change, and one for the fleet comparison."""
         snap = self._parts_snapshot = self._snapshot()
-        static = tuple(sorted({k for labels in snap.static_labels.values() for k in labels}))
+        static = self._parts_static = _static_names(snap)
         for name, fig in snap.figures.items():
             yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
         yield _FLEET, snap.fleet
@@ -372,7 +375,7 @@ class WindowCollector(Collector):
             yield self._fleet(snap)
             return
         fig = snap.figures.get(str(key))
-        yield from self._figures(snap, [fig] if fig is not None else [])
+        yield from self._figures(snap, [fig] if fig is not None else [], self._parts_static)
 
     def collect(self) -> Iterator[Metric]:
         """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
@@ -380,8 +383,10 @@ class WindowCollector(Collector):
         yield from self._figures(snap, list(snap.figures.values()))
         yield self._fleet(snap)
 
-    def _figures(self, snap: WindowSnapshot, figures: Sequence[WindowFigures]) -> Iterator[Metric]:
-        static_names = sorted({k for labels in snap.static_labels.values() for k in labels})
+    def _figures(
+        self, snap: WindowSnapshot, figures: Sequence[WindowFigures], static: Sequence[str] | None = None
+    ) -> Iterator[Metric]:
+        static_names = list(static) if static is not None else _static_names(snap)
         label_names = ["endpoint", *static_names, "window"]
         for name, doc, attr in _WINDOW_FAMILIES:
             family = GaugeMetricFamily(name, doc, labels=label_names)
@@ -389,8 +394,8 @@ class WindowCollector(Collector):
                 value = getattr(fig, attr)
                 if value is None:
                     continue
-                static = snap.static_labels.get(fig.endpoint, {})
-                values = [fig.endpoint, *(static.get(k, "") for k in static_names), fig.window]
+                own = snap.static_labels.get(fig.endpoint, {})
+                values = [fig.endpoint, *(own.get(k, "") for k in static_names), fig.window]
                 family.add_metric(values, value)
             yield family
 
@@ -404,6 +409,10 @@ class WindowCollector(Collector):
         if snap.fleet is not None:
             fleet.add_metric([snap.fleet.fastest, snap.fleet.slowest, snap.fleet.window], snap.fleet.ratio)
         return fleet
+
+
+def _static_names(snap: WindowSnapshot) -> tuple[str, ...]:
+    return tuple(sorted({k for labels in snap.static_labels.values() for k in labels}))
 
 
 @dataclass

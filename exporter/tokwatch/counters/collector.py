@@ -53,6 +53,7 @@ class ServerCollector(Collector):
 
     def __init__(self, states: Iterable[ServerState] = ()) -> None:
         self._states: dict[str, ServerState] = {s.endpoint: s for s in states}
+        self._parts_extra: tuple[str, ...] = ()  # label names `parts()` saw, so parts cost O(1) each
 
     def add(self, state: ServerState) -> None:
         """Export this endpoint's state (replaces an earlier state of the same endpoint)."""
@@ -68,14 +69,14 @@ class ServerCollector(Collector):
 
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
         """One part per endpoint (see tokwatch.exposition), revised when its state changes."""
-        extra = self._extra()
+        extra = self._parts_extra = self._extra()
         for name, state in self._states.items():
             yield name, (state.revision, id(state), extra)
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
         """One endpoint's families (label names are still the union over all endpoints)."""
         state = self._states.get(str(key))
-        return self._collect([state] if state is not None else [], self._extra())
+        return self._collect([state] if state is not None else [], self._parts_extra)
 
     def collect(self) -> Iterator[Metric]:
         """Build the families from the current in-memory state."""

@@ -1,0 +1,142 @@
+"""/metrics render time and size at fleet scale: the pre-rendered exposition against a full render.
+
+Builds the exporter's collectors for N endpoints, each with a completed 256-token run, window figures and
+vLLM server figures (from the simulator's own vLLM /metrics), then times:
+- full render: prometheus_client's `generate_latest` over the registry (what every scrape cost before);
+- cold scrape: the exposition with every endpoint's part still to render (first scrape after start/reload);
+- steady scrape: nothing changed since the last scrape (the common case at an hourly cadence);
+- one changed: one endpoint completed a run since the last scrape.
+
+    python benchmarks/metrics_render.py [--endpoints 100,1000] [--repeat 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tokwatch.config import EndpointSettings, load_config_text
+from tokwatch.counters import ServerCollector
+from tokwatch.counters.adapters import read_counters
+from tokwatch.counters.parse import parse_metrics
+from tokwatch.counters.state import ServerState
+from tokwatch.exposition import Exposition
+from tokwatch.metrics import ProbeMetrics, WindowCollector
+from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.sim.config import load_sim_config_text
+from tokwatch.sim.runtime import SimState
+from tokwatch.window import WindowFigures, WindowSnapshot
+
+
+def endpoints(n: int) -> list[EndpointSettings]:
+    """N vLLM endpoints with two static labels."""
+    lines = "\n".join(
+        f"  - {{name: ep{i}, kind: vllm, base_url: 'http://127.0.0.1:1/v1', model: m, "
+        f"labels: {{gpu: a100, site: s{i % 4}}}}}"
+        for i in range(n)
+    )
+    return list(load_config_text(f"endpoints:\n{lines}\n").endpoints)
+
+
+def run(endpoint: str, t: float) -> RunResult:
+    """A completed 256-token streamed run."""
+    return RunResult(
+        endpoint=endpoint,
+        started_at=t,
+        status=Status.OK,
+        tokens_per_second=50.0,
+        source=TimingSource.VLLM_METRICS,
+        output_tokens=256,
+        ttft_s=0.2,
+        tpot_s=0.02,
+        e2e_s=5.3,
+        duration_s=5.31,
+        itl_s=[0.02] * 255,
+        streamed=True,
+        max_stall_s=0.0,
+    )
+
+
+def vllm_text() -> str:
+    """The simulator's vLLM /metrics body (text format)."""
+    state = SimState.build(
+        load_sim_config_text("servers:\n  - {name: v, dialect: vllm, models: [{name: m, decode_tps: 100}]}\n")
+    )
+    rendered = state.servers["v"].metrics.render()
+    assert rendered is not None
+    return rendered[0].decode() if isinstance(rendered[0], bytes) else str(rendered[0])
+
+
+def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics]:
+    """Registry and exposition over the same collectors, filled for n endpoints."""
+    eps = endpoints(n)
+    probe = ProbeMetrics()
+    probe.set_endpoints(eps)
+    for ep in eps:
+        probe.record(run(ep.name, 1000.0))
+    snap = parse_metrics(vllm_text())
+    servers = ServerCollector()
+    for ep in eps:
+        state = ServerState(ep.name, ep.labels)
+        state.record(read_counters(snap, "vllm", "m"), snap, 1.0, 0.01)
+        state.record(read_counters(snap, "vllm", "m"), snap, 16.0, 0.01)
+        servers.add(state)
+    figures = {ep.name: WindowFigures(ep.name, "24h", 24, 24, 50.0, 1.0, 0.02, 1.0) for ep in eps}
+    window = WindowSnapshot(figures, None, 0.0, {ep.name: dict(ep.labels) for ep in eps})
+    windows = WindowCollector(lambda: window)
+    registry = CollectorRegistry(auto_describe=False)
+    exposition = Exposition()
+    for c in (probe, servers, windows):
+        registry.register(c)
+        exposition.register(c)
+    return registry, exposition, probe
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    """Median seconds over `repeat` calls."""
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    """Print one row per fleet size."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoints", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000])
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    print(
+        "| endpoints | body MB | bytes/endpoint | full render ms | cold scrape ms | steady scrape ms "
+        "| one changed ms | full / steady |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in args.endpoints:
+        registry, exposition, probe = build(n)
+        full = timed(lambda: generate_latest(registry), max(3, args.repeat // 5))  # noqa: B023
+        t0 = time.perf_counter()
+        body = exposition.render()
+        cold = time.perf_counter() - t0
+        steady = timed(exposition.render, args.repeat)
+        k = [0]
+
+        def one_changed() -> None:
+            k[0] += 1  # noqa: B023
+            probe.record(run(f"ep{k[0] % n}", 1000.0 + k[0]))  # noqa: B023
+            exposition.render()  # noqa: B023
+
+        changed = timed(one_changed, args.repeat)
+        print(
+            f"| {n} | {len(body) / 1e6:.2f} | {len(body) // n} | {full * 1e3:.1f} | {cold * 1e3:.1f} "
+            f"| {steady * 1e3:.2f} | {changed * 1e3:.2f} | {full / steady:.0f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
