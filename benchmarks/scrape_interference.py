@@ -3,9 +3,10 @@
 
 One exporter (the real `App` with SQLite storage, server-counter watchers and its HTTP server, as `tokwatch
 serve` runs it) probes N endpoints on a simulator in another process (true decode rate known, no jitter),
-`--parallelism` at a time. Phase "quiet": rounds with nobody scraping. Phase "scraped": the same rounds while
-a separate process GETs /metrics back to back. For every timed run, the client-stream tok/s and the TTFT are
-compared with what the simulator really did for that request (`GET /_sim/requests?model=...`).
+`--parallelism` at a time (all on one simulator, so that is `schedule.per_server`). Phase "quiet": rounds
+with nobody scraping. Phase "scraped": the same rounds while a separate process GETs /metrics back to
+back. For every timed run, the client-stream tok/s and the TTFT are compared with what the simulator really
+did for that request (`GET /_sim/requests?model=...`).
 
     python benchmarks/scrape_interference.py [--endpoints 120] [--parallelism 6] [--rounds 3]
 """
@@ -85,7 +86,7 @@ def exporter_config(base: str, endpoints: int, parallelism: int, tokens: int, tm
         )
     return f"""
 probe: {{max_tokens: {tokens}}}
-schedule: {{interval: 1h, parallelism: {parallelism}, run_on_start: false}}
+schedule: {{interval: 1h, parallelism: 1, per_server: {parallelism}, run_on_start: false}}
 storage: {{sqlite_path: '{tmp}/tw.db', outbox_path: '{tmp}/outbox'}}
 endpoints:
 """ + "\n".join(lines)
@@ -98,9 +99,7 @@ async def truth_of(http: aiohttp.ClientSession, base: str, model: str) -> dict[s
     return found[0] if found else None
 
 
-async def run_phase(
-    app: App, names: list[str], phase: Phase, rounds: int, parallelism: int, base: str
-) -> None:
+async def run_phase(app: App, phase: Phase, rounds: int, base: str) -> None:
     """`rounds` rounds; every timed run compared with its truth right after its round."""
     collected: list[RunResult] = []
     record = app.record
@@ -114,7 +113,7 @@ async def run_phase(
         async with aiohttp.ClientSession() as http:
             for _ in range(rounds):
                 collected.clear()
-                await run_round(names, app.probe, parallelism)
+                await run_round(app._schedule_settings()[2], app.probe)  # the scheduler's own plan
                 await app._refresh_windows()  # as the scheduler does after every round
                 for r in collected:
                     truth = await truth_of(http, base, app.config.endpoint(r.endpoint).model)  # type: ignore[union-attr]
@@ -167,15 +166,14 @@ async def main_async(args: argparse.Namespace) -> list[Phase]:
         app = App(cfg, instance="bench")
         await app.start(schedule=False)
         runner, port = await start_site(app, "127.0.0.1", 0)
-        names = [e.name for e in cfg.endpoints]
         phases = [Phase("quiet"), Phase("scraped")]
         try:
-            await run_round(names, app.probe, args.parallelism)  # warm every connection and watcher
-            await run_phase(app, names, phases[0], args.rounds, args.parallelism, base)
+            await run_round(app._schedule_settings()[2], app.probe)  # warm every connection and watcher
+            await run_phase(app, phases[0], args.rounds, base)
             scraper = await asyncio.to_thread(start_scraper, f"http://127.0.0.1:{port}/metrics")
             try:
                 await asyncio.sleep(1.0)  # let back-to-back scraping start
-                await run_phase(app, names, phases[1], args.rounds, args.parallelism, base)
+                await run_phase(app, phases[1], args.rounds, base)
             finally:
                 phases[1].scrape = await asyncio.to_thread(stop_scraper, scraper)
         finally:

@@ -14,6 +14,7 @@ import pytest
 
 from tokwatch.app import App
 from tokwatch.config import load_config_text
+from tokwatch.result import Status
 from tokwatch.server import start_site
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
@@ -124,12 +125,29 @@ async def test_concurrent_probes_of_one_target_share_one_run(running: Running) -
     assert state is not None and sum(state.runs.values()) == 1
 
 
-async def test_scrape_timeout_header_caps_the_probe(running: Running) -> None:
+async def test_scrape_timeout_header_cannot_turn_a_slow_run_into_a_stored_timeout(running: Running) -> None:
     headers = {"X-Prometheus-Scrape-Timeout-Seconds": "1.5"}
     t0 = asyncio.get_running_loop().time()
-    _, body = await get(running, "/probe?target=slowish", headers=headers)  # 16 tokens at 10 tok/s > 1 s
+    status, body = await get(running, "/probe?target=slowish", headers=headers)  # 16 tokens at 10 tok/s
     assert asyncio.get_running_loop().time() - t0 < 5
-    assert 'status="timeout"} 1.0' in body
+    assert status == 503 and "still running" in body
+    state = running.app.probe_metrics.state("slowish")
+    assert state is not None
+    for _ in range(100):  # the run goes on with the endpoint's own timeout and is recorded when it ends
+        if state.last is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert state.last is not None and state.last.ok and state.last.trigger == "on_demand"
+    assert state.runs[Status.TIMEOUT] == 0
+
+
+async def test_probe_within_the_minimum_interval_returns_the_last_run(running: Running) -> None:
+    status, first = await get(running, "/probe?target=good")
+    assert status == 200
+    status, again = await get(running, "/probe?target=good")
+    assert status == 200 and again == first  # the same run, not a new request to the endpoint
+    state = running.app.probe_metrics.state("good")
+    assert state is not None and sum(state.runs.values()) == 1
 
 
 async def test_health_ready_and_metrics_self(running: Running) -> None:
@@ -158,6 +176,55 @@ async def test_reload_applies_and_bad_reload_keeps_config(running: Running, tmp_
     assert running.app.config.endpoint("added") is not None
     _, metrics = await get(running, "/metrics")
     assert "tokwatch_config_last_reload_successful 0.0" in metrics
+    # the bad edit reverted: the file is the running config again, so the alert must clear
+    cfg.write_text(
+        exporter_config(
+            running.sim_url, "  - {name: added, kind: ollama, base_url: 'http://127.0.0.1:9', model: x}"
+        )
+    )
+    async with running.session.post(running.url + "/-/reload") as resp:
+        assert resp.status == 200 and "unchanged" in await resp.text()
+    _, metrics = await get(running, "/metrics")
+    assert "tokwatch_config_last_reload_successful 1.0" in metrics
+
+
+async def test_a_failed_run_is_logged_once_with_its_class_and_message(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tokwatch")
+    await get(running, "/probe?target=stalled")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("endpoint stalled:")]
+    assert len(lines) == 1 and "timeout" in lines[0]
+
+
+async def test_ready_is_503_while_the_scheduler_restarts_after_a_crash(running: Running) -> None:
+    app = running.app
+    sched = app._scheduler
+    assert sched is not None
+    real = sched._settings
+    calls = 0
+
+    def crash_once():  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("injected")
+        return real()
+
+    sched._settings = crash_once  # type: ignore[method-assign]
+    sched.reschedule()  # wake it: it reads its settings again, and fails
+    for _ in range(100):
+        if app.scheduler_stats is not None and app.scheduler_stats.crashes:
+            break
+        await asyncio.sleep(0.01)
+    assert (await get(running, "/-/ready"))[0] == 503
+    _, metrics = await get(running, "/metrics")
+    assert "tokwatch_scheduler_crashes_total 1.0" in metrics and "tokwatch_scheduler_up 0.0" in metrics
+    for _ in range(300):  # restarted after the 1 s back-off
+        if app.ready:
+            break
+        await asyncio.sleep(0.02)
+    assert (await get(running, "/-/ready"))[0] == 200
 
 
 async def test_secret_never_logged(running: Running, caplog: pytest.LogCaptureFixture) -> None:

@@ -7,14 +7,14 @@ import hashlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from tokwatch.config import Config, ConfigError, EndpointSettings, load_config
+from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, server_key
 from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
 from tokwatch.exposition import Exposition
 from tokwatch.http import HttpClient
@@ -23,9 +23,9 @@ from tokwatch.metrics import ExporterCollector, ExporterStatus, ProbeMetrics, Wi
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import CounterMeasurement, CounterWindow, ProbeContext, ProbeLog, run_probe
 from tokwatch.redact import Redactor
-from tokwatch.result import RunResult
+from tokwatch.result import RunResult, Trigger
 from tokwatch.runner import ProbeOutcome, ProbeRunner
-from tokwatch.scheduler import Scheduler
+from tokwatch.scheduler import RoundPlan, Scheduler, SchedulerStats
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
 from tokwatch.window import MemoryWindows, WindowSnapshot
 
@@ -75,7 +75,9 @@ class App:
         self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
         self.windows = MemoryWindows()
         self._register(self.probe_metrics)
-        self._register(ExporterCollector(self.status, lambda: self.runner.in_flight))
+        self._register(
+            ExporterCollector(self.status, lambda: self.runner.in_flight, lambda: self.scheduler_stats)
+        )
         self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
         self._register(WindowCollector(lambda: self._window_snapshot()))
         self.store: Store | None = None
@@ -89,7 +91,8 @@ class App:
         # Probes run on their own loop and thread, so nothing else the exporter does shifts their stamps.
         self.measurement = MeasurementLoop()
         self._probe_http: HttpClient | None = None
-        self.ready = False
+        self._started = False
+        self._last_outcome: dict[str, ProbeOutcome] = {}  # for /probe's minimum interval
         self._tasks: set[asyncio.Task[None]] = set()
         self._scheduler: Scheduler | None = None
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
@@ -113,16 +116,27 @@ class App:
         self.measurement.start()
         self._probe_http = await self.measurement.call(_open_client())
         await self._sync_server_watchers()
+        self._started = True
         if schedule:
-            self._scheduler = Scheduler(
-                self._schedule_settings,
-                self.probe,
-                self._on_round,
-                run_on_start=self.config.schedule.run_on_start,
-                after_round=self._after_round,
-            )
-            self._tasks.add(asyncio.create_task(self._scheduler.run(), name="tokwatch-scheduler"))
-        self.ready = True
+            await self._start_scheduler()
+
+    async def _start_scheduler(self) -> None:
+        """Start the supervised scheduler (once); `start()` does this unless told not to."""
+        if self._scheduler is not None:
+            return
+        self._scheduler = Scheduler(
+            self._schedule_settings,
+            self.probe,
+            self._on_round,
+            run_on_start=self.config.schedule.run_on_start,
+            after_round=self._after_round,
+        )
+        self._tasks.add(asyncio.create_task(self._scheduler.supervise(), name="tokwatch-scheduler"))
+
+    @property
+    def ready(self) -> bool:
+        """Started, and the scheduler (when there is one) running rather than restarting after a crash."""
+        return self._started and (self._scheduler is None or self._scheduler.stats.running)
 
     async def _open_storage(self) -> None:
         settings = self.config.storage
@@ -138,7 +152,7 @@ class App:
 
     async def stop(self) -> None:
         """Cancel in-flight probes and the scheduler, then close the client (SIGTERM path)."""
-        self.ready = False
+        self._started = False
         for task in list(self._tasks):
             task.cancel()
         await self.runner.cancel_all()
@@ -216,6 +230,8 @@ class App:
             return True, "no config file to reload"
         digest = _digest_file(self.config_path)
         if digest == self._config_digest:
+            # The file is the running config again (e.g. a bad edit reverted): that is a good state.
+            self.status.reload_ok = True
             return True, "config unchanged"
         try:
             config = load_config(self.config_path)
@@ -258,9 +274,17 @@ class App:
             await self.writer.flush(timeout_s=5.0)
             await self._window_cache.refresh()
 
-    def _schedule_settings(self) -> tuple[float, float, int, Sequence[str]]:
+    def _schedule_settings(self) -> tuple[float, float, RoundPlan]:
         s = self.config.schedule
-        return s.interval, s.offset, s.parallelism, [e.name for e in self.config.enabled_endpoints]
+        servers: dict[str, list[str]] = {}
+        for ep in self.config.enabled_endpoints:
+            servers.setdefault(server_key(ep.base_url), []).append(ep.name)
+        return s.interval, s.offset, RoundPlan(servers, s.parallelism, s.per_server)
+
+    @property
+    def scheduler_stats(self) -> SchedulerStats | None:
+        """The scheduler's own figures (None without a schedule)."""
+        return self._scheduler.stats if self._scheduler is not None else None
 
     def _on_round(self, planned: float, started: float, following: float) -> None:
         self.status.lag_s = max(0.0, started - planned)
@@ -269,22 +293,34 @@ class App:
 
     # --- probing -----------------------------------------------------------------------------------
 
-    async def probe(self, name: str, timeout_cap: float | None = None) -> ProbeOutcome:
+    async def probe(self, name: str, trigger: Trigger = "scheduled") -> ProbeOutcome:
         """Probe a configured endpoint now (joins a run already in flight) and record the result."""
-        return await self.runner.run(name, timeout_cap)
+        return await self.runner.run(name, trigger)
 
-    def _start_probe(self, name: str, timeout_cap: float | None) -> asyncio.Future[ProbeOutcome]:
-        return asyncio.ensure_future(self._probe_and_record(name, timeout_cap))
+    async def probe_on_demand(self, name: str, wait_s: float | None) -> ProbeOutcome | None:
+        """/probe: the endpoint's last run if it started within `on_demand_min_interval`, else a new run.
 
-    async def _probe_and_record(self, name: str, timeout_cap: float | None) -> ProbeOutcome:
+        Waits at most `wait_s` (the scraper's own timeout); a run still going then is not cut short (its
+        timeout stays the endpoint's own) and is recorded when it ends; None is returned meanwhile.
+        """
+        last = self._last_outcome.get(name)
+        min_interval = self.config.schedule.on_demand_min_interval
+        if last is not None and time.time() - last.result.started_at < min_interval:
+            return last
+        run = asyncio.ensure_future(self.probe(name, "on_demand"))
+        try:
+            return await asyncio.wait_for(asyncio.shield(run), timeout=wait_s)
+        except TimeoutError:
+            return None
+
+    def _start_probe(self, name: str, trigger: Trigger) -> asyncio.Future[ProbeOutcome]:
+        return asyncio.ensure_future(self._probe_and_record(name, trigger))
+
+    async def _probe_and_record(self, name: str, trigger: Trigger) -> ProbeOutcome:
         ep = self.config.endpoint(name)
         if ep is None or self._probe_http is None:
             raise KeyError(name)
         settings = self.config.probe_for(ep)
-        if timeout_cap is not None:
-            runs = 2 if settings.warmup else 1
-            capped = min(ep.effective_timeout, max(0.5, timeout_cap / runs))
-            ep = ep.model_copy(update={"timeout": capped})
         plog = ProbeLog(self.keys.redactor)
         counters = self._counters.get(name)
         ctx = ProbeContext(
@@ -299,11 +335,28 @@ class App:
             stalls=self.measurement.monitor,
         )
         result = await self.measurement.call(_measured(ctx))
+        result.trigger = trigger
         self.record(result)
-        return ProbeOutcome(result, plog)
+        outcome = ProbeOutcome(result, plog)
+        self._last_outcome[name] = outcome
+        return outcome
 
     def record(self, result: RunResult) -> None:
-        """Feed one timed run to every sink (metrics, window, store)."""
+        """Feed one timed run to every sink (metrics, window, store) and log it when it was not ok."""
+        if not result.ok:
+            log.info(
+                "endpoint %s: %s%s%s",
+                result.endpoint,
+                result.status.value,
+                f" ({result.error_class})" if result.error_class else "",
+                f": {result.error_message}" if result.error_message else "",  # redacted by the probe
+            )
+        if result.timing_disturbed:
+            log.info(
+                "endpoint %s: timing disturbed (measurement loop stalled %.1f ms)",
+                result.endpoint,
+                (result.max_stall_s or 0.0) * 1e3,
+            )
         self.probe_metrics.record(result)
         if self.writer is not None:
             self.writer.submit(result)  # never waits on the database

@@ -115,12 +115,15 @@ class ScheduleSettings(_Strict):
 
     interval: float = 3600.0
     offset: float = 1800.0
-    parallelism: int = Field(1, ge=1, le=64)
+    parallelism: int = Field(4, ge=1, le=64)  # servers (host:port) probed at once
+    per_server: int = Field(1, ge=1, le=64)  # probes at once against one server
+    # /probe?target= within this long after the endpoint's last run returns that run instead of probing.
+    on_demand_min_interval: float = 60.0
     window: float = 86400.0  # window for the in-memory median/CV/stddev gauges
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour
     )
-    _durations = _duration_fields("interval", "offset", "window")
+    _durations = _duration_fields("interval", "offset", "window", "on_demand_min_interval")
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleSettings:
@@ -305,6 +308,13 @@ class Config(_Strict):
             if value is not None:
                 overrides[name] = value
         return self.probe.model_copy(update=overrides) if overrides else self.probe
+
+
+def server_key(base_url: str) -> str:
+    """scheme://host:port of a URL (default port filled in): endpoints on one server share it."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 def server_root(base_url: str) -> str:

@@ -24,6 +24,7 @@ from tokwatch.result import CLIENT_SOURCES, RunResult, Status
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings
+    from tokwatch.scheduler import SchedulerStats
     from tokwatch.window import WindowFigures, WindowSnapshot
 
 _FLEET = "__fleet__"  # the window collector's part that is not an endpoint
@@ -430,9 +431,15 @@ class ExporterStatus:
 class ExporterCollector(Collector):
     """Self-metrics: build info, config reload, scheduler lag, probes in flight."""
 
-    def __init__(self, status: ExporterStatus, in_flight: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        status: ExporterStatus,
+        in_flight: Callable[[], int],
+        scheduler: Callable[[], SchedulerStats | None] = lambda: None,
+    ) -> None:
         self._s = status
         self._in_flight = in_flight
+        self._scheduler = scheduler
 
     def describe(self) -> Iterable[Metric]:
         """Static set, but described lazily like the others."""
@@ -477,3 +484,23 @@ class ExporterCollector(Collector):
         yield GaugeMetricFamily(
             "tokwatch_probes_in_flight", "Probes running now.", value=float(self._in_flight())
         )
+        stats = self._scheduler()
+        if stats is not None:
+            yield CounterMetricFamily(
+                "tokwatch_scheduler_rounds", "Scheduled rounds completed.", value=stats.rounds
+            )
+            yield CounterMetricFamily(
+                "tokwatch_scheduler_skipped_rounds",
+                "Planned rounds not run because the previous round overran them.",
+                value=stats.skipped_slots,
+            )
+            yield CounterMetricFamily(
+                "tokwatch_scheduler_crashes",
+                "Times the scheduler loop failed and was restarted.",
+                value=stats.crashes,
+            )
+            yield GaugeMetricFamily(
+                "tokwatch_scheduler_up",
+                "1 while the scheduler runs, 0 while it restarts after a crash (/-/ready answers 503).",
+                value=float(stats.running),
+            )

@@ -37,6 +37,7 @@ SERVER_SOURCES = frozenset({TimingSource.ENGINE, TimingSource.VLLM_METRICS, Timi
 CLIENT_SOURCES = frozenset({TimingSource.CLIENT_STREAM, TimingSource.CLIENT_WALL})
 
 Phase = Literal["think", "output"]
+Trigger = Literal["scheduled", "on_demand"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ class RunResult:
     finish_reason: str | None = None
     instance: str = ""
     # What started the run: the schedule, or an on-demand /probe request (excluded from window figures).
-    trigger: Literal["scheduled", "on_demand"] = "scheduled"
+    trigger: Trigger = "scheduled"
     # Measurement integrity (docs/methodology.md, "Disturbance"): the client's own lateness during the
     # stream. A disturbed run keeps its figures but is excluded from window figures by default.
     timing_disturbed: bool = False

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokwatch.probes.base import ProbeLog
-from tokwatch.result import RunResult
+from tokwatch.result import RunResult, Trigger
 
 
 @dataclass
@@ -21,8 +21,8 @@ class ProbeOutcome:
 class ProbeRunner:
     """Deduplicates concurrent requests for the same endpoint and counts probes in flight."""
 
-    def __init__(self, start: Callable[[str, float | None], asyncio.Future[ProbeOutcome]]) -> None:
-        self._start = start  # (endpoint name, timeout cap) -> task running warm-up + timed run
+    def __init__(self, start: Callable[[str, Trigger], asyncio.Future[ProbeOutcome]]) -> None:
+        self._start = start  # (endpoint name, trigger) -> task running warm-up + timed run
         self._in_flight: dict[str, asyncio.Future[ProbeOutcome]] = {}
 
     @property
@@ -30,11 +30,11 @@ class ProbeRunner:
         """Number of probes running now."""
         return len(self._in_flight)
 
-    async def run(self, name: str, timeout_cap: float | None = None) -> ProbeOutcome:
-        """Probe `name` now, or wait for the run already in flight for it."""
+    async def run(self, name: str, trigger: Trigger = "scheduled") -> ProbeOutcome:
+        """Probe `name` now, or wait for the run already in flight for it (whatever started that one)."""
         task = self._in_flight.get(name)
         if task is None:
-            task = self._start(name, timeout_cap)
+            task = self._start(name, trigger)
             self._in_flight[name] = task
             task.add_done_callback(lambda _t: self._in_flight.pop(name, None))
         # shield: a client that disconnects from /probe must not cancel a run others are waiting for

@@ -1,4 +1,5 @@
-"""Aligned probe rounds: every `interval`, `offset` past the boundary, with bounded parallelism."""
+"""Aligned probe rounds: every `interval`, `offset` past the boundary; one server at a time per server,
+several servers at once; supervised, so a crash is counted and the schedule goes on."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 log = logging.getLogger("tokwatch.scheduler")
+
+# After the scheduler loop itself crashed, wait before restarting it (doubling up to the maximum), so a
+# bug that crashes it at once does not spin.
+RESTART_BACKOFF_S = (1.0, 60.0)
 
 
 def next_round_time(now: float, interval: float, offset: float) -> float:
@@ -17,14 +23,30 @@ def next_round_time(now: float, interval: float, offset: float) -> float:
     return offset + k * interval
 
 
-async def run_round(
-    names: Sequence[str], probe: Callable[[str], Awaitable[object]], parallelism: int
-) -> None:
-    """Probe every endpoint once, at most `parallelism` at a time (1 = sequential: no mutual disturbance)."""
-    sem = asyncio.Semaphore(parallelism)
+@dataclass(frozen=True)
+class RoundPlan:
+    """What one round probes: endpoint names grouped by the server (host:port) they run on."""
 
-    async def one(name: str) -> None:
-        async with sem:
+    servers: Mapping[str, Sequence[str]]
+    parallelism: int = 4  # servers probed at once
+    per_server: int = 1  # probes at once against one server
+
+    @property
+    def names(self) -> list[str]:
+        """Every endpoint of the round."""
+        return [n for group in self.servers.values() for n in group]
+
+
+async def run_round(plan: RoundPlan, probe: Callable[[str], Awaitable[object]]) -> None:
+    """Probe every endpoint once: `per_server` at a time within a server, `parallelism` servers at once.
+
+    Endpoints of one server are probed one after another by default, so they do not load the server
+    for each other; a slow or hostile server delays only its own endpoints, never another server's.
+    """
+    servers = asyncio.Semaphore(max(1, plan.parallelism))
+
+    async def one(name: str, slots: asyncio.Semaphore) -> None:
+        async with slots:
             try:
                 await probe(name)
             except asyncio.CancelledError:
@@ -32,7 +54,23 @@ async def run_round(
             except Exception:  # a probe bug must not end the round for the other endpoints
                 log.exception("probe of endpoint %s failed unexpectedly", name)
 
-    await asyncio.gather(*(one(n) for n in names))
+    async def server(names: Sequence[str]) -> None:
+        async with servers:
+            slots = asyncio.Semaphore(max(1, plan.per_server))
+            await asyncio.gather(*(one(n, slots) for n in names))
+
+    await asyncio.gather(*(server(group) for group in plan.servers.values()))
+
+
+@dataclass
+class SchedulerStats:
+    """What the scheduler reports about itself (exported as self-metrics)."""
+
+    rounds: int = 0
+    skipped_slots: int = 0  # planned rounds not run because the previous one overran them
+    crashes: int = 0  # the scheduler loop itself failed and was restarted
+    running: bool = False
+    last_error: str | None = None
 
 
 class Scheduler:
@@ -40,7 +78,7 @@ class Scheduler:
 
     def __init__(
         self,
-        settings: Callable[[], tuple[float, float, int, Sequence[str]]],
+        settings: Callable[[], tuple[float, float, RoundPlan]],
         probe: Callable[[str], Awaitable[object]],
         on_round: Callable[[float, float, float], None],
         *,
@@ -48,24 +86,52 @@ class Scheduler:
         after_round: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._settings = settings  # -> (interval, offset, parallelism, endpoint names)
+        self._settings = settings  # -> (interval, offset, round plan)
         self._probe = probe
         self._on_round = on_round  # (planned, actual start, next planned)
         self._run_on_start = run_on_start
         self._after_round = after_round
         self._clock = clock
         self._wake = asyncio.Event()
-        self.rounds = 0
+        self.stats = SchedulerStats()
+
+    @property
+    def rounds(self) -> int:
+        """Rounds completed."""
+        return self.stats.rounds
 
     def reschedule(self) -> None:
         """Recompute the next round time now (after a config reload)."""
         self._wake.set()
 
-    async def run(self) -> None:
-        """Loop until cancelled."""
-        planned: float | None = self._clock() if self._run_on_start else None
+    async def supervise(self, *, backoff_s: tuple[float, float] = RESTART_BACKOFF_S) -> None:
+        """Run the loop; when it crashes, log it, count it and start it again after a back-off."""
+        delay, ceiling = backoff_s
+        first = True
         while True:
-            interval, offset, parallelism, names = self._settings()
+            self.stats.running = True
+            try:
+                await self._run(run_now=self._run_on_start and first)
+            except asyncio.CancelledError:
+                self.stats.running = False
+                raise
+            except Exception as exc:
+                self.stats.running = False
+                self.stats.crashes += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                log.exception("the scheduler crashed (restart %d in %.0fs)", self.stats.crashes, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, ceiling)
+            first = False
+
+    async def run(self) -> None:
+        """The loop without supervision (tests, one-off use); crashes propagate."""
+        await self._run(run_now=self._run_on_start)
+
+    async def _run(self, *, run_now: bool) -> None:
+        planned: float | None = self._clock() if run_now else None
+        while True:
+            interval, offset, plan = self._settings()
             target = planned if planned is not None else next_round_time(self._clock(), interval, offset)
             delay = target - self._clock()
             if delay > 0:
@@ -77,11 +143,29 @@ class Scheduler:
                 except TimeoutError:
                     pass
             started = self._clock()
-            # A round that overran skips the slots it missed rather than running them back to back.
             following = next_round_time(max(started, target) + 1e-6, interval, offset)
             self._on_round(target, started, following)
-            await run_round(names, self._probe, parallelism)
-            self.rounds += 1
+            t0 = time.monotonic()
+            await run_round(plan, self._probe)
+            self.stats.rounds += 1
+            log.info(
+                "round %d: %d endpoints on %d servers in %.1fs",
+                self.stats.rounds,
+                len(plan.names),
+                len(plan.servers),
+                time.monotonic() - t0,
+            )
             if self._after_round is not None:
                 self._after_round()
+            # A round that overran skips the slots it missed rather than running them back to back.
+            now = self._clock()
+            if now > following:
+                missed = math.floor((now - following) / interval) + 1
+                self.stats.skipped_slots += missed
+                following = next_round_time(now, interval, offset)
+                log.warning(
+                    "the round took longer than the interval: %d planned round(s) skipped, next at %s",
+                    missed,
+                    time.strftime("%H:%M:%S", time.localtime(following)),
+                )
             planned = following

@@ -61,8 +61,13 @@ async def probe(request: web.Request) -> web.Response:
         return web.Response(
             status=400, text=f"unknown target {shown!r}: /probe accepts configured endpoint names\n"
         )
-    cap = _scrape_timeout(request)
-    outcome = await app.probe(target, cap)
+    outcome = await app.probe_on_demand(target, _scrape_timeout(request))
+    if outcome is None:
+        # The scraper would give up before the run ends; the run goes on with the endpoint's own timeout
+        # and is recorded, so the scrape fails rather than report a timeout that did not happen.
+        return web.Response(
+            status=503, text=f"probe of {target} still running; its result will be recorded when it ends\n"
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(probe_result_families(outcome.result, ep)))
     if request.query.get("debug", "").lower() in ("true", "1", "yes"):
