@@ -27,6 +27,7 @@ from tokwatch.redact import Redactor
 from tokwatch.result import RunResult, Trigger
 from tokwatch.runner import ProbeOutcome, ProbeRunner
 from tokwatch.scheduler import RoundPlan, Scheduler, SchedulerStats
+from tokwatch.shard import Shard
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
 from tokwatch.window import MemoryWindows, WindowSnapshot
 
@@ -60,8 +61,16 @@ class App:
     """One tokwatch exporter process. Tests build one per test, each with a fresh registry."""
 
     def __init__(
-        self, config: Config, config_path: str | None = None, *, instance: str | None = None
+        self,
+        config: Config,
+        config_path: str | None = None,
+        *,
+        instance: str | None = None,
+        shard: Shard | None = None,
     ) -> None:
+        self.shard = shard or Shard()
+        self.full_config = config  # every endpoint of the fleet; `config` holds this replica's share
+        config = self.shard_config(config)
         self.config = config
         self.config_path = config_path
         self._config_digest = _digest_file(config_path) if config_path else None
@@ -80,7 +89,7 @@ class App:
             ExporterCollector(self.status, lambda: self.runner.in_flight, lambda: self.scheduler_stats)
         )
         self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
-        self._register(WindowCollector(lambda: self._window_snapshot()))
+        self._register(WindowCollector(lambda: self._window_snapshot(), export_fleet=self.shard.primary))
         self.store: Store | None = None
         self.writer: RunWriter | None = None
         self._window_cache: WindowCache | None = None
@@ -152,7 +161,7 @@ class App:
         await self.writer.start()
         self._register(StorageCollector(self.writer))
         self._window_cache = WindowCache(self.store, window_s=self.config.schedule.window)
-        self._window_cache.configure(self.config.endpoints)
+        self._window_cache.configure(self.config.endpoints, fleet=self.full_config.endpoints)
         await self._window_cache.start()
         self._window_snapshot = self._window_cache.snapshot
 
@@ -186,6 +195,17 @@ class App:
 
     # --- config ------------------------------------------------------------------------------------
 
+    def shard_config(self, config: Config) -> Config:
+        """`config` restricted to the endpoints this replica owns (all of them when not sharded)."""
+        if self.shard.count == 1:
+            return config
+        owned = tuple(e for e in config.endpoints if self.shard.owns(e.name))
+        return config.model_copy(update={"endpoints": owned})
+
+    def owner_of(self, name: str) -> int | None:
+        """The replica that probes a configured endpoint (None when the fleet has no such endpoint)."""
+        return self.shard.owner(name) if self.full_config.endpoint(name) is not None else None
+
     def _apply(self, config: Config) -> None:
         self.config = config
         self.probe_metrics.set_endpoints(config.endpoints)
@@ -193,7 +213,7 @@ class App:
         if self.writer is not None:
             self.writer.sync_endpoints(config.endpoints)
         if self._window_cache is not None:
-            self._window_cache.configure(config.endpoints)
+            self._window_cache.configure(config.endpoints, fleet=self.full_config.endpoints)
         self.status.interval_s = config.schedule.interval
 
     async def _sync_server_watchers(self) -> None:
@@ -240,7 +260,8 @@ class App:
             self.status.reload_ok = True
             return True, "config unchanged"
         try:
-            config = load_config(self.config_path)
+            full = load_config(self.config_path)
+            config = self.shard_config(full)
             keys = Keys(config)
         except ConfigError as exc:
             self.status.reload_ok = False
@@ -252,6 +273,7 @@ class App:
             log.warning("storage settings change on restart only")
         self.keys = keys
         self._config_digest = digest
+        self.full_config = full
         self._apply(config)
         await self._sync_server_watchers()
         self.status.reload_ok = True

@@ -14,6 +14,7 @@ from tokwatch import __version__
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
 from tokwatch.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -80,7 +81,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the exporter until SIGTERM/SIGINT; SIGHUP reloads the config."""
     config = load_config(args.config)
     host, port = _listen(args, config)
-    return asyncio.run(_serve(config, args.config, host, port, args.log_filter))
+    try:
+        shard = parse_shard(args.shard) if args.shard else shard_from_env()
+    except ShardError as exc:
+        print(f"tokwatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(_serve(config, args.config, host, port, args.log_filter, shard))
 
 
 async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner, int] | None:
@@ -96,10 +102,25 @@ async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner,
         return None
 
 
-async def _serve(config: Config, path: str, host: str, port: int, redacting: RedactingFilter) -> int:
+async def _serve(
+    config: Config, path: str, host: str, port: int, redacting: RedactingFilter, shard: Shard | None = None
+) -> int:
     from tokwatch.app import App
 
-    app = App(config, path)
+    app = App(config, path, shard=shard)
+    if app.shard.count > 1:
+        log.info(
+            "shard %s: probing %d of the fleet's %d endpoints",
+            app.shard.label,
+            len(app.config.endpoints),
+            len(config.endpoints),
+        )
+        if config.storage.dsn is None:
+            log.warning(
+                "shard %s without a shared PostgreSQL (storage.dsn): fleet figures cover this replica's "
+                "endpoints only",
+                app.shard.label,
+            )
     redacting.follow(lambda: app.keys.redactor)
     started = await start_exporter(app, host, port)
     if started is None:
@@ -219,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the exporter (scheduled probes, /metrics, /probe)")
     p.add_argument("--config", "-c", required=True, help="tokwatch.yml")
     p.add_argument("--listen", help=f"HOST:PORT to serve on (default from config, else {DEFAULT_LISTEN})")
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="probe replica I's share (0-based) of N replicas' endpoints; default from TOKWATCH_SHARD, "
+        "or TOKWATCH_SHARD_INDEX (a number or a StatefulSet pod name) with TOKWATCH_SHARD_COUNT",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("probe", help="probe endpoints once and print a table; exit 1 if any run was not ok")

@@ -352,8 +352,9 @@ _WINDOW_FAMILIES = (
 class WindowCollector(Collector):
     """`tokwatch_window_*` per endpoint and the fleet ratio, from the store cache or the memory window."""
 
-    def __init__(self, snapshot: Callable[[], WindowSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], WindowSnapshot], *, export_fleet: bool = True) -> None:
         self._snapshot = snapshot
+        self._export_fleet = export_fleet  # one replica of a sharded fleet exports it, the others do not
         self._parts_snapshot: WindowSnapshot | None = None  # the one `parts()` saw, for `collect_part`
         self._parts_static: tuple[str, ...] | None = None
 
@@ -367,7 +368,8 @@ class WindowCollector(Collector):
         static = self._parts_static = _static_names(snap)
         for name, fig in snap.figures.items():
             yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
-        yield _FLEET, snap.fleet
+        if self._export_fleet:
+            yield _FLEET, snap.fleet
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
         """One endpoint's window figures, or the fleet comparison (from the snapshot `parts()` saw)."""
@@ -382,7 +384,8 @@ class WindowCollector(Collector):
         """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
         snap = self._snapshot()
         yield from self._figures(snap, list(snap.figures.values()))
-        yield self._fleet(snap)
+        if self._export_fleet:
+            yield self._fleet(snap)
 
     def _figures(
         self, snap: WindowSnapshot, figures: Sequence[WindowFigures], static: Sequence[str] | None = None

@@ -55,6 +55,13 @@ async def probe(request: web.Request) -> web.Response:
     if not target:
         return web.Response(status=400, text="target parameter is missing\n")
     ep = app.config.endpoint(target)
+    owner = app.owner_of(target)
+    if ep is None and owner is not None:
+        return web.Response(
+            status=400,
+            text=f"{html.escape(target[:100])} is probed by shard {owner}/{app.shard.count}, not this one "
+            f"({app.shard.label})\n",
+        )
     if ep is None:
         # Only configured endpoint names: a URL or unknown name is refused, never requested (no open proxy).
         shown = html.escape(target[:100])

@@ -76,14 +76,19 @@ class WindowCache:
         self._interval = refresh_interval_s
         self._clock = clock
         self._endpoints: list[str] | None = None
+        self._fleet: list[str] | None = None
         self._static: dict[str, dict[str, str]] = {}
         self._snapshot = WindowSnapshot()
         self._task: asyncio.Task[None] | None = None
         self.refresh_errors = 0
 
-    def configure(self, endpoints: Sequence[EndpointSettings]) -> None:
-        """Export only these endpoints, each with its static `labels:`."""
+    def configure(
+        self, endpoints: Sequence[EndpointSettings], fleet: Sequence[EndpointSettings] | None = None
+    ) -> None:
+        """Export only these endpoints, each with its static `labels:`; compare the `fleet` (default: the
+        same endpoints; a sharded replica passes every endpoint of the fleet, read from the shared store)."""
         self._endpoints = [e.name for e in endpoints]
+        self._fleet = [e.name for e in fleet] if fleet is not None else None
         self._static = {e.name: dict(e.labels) for e in endpoints}
 
     def snapshot(self) -> WindowSnapshot:
@@ -98,7 +103,10 @@ class WindowCache:
                 self._store, now, window_s=self._window_s, endpoints=self._endpoints
             )
             fleet = await fleet_comparison(
-                self._store, now, window_s=self._fleet_window_s, endpoints=self._endpoints
+                self._store,
+                now,
+                window_s=self._fleet_window_s,
+                endpoints=self._fleet if self._fleet is not None else self._endpoints,
             )
         except Exception as exc:
             self.refresh_errors += 1

@@ -1,0 +1,92 @@
+"""Sharding: which replica probes which endpoint, when several exporters share one fleet and one store.
+
+Each endpoint goes to the replica with the highest hash of (endpoint name, replica index) — rendezvous
+hashing — so the split needs no coordination, survives restarts and config reloads, and adding a replica
+moves only the endpoints the new replica now wins (about 1/N of them), never one between old replicas.
+See docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENV_SHARD = "TOKWATCH_SHARD"  # "I/N"
+ENV_INDEX = "TOKWATCH_SHARD_INDEX"  # "I", or a StatefulSet pod name such as "tokwatch-2"
+ENV_COUNT = "TOKWATCH_SHARD_COUNT"  # "N"
+_ORDINAL = re.compile(r"(\d+)$")
+
+
+class ShardError(ValueError):
+    """A shard specification that cannot be used (says which and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Replica `index` (0-based) of `count`."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ShardError(f"shard {self.index}/{self.count}: needs 0 <= index < count")
+
+    @property
+    def primary(self) -> bool:
+        """Replica 0 exports the fleet-wide figures, so Prometheus sums never count them twice."""
+        return self.index == 0
+
+    @property
+    def label(self) -> str:
+        """`I/N` as given on the command line."""
+        return f"{self.index}/{self.count}"
+
+    def owner(self, endpoint: str) -> int:
+        """Index of the replica that probes `endpoint`."""
+        return owner_of(endpoint, self.count)
+
+    def owns(self, endpoint: str) -> bool:
+        """True when this replica probes `endpoint`."""
+        return self.count == 1 or self.owner(endpoint) == self.index
+
+
+def owner_of(endpoint: str, count: int) -> int:
+    """Rendezvous hashing: the replica with the highest hash of (endpoint, replica) wins."""
+    if count == 1:
+        return 0
+    return max(range(count), key=lambda i: _score(endpoint, i))
+
+
+def _score(endpoint: str, replica: int) -> int:
+    digest = hashlib.blake2b(f"{replica}\0{endpoint}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def parse_shard(text: str) -> Shard:
+    """`I/N` (0-based I) -> Shard; raises ShardError naming the problem."""
+    index, sep, count = text.strip().partition("/")
+    if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+        raise ShardError(f"shard {text!r} must be INDEX/COUNT, e.g. 0/3 (INDEX counts from 0)")
+    return Shard(int(index), int(count))
+
+
+def shard_from_env(env: Mapping[str, str] | None = None) -> Shard | None:
+    """TOKWATCH_SHARD=I/N, or TOKWATCH_SHARD_INDEX (a number or a pod name ending in one) with
+    TOKWATCH_SHARD_COUNT, as a Kubernetes StatefulSet can set from the pod name; None when unset."""
+    env = os.environ if env is None else env
+    if spec := env.get(ENV_SHARD, "").strip():
+        return parse_shard(spec)
+    index, count = env.get(ENV_INDEX, "").strip(), env.get(ENV_COUNT, "").strip()
+    if not index and not count:
+        return None
+    found = _ORDINAL.search(index)
+    if found is None or not count.isdigit():
+        raise ShardError(
+            f"{ENV_INDEX}={index!r} and {ENV_COUNT}={count!r}: need an index (or a pod name ending in one) "
+            "and a count"
+        )
+    return Shard(int(found.group(1)), int(count))
