@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tokwatch.app import App
@@ -161,3 +162,19 @@ def test_serve_rejects_a_bad_shard_with_a_clear_message(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "shard 2/2: needs 0 <= index < count" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_statefulset_example_derives_each_shard_from_its_pod_name() -> None:
+    path = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "sharded" / "statefulset.yaml"
+    docs = {d["kind"]: d for d in yaml.safe_load_all(path.read_text())}
+    sts = docs["StatefulSet"]
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TOKWATCH_SHARD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    replicas = sts["spec"]["replicas"]
+    assert env["TOKWATCH_SHARD_COUNT"]["value"] == str(replicas)
+    for ordinal in range(replicas):  # what each pod computes from its name
+        pod = {"TOKWATCH_SHARD_INDEX": f"{sts['metadata']['name']}-{ordinal}", "TOKWATCH_SHARD_COUNT": "3"}
+        assert shard_from_env(pod) == Shard(ordinal, replicas)
+    load_config_text(docs["ConfigMap"]["data"]["tokwatch.yml"])  # the shipped config is valid
+    assert docs["Service"]["spec"]["clusterIP"] == "None"  # every replica is scraped
