@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
+from tokwatch.bench.compare import DEFAULT_GATE, CompareError, run_compare
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
@@ -34,8 +35,23 @@ def add_commands(subparsers: Any) -> None:
         "bench",
         help="benchmark an endpoint: load generator, latency percentiles, SLOs, report",
         description="Benchmark one endpoint. Exit codes: 0 complete and all SLOs met, 1 an SLO missed, "
-        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded.",
+        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded. "
+        "`tokwatch bench compare RUN_A RUN_B` compares two result directories instead (exit 1 when B is "
+        "worse than A beyond --threshold on a gated figure).",
     )
+    p.add_argument("action", nargs="?", choices=["compare"], help="compare two result directories")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="with compare: RUN_A RUN_B (result directories)")
+    c = p.add_argument_group("compare")
+    c.add_argument("--threshold", default="5%", help="relative change that counts as worse (5%%)")
+    c.add_argument(
+        "--gate",
+        action="append",
+        help="figure:stat that decides the exit code (repeatable; default "
+        + ",".join(DEFAULT_GATE)
+        + ")",
+    )
+    c.add_argument("--resamples", type=int, default=400, help="bootstrap resamples (400)")
+    c.add_argument("--format", choices=["table", "json"], default="table")
     t = p.add_argument_group("target")
     t.add_argument("--endpoint", help="endpoint name from --config")
     t.add_argument(
@@ -115,8 +131,35 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return build_options(values, source=source, doc=doc)
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """`tokwatch bench compare RUN_A RUN_B`: 0 no gated regression, 1 regression, 2 bad input."""
+    if len(args.runs) != 2:
+        print("tokwatch bench compare: needs exactly two result directories, RUN_A RUN_B", file=sys.stderr)
+        return 2
+    try:
+        raw = args.threshold.strip()
+        threshold = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+        gate = [g for item in (args.gate or DEFAULT_GATE) for g in item.split(",") if g]
+        code, text = run_compare(
+            args.runs[0],
+            args.runs[1],
+            threshold=threshold,
+            gate=gate,
+            resamples=max(50, args.resamples),
+            seed=args.seed or 0,
+            as_json=args.format == "json",
+        )
+    except (CompareError, ValueError) as exc:
+        print(f"tokwatch bench compare: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    return code
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run `tokwatch bench`; returns the documented exit code, never a traceback for bad input."""
+    if getattr(args, "action", None) == "compare":
+        return cmd_compare(args)
     console = Console(stderr=True)
     try:
         opts = options_from_args(args)

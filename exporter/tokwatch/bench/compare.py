@@ -1,0 +1,268 @@
+"""`tokwatch bench compare RUN_A RUN_B`: headline figures side by side with bootstrap confidence intervals,
+and a gate that fails (exit 1) when B is worse than A beyond a threshold on chosen figures.
+
+A run is a result directory (`request_level_metrics.jsonl`, `throughput.json`). Confidence intervals come
+from a request-level bootstrap: requests are resampled with replacement (a request's per-token gaps stay
+together, since they are not independent), the statistic is recomputed, and the 2.5th and 97.5th
+percentiles of the resampled statistic bound it. A figure regresses when B is worse than A by more than
+the threshold *and* the bootstrap interval of the difference B - A excludes zero, so noise alone does not
+fail a CI job.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokwatch.stats import percentile
+
+# figure -> (jsonl key, list of values per request?, higher is better?)
+FIGURES: dict[str, tuple[str, bool, bool]] = {
+    "ttft": ("ttft_s", False, False),
+    "tpot": ("tpot_s", False, False),
+    "tbt": ("tbt_s", True, False),
+    "e2e": ("e2e_s", False, False),
+    "normalized_latency": ("normalized_latency_s", False, False),
+    "decode_tokens_per_s": ("decode_tokens_per_s", False, True),
+    "fluidity_index": ("fluidity_index", False, True),
+}
+STATS = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+DEFAULT_GATE = ("ttft:p50", "ttft:p99", "tpot:p50", "tpot:p99", "e2e:p50", "e2e:p99")
+
+
+class CompareError(ValueError):
+    """A run that cannot be read or a figure that does not exist (names the file or the figure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The measured `ok` requests of one run, by figure (a list per request)."""
+
+    name: str
+    values: dict[str, list[list[float]]]
+    generated_tokens_per_s: float | None
+
+    def count(self) -> int:
+        """Requests in the run's figures."""
+        return max((len(v) for v in self.values.values()), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One figure/statistic of A and B with bootstrap intervals."""
+
+    figure: str
+    stat: str
+    a: float | None
+    a_ci: tuple[float, float] | None
+    b: float | None
+    b_ci: tuple[float, float] | None
+    change: float | None  # (B - A) / A
+    diff_ci: tuple[float, float] | None  # bootstrap interval of B - A
+    worse: bool  # B worse than A beyond the threshold, and the difference is not noise
+    gated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "figure": self.figure,
+            "stat": self.stat,
+            "a": self.a,
+            "a_ci": self.a_ci,
+            "b": self.b,
+            "b_ci": self.b_ci,
+            "change": self.change,
+            "diff_ci": self.diff_ci,
+            "worse": self.worse,
+            "gated": self.gated,
+        }
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a result directory written by `tokwatch bench`; raises CompareError naming the problem."""
+    root = Path(path)
+    jsonl = root / "request_level_metrics.jsonl"
+    if not jsonl.is_file():
+        raise CompareError(f"{jsonl}: not found (is {root} a `tokwatch bench` result directory?)")
+    values: dict[str, list[list[float]]] = {f: [] for f in FIGURES}
+    with jsonl.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CompareError(f"{jsonl}:{lineno}: not JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise CompareError(f"{jsonl}:{lineno}: expected an object per line")
+            if rec.get("status") != "ok" or rec.get("warmup"):
+                continue
+            for figure, (key, is_list, _) in FIGURES.items():
+                raw = rec.get(key)
+                if is_list and isinstance(raw, list):
+                    values[figure].append([float(v) for v in raw])
+                elif not is_list and isinstance(raw, int | float):
+                    values[figure].append([float(raw)])
+    throughput = None
+    thr_path = root / "throughput.json"
+    if thr_path.is_file():
+        try:
+            overall = json.loads(thr_path.read_text(encoding="utf-8")).get("overall", {})
+            throughput = overall.get("generated_tokens_per_s")
+        except (json.JSONDecodeError, AttributeError):
+            raise CompareError(f"{thr_path}: not the JSON `tokwatch bench` writes") from None
+    return Run(root.name, values, throughput if isinstance(throughput, int | float) else None)
+
+
+def parse_gate(items: Sequence[str]) -> list[tuple[str, str]]:
+    """`ttft:p99` items -> (figure, stat); raises CompareError for unknown names."""
+    out = []
+    for item in items:
+        figure, _, stat = item.strip().partition(":")
+        if figure not in FIGURES:
+            raise CompareError(f"unknown figure {figure!r} in {item!r}; known: {', '.join(FIGURES)}")
+        if stat not in STATS:
+            raise CompareError(f"unknown statistic {stat!r} in {item!r}; known: {', '.join(STATS)}")
+        out.append((figure, stat))
+    return out
+
+
+def _stat(groups: Sequence[Sequence[float]], q: float) -> float | None:
+    flat = [v for g in groups for v in g]
+    return percentile(flat, q) if flat else None
+
+
+def _resample(groups: Sequence[Sequence[float]], rng: random.Random) -> list[Sequence[float]]:
+    return rng.choices(groups, k=len(groups))
+
+
+def compare(
+    a: Run,
+    b: Run,
+    *,
+    threshold: float = 0.05,
+    gate: Sequence[tuple[str, str]] = (),
+    resamples: int = 400,
+    seed: int = 0,
+) -> list[Row]:
+    """Every figure and statistic of A and B; `worse` per row, `gated` for the rows that decide."""
+    rng = random.Random(seed)
+    gated = set(gate)
+    rows = []
+    for figure, (_, _, higher_better) in FIGURES.items():
+        ga, gb = a.values[figure], b.values[figure]
+        for stat, q in STATS.items():
+            sa, sb = _stat(ga, q), _stat(gb, q)
+            if sa is None or sb is None:
+                rows.append(Row(figure, stat, sa, None, sb, None, None, None, False, (figure, stat) in gated))
+                continue
+            boot_a, boot_b, boot_d = [], [], []
+            for _ in range(resamples):
+                ra, rb = _stat(_resample(ga, rng), q), _stat(_resample(gb, rng), q)
+                if ra is not None and rb is not None:
+                    boot_a.append(ra)
+                    boot_b.append(rb)
+                    boot_d.append(rb - ra)
+            a_ci, b_ci, d_ci = (_interval(x) for x in (boot_a, boot_b, boot_d))
+            change = (sb - sa) / sa if sa else None
+            if higher_better:
+                worse = change is not None and -change > threshold and d_ci is not None and d_ci[1] < 0
+            else:
+                worse = change is not None and change > threshold and d_ci is not None and d_ci[0] > 0
+            rows.append(Row(figure, stat, sa, a_ci, sb, b_ci, change, d_ci, worse, (figure, stat) in gated))
+    return rows
+
+
+def _interval(values: Sequence[float]) -> tuple[float, float] | None:
+    if not values:
+        return None
+    return percentile(values, 2.5), percentile(values, 97.5)
+
+
+def regressions(rows: Sequence[Row]) -> list[Row]:
+    """The gated rows on which B is worse than A."""
+    return [r for r in rows if r.gated and r.worse]
+
+
+def render_table(a: Run, b: Run, rows: Sequence[Row], threshold: float) -> str:
+    """A Markdown table (seconds shown as ms), the throughput line and the verdict."""
+    lines = [
+        f"A: {a.name} ({a.count()} requests)   B: {b.name} ({b.count()} requests)   "
+        f"threshold {threshold:.0%}",
+        "",
+        "| figure | stat | A | A 95 % CI | B | B 95 % CI | change | gate |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        if r.a is None and r.b is None:
+            continue
+        unit = 1.0 if FIGURES[r.figure][2] else 1e3  # seconds as ms; rates and indices as they are
+        gate = ("WORSE" if r.worse else "ok") if r.gated else ("worse" if r.worse else "")
+        lines.append(
+            f"| {r.figure} | {r.stat} | {_fmt(r.a, unit)} | {_fmt_ci(r.a_ci, unit)} | {_fmt(r.b, unit)} "
+            f"| {_fmt_ci(r.b_ci, unit)} | {_pct(r.change)} | {gate} |"
+        )
+    if a.generated_tokens_per_s is not None and b.generated_tokens_per_s is not None:
+        change = (b.generated_tokens_per_s - a.generated_tokens_per_s) / a.generated_tokens_per_s
+        lines += [
+            "",
+            f"generated throughput: A {a.generated_tokens_per_s:.1f} tok/s, "
+            f"B {b.generated_tokens_per_s:.1f} tok/s "
+            f"({_pct(change)}; one figure per run, no interval)",
+        ]
+    bad = regressions(rows)
+    lines += [
+        "",
+        "verdict: "
+        + (
+            "B is worse than A on " + ", ".join(f"{r.figure} {r.stat}" for r in bad)
+            if bad
+            else "no gated figure is worse beyond the threshold"
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def _fmt(v: float | None, unit: float) -> str:
+    return "-" if v is None else f"{v * unit:.2f}"
+
+
+def _fmt_ci(ci: tuple[float, float] | None, unit: float) -> str:
+    return "-" if ci is None else f"{ci[0] * unit:.2f} to {ci[1] * unit:.2f}"
+
+
+def _pct(change: float | None) -> str:
+    return "-" if change is None else f"{change:+.1%}"
+
+
+def run_compare(
+    path_a: str,
+    path_b: str,
+    *,
+    threshold: float,
+    gate: Sequence[str],
+    resamples: int,
+    seed: int,
+    as_json: bool,
+) -> tuple[int, str]:
+    """The `bench compare` command: (exit code, text); 0 no gated regression, 1 regression."""
+    a, b = load_run(path_a), load_run(path_b)
+    for run in (a, b):
+        if run.count() == 0:
+            raise CompareError(f"{run.name}: no measured ok request to compare")
+    rows = compare(a, b, threshold=threshold, gate=parse_gate(gate), resamples=resamples, seed=seed)
+    code = 1 if regressions(rows) else 0
+    if as_json:
+        doc = {
+            "a": {"name": a.name, "requests": a.count(), "generated_tokens_per_s": a.generated_tokens_per_s},
+            "b": {"name": b.name, "requests": b.count(), "generated_tokens_per_s": b.generated_tokens_per_s},
+            "threshold": threshold,
+            "rows": [r.to_dict() for r in rows],
+            "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],
+        }
+        return code, json.dumps(doc, indent=2)
+    return code, render_table(a, b, rows, threshold)
