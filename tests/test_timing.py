@@ -119,14 +119,16 @@ def test_tpot_and_rates() -> None:
     assert ollama_engine_tps(100, 0) is None
 
 
-def test_select_prefers_order_and_never_client_over_server() -> None:
+def test_select_follows_the_configured_order() -> None:
     pref = (S.ENGINE, S.VLLM_METRICS, S.SERVER_WALL, S.CLIENT_STREAM, S.CLIENT_WALL)
     sel = select_source({S.CLIENT_STREAM: 50.0, S.CLIENT_WALL: 40.0}, pref)
     assert (sel.source, sel.tokens_per_second) == (S.CLIENT_STREAM, 50.0)
     sel = select_source({S.ENGINE: 60.0, S.CLIENT_STREAM: 50.0}, pref)
     assert sel.source is S.ENGINE
     sel = select_source({S.ENGINE: 60.0, S.CLIENT_STREAM: 50.0}, (S.CLIENT_STREAM, S.ENGINE))
-    assert sel.source is S.ENGINE  # client never wins while a server source exists
+    assert sel.source is S.CLIENT_STREAM  # the user asked for the client's measurement first
+    sel = select_source({S.ENGINE: 60.0, S.CLIENT_STREAM: 50.0}, (S.CLIENT_STREAM,))
+    assert sel.source is S.CLIENT_STREAM  # `[client_stream]` is honoured even with engine timings
     sel = select_source({S.CLIENT_WALL: 40.0}, (S.CLIENT_STREAM,))
     assert sel.source is None  # not preferred -> not used
     assert select_source({}, pref).source is None

@@ -218,7 +218,8 @@ def select_source(
     counters_shared: bool = False,
     shared_policy: Literal["flag", "fallback"] = "fallback",
 ) -> Selection:
-    """First available source in `preference`; a client source never wins while a server source exists.
+    """The first source of `preference` that has a figure, in the configured order; unlisted sources are
+    never used (so `[client_stream]` measures on the client even when the server reports timings).
 
     A shared counter window (`counters_shared`) is skipped under "fallback" and used but flagged under "flag".
     """
@@ -227,11 +228,7 @@ def select_source(
     if counters_shared and TimingSource.VLLM_METRICS in usable and shared_policy == "fallback":
         del usable[TimingSource.VLLM_METRICS]
         skipped[TimingSource.VLLM_METRICS] = "shared window"
-    has_server = any(s in SERVER_SOURCES for s in usable)
-    order = list(preference) + [s for s in TimingSource if s not in preference]
-    # Server sources outside the preference still beat client ones; client ones must be preferred to be used.
-    order = [s for s in order if (s in SERVER_SOURCES if has_server else s in preference)]
-    for source in order:
+    for source in preference:
         if source in usable:
             shared = source is TimingSource.VLLM_METRICS and counters_shared
             return Selection(source, usable[source], shared, skipped)

@@ -22,7 +22,7 @@ async def test_engine_source_from_timings(start_sim, server, make_ctx, stream: b
     )
     assert r.output_tokens == 32
     if stream:
-        assert TimingSource.CLIENT_STREAM in r.candidates  # measured, but never chosen over the engine
+        assert TimingSource.CLIENT_STREAM in r.candidates  # measured; the engine comes first by default
 
 
 async def test_server_closing_after_each_stream_is_never_unreachable(start_sim, make_ctx, http) -> None:
@@ -38,3 +38,13 @@ async def test_server_closing_after_each_stream_is_never_unreachable(start_sim, 
     statuses = [(await run_probe(get_probe("llamacpp"), ctx)).status for _ in range(20)]
     assert statuses == [Status.OK] * 20
     assert http.stale_resends >= 1  # the closed connections were met and replaced, not reported
+
+
+async def test_client_stream_preference_is_honoured_over_engine_timings(start_sim, server, make_ctx) -> None:
+    sim = await start_sim(server("l", "llamacpp", decode_tps=120))
+    ctx = make_ctx(sim.base_url("l"), "llamacpp", max_tokens=32, timing_preference=["client_stream"])
+    r = await run_probe(get_probe("llamacpp"), ctx)
+    assert r.status is Status.OK
+    assert TimingSource.ENGINE in r.candidates  # measured and kept, just not chosen
+    assert r.source is TimingSource.CLIENT_STREAM
+    assert r.tokens_per_second == r.candidates[TimingSource.CLIENT_STREAM]
