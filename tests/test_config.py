@@ -29,7 +29,9 @@ def test_defaults_follow_seed_000() -> None:
     assert cfg.probe.prompt == "Explain theory of relativity simply"
     assert cfg.probe.temperature == 0 and cfg.probe.max_tokens == 256 and cfg.probe.system_prompt is None
     assert cfg.probe.warmup is True
-    assert cfg.schedule.interval == 3600 and cfg.schedule.offset == 1800 and cfg.schedule.parallelism == 1
+    assert cfg.schedule.interval == 3600 and cfg.schedule.offset == 1800
+    # sequential within a server (as the seed's one-after-another), servers side by side
+    assert cfg.schedule.per_server == 1 and cfg.schedule.parallelism == 4
     assert [s.value for s in cfg.probe.timing_preference] == [
         "engine",
         "vllm_metrics",

@@ -78,6 +78,11 @@ class ProbeSettings(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     stream: bool = True
     warmup: bool = True
+    # The timed run's prompt starts with a unique prefix, so its TTFT is prefill on a loaded model, never a
+    # prompt-cache hit left by the warm-up ("same": the old behaviour, identical prompts).
+    timed_prompt: Literal["unique", "same"] = "unique"
+    # ignore_eos/min_tokens so the server generates exactly max_tokens; None = where the kind supports it.
+    fixed_output: bool | None = None
     short_output: Literal["degraded", "ok"] = "degraded"
     timing_preference: tuple[TimingSource, ...] = (
         TimingSource.ENGINE,

@@ -20,11 +20,9 @@ from tokwatch.bench.workload import Message, estimate_tokens
 from tokwatch.config import server_root
 from tokwatch.http import HttpClient
 from tokwatch.redact import Redactor
+from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields
 from tokwatch.result import Status
 from tokwatch.streams import OllamaStreamParser, OpenAIStreamParser, StreamCollector, TextDelta
-
-# Kinds whose OpenAI-compatible API accepts ignore_eos/min_tokens for an exact output length.
-FIXED_LENGTH_KINDS = frozenset({"vllm", "sglang", "llamacpp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +67,7 @@ class Target:
             # Usage on every chunk gives exact per-chunk token counts (multi-token chunks counted as k).
             body["stream_options"]["continuous_usage_stats"] = True
         if fixed_output and self.kind in FIXED_LENGTH_KINDS:
-            body["ignore_eos"] = True
-            if self.kind != "llamacpp":
-                body["min_tokens"] = max_tokens
+            body.update(fixed_output_fields(self.kind, max_tokens))
         return body
 
 

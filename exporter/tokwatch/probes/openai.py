@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from tokwatch import status as status_mod
 from tokwatch.config import server_root
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
+from tokwatch.request_options import fixed_output_fields, unique_prefix, wants_fixed_output
 from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.streams import (
     OpenAIStreamParser,
@@ -62,14 +63,26 @@ def merge_body(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def plan_for(ctx: ProbeContext) -> RequestPlan:
-    """Probe settings with the endpoint's own overrides."""
+def plan_for(ctx: ProbeContext, *, timed: bool = False) -> RequestPlan:
+    """Probe settings with the endpoint's own overrides; a timed run's first message gets a unique prefix.
+
+    The prefix goes at the very start of the first message (the system prompt when there is one), since
+    prompt caches (vLLM's automatic prefix caching, llama.cpp's cache_prompt) reuse a shared leading run of
+    tokens: anything after a shared system prompt would still hit the cache for that part.
+    """
     ep, s = ctx.endpoint, ctx.settings
+    prompt = ep.prompt or s.prompt
+    system = ep.system_prompt if ep.system_prompt is not None else s.system_prompt
+    if timed and s.timed_prompt == "unique":
+        if system:
+            system = unique_prefix() + system
+        else:
+            prompt = unique_prefix() + prompt
     return RequestPlan(
         stream=s.stream if ep.stream is None else ep.stream,
         max_tokens=ep.max_tokens or s.max_tokens,
-        prompt=ep.prompt or s.prompt,
-        system_prompt=ep.system_prompt if ep.system_prompt is not None else s.system_prompt,
+        prompt=prompt,
+        system_prompt=system,
     )
 
 
@@ -125,7 +138,7 @@ class HttpProbe(Probe):
 
     async def run_once(self, ctx: ProbeContext, *, timed: bool) -> RunResult:
         """Send one request and classify it; never raises."""
-        plan = plan_for(ctx)
+        plan = plan_for(ctx, timed=timed)
         result = RunResult(endpoint=ctx.endpoint.name, started_at=time.time(), status=Status.OK)
         result.streamed = plan.stream
         try:
@@ -135,7 +148,10 @@ class HttpProbe(Probe):
 
     async def _run(self, ctx: ProbeContext, plan: RequestPlan, result: RunResult, timed: bool) -> RunResult:
         url = self.url(ctx)
-        body = merge_body(self.body(ctx, plan), ctx.endpoint.extra_body)
+        body = self.body(ctx, plan)
+        if wants_fixed_output(ctx.endpoint.kind, ctx.settings.fixed_output):
+            body.update(fixed_output_fields(ctx.endpoint.kind, plan.max_tokens))
+        body = merge_body(body, ctx.endpoint.extra_body)  # the endpoint's own extra_body wins
         counters = ctx.counters if (timed and self.uses_counters) else None
         before = await _snapshot(ctx, counters)
         col = StreamCollector()
