@@ -7,7 +7,14 @@ import pytest
 from tokwatch.http import HttpStatusError, TransportError
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult, Status
-from tokwatch.status import apply, classify_exception, classify_http_status, judge_answer
+from tokwatch.status import (
+    apply,
+    classify_exception,
+    classify_http_status,
+    judge_answer,
+    model_matches,
+    unreadable_answer,
+)
 from tokwatch.streams import StreamProtocolError
 
 
@@ -74,3 +81,40 @@ def test_judge_answer() -> None:
     r.tokens_per_second = None
     c = judge_answer(r, completion_tokens=256, max_tokens=256, short_output="ok")
     assert c is not None and c.error_class == "no_timing"
+
+
+@pytest.mark.parametrize(
+    ("answered", "configured", "aliases", "match"),
+    [
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini", (), True),
+        ("/models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2", (), True),
+        ("llama3.2:latest", "llama3.2", (), True),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen/qwen2.5-7b-instruct", (), True),
+        ("/models/other.gguf", "smollm2", (), False),
+        ("gpt-4o", "gpt-4o-mini", (), False),
+        ("served-name", "my-model", ("served-name",), True),
+        ("anything", "my-model", ("*",), True),
+    ],
+)
+def test_model_matches(answered: str, configured: str, aliases: tuple[str, ...], match: bool) -> None:
+    assert model_matches(answered, configured, aliases) is match
+
+
+def test_judge_answer_order_and_validation_rules() -> None:
+    r = RunResult(endpoint="e", started_at=0.0, status=Status.OK, tokens_per_second=50.0)
+    common = {"completion_tokens": 10, "max_tokens": 10, "short_output": "degraded"}
+    assert judge_answer(r, **common, text_bytes=40, answered_model="m", configured_model="m") is None
+    c = judge_answer(r, **common, text_bytes=1)
+    assert c is not None and (c.status, c.error_class) == (Status.PROVIDER_ERROR, "implausible_tokens")
+    c = judge_answer(r, **common, max_plausible_tps=20.0)
+    assert c is not None and c.error_class == "implausible_rate"
+    c = judge_answer(r, **common, answered_model="x", configured_model="m")
+    assert c is not None and (c.status, c.error_class) == (Status.DEGRADED, "model_mismatch")
+
+
+def test_unreadable_answers() -> None:
+    assert unreadable_answer("text/event-stream", 3, 100, 200) is None
+    html = unreadable_answer("text/html; charset=utf-8", 0, 100, 200)
+    assert html is not None and (html.status, html.error_class) == (Status.PROVIDER_ERROR, "not_json")
+    empty = unreadable_answer("text/event-stream", 0, 0, 200)
+    assert empty is not None and empty.error_class == "not_json"

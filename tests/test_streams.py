@@ -143,11 +143,14 @@ def test_sse_multiline_data_field_joined() -> None:
     assert dec.feed(b'data: {"a":\ndata: 1}\n\n', 0.5) == [(0.5, '{"a":\n1}')]
 
 
-def test_invalid_utf8_is_replaced_not_fatal() -> None:
+def test_invalid_utf8_is_a_bad_encoding_error() -> None:
     p = OpenAIStreamParser()
     raw = b'data: {"choices":[{"delta":{"content":"x\xff\xfey"}}]}\n\n'
-    (ev,) = p.feed(raw, 1.0)
-    assert isinstance(ev, TextDelta) and ev.text.startswith("x") and "\ufffd" in ev.text
+    with pytest.raises(StreamProtocolError) as info:
+        p.feed(raw, 1.0)
+    assert info.value.error_class == "bad_encoding"
+    with pytest.raises(StreamProtocolError, match="invalid UTF-8"):
+        OllamaStreamParser().feed(b'{"response":"\xc3\x28","done":false}\n', 1.0)
 
 
 def test_utf8_char_split_across_reads() -> None:

@@ -94,6 +94,9 @@ class ProbeSettings(_Strict):
     # What to do with a counter-delta figure whose window saw other requests.
     shared_server_window: Literal["flag", "fallback"] = "fallback"
     max_response_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # A tok/s above this cannot come from a real decode (the fastest single-stream serving is a few
+    # thousand tok/s): such a run is garbage, not a record.
+    max_plausible_tokens_per_second: float = Field(20000.0, gt=0)
     # A run during which the measurement loop stalled this long is flagged `timing_disturbed`.
     disturbance_threshold: float = 0.005
     _probe_durations = _duration_fields("disturbance_threshold")
@@ -168,6 +171,8 @@ class EndpointSettings(_Strict):
     timeout: float | None = None
     enabled: bool = True
     labels: dict[str, str] = Field(default_factory=dict)
+    # Other names the answer's `model` may carry for this endpoint ("*": any; see methodology).
+    model_aliases: tuple[str, ...] = ()
     stream: bool | None = None
     prompt: str | None = None
     system_prompt: str | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -11,6 +11,7 @@ from tokwatch.result import RunResult, Status
 from tokwatch.streams import StreamProtocolError
 
 MAX_ERROR_MESSAGE = 500
+_SPECIAL_TOKEN_SLACK = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +82,82 @@ def apply(result: R, outcome: Classification, redact: Callable[[str], str]) -> R
     return result
 
 
+def unreadable_answer(content_type: str, events: int, size: int, http_status: int) -> Classification | None:
+    """A 2xx answer that is not the API's protocol: an HTML page, or a body that held no event at all."""
+    if "text/html" in content_type.lower():
+        return Classification(
+            Status.PROVIDER_ERROR, "not_json", f"a {http_status} answer in HTML ({size} bytes), not the API's"
+        )
+    if events == 0:
+        return Classification(
+            Status.PROVIDER_ERROR,
+            "not_json",
+            f"a {http_status} answer with no event of the API in {size} bytes ({content_type or 'no type'})",
+        )
+    return None
+
+
+def model_matches(answered: str, configured: str, aliases: Sequence[str] = ()) -> bool:
+    """True when the answer's `model` names the configured model (docs/methodology.md, "Answer validation").
+
+    Equal after normalising (case, a directory path, `.gguf`, Ollama's `:latest`), an alias, or the
+    configured name followed by a variant suffix (`-2024-07-18` snapshots, `-135m-instruct.q4_1` files).
+    """
+    if "*" in aliases:
+        return True
+    got = _normal_model(answered)
+    for name in (configured, *aliases):
+        want = _normal_model(name)
+        if got == want or (want and got.startswith((f"{want}-", f"{want}.", f"{want}:", f"{want}_"))):
+            return True
+    return False
+
+
+def _normal_model(name: str) -> str:
+    name = name.strip().lower().rsplit("/", 1)[-1]
+    name = name.removesuffix(".gguf").removesuffix(":latest")
+    return name
+
+
 def judge_answer(
-    result: RunResult, *, completion_tokens: int | None, max_tokens: int, short_output: str
+    result: RunResult,
+    *,
+    completion_tokens: int | None,
+    max_tokens: int,
+    short_output: str,
+    text_bytes: int | None = None,
+    answered_model: str | None = None,
+    configured_model: str | None = None,
+    model_aliases: Sequence[str] = (),
+    max_plausible_tps: float | None = None,
 ) -> Classification | None:
-    """Degraded when an answered run has no timing or fewer tokens than requested; None when ok."""
+    """The verdict on an answered run, first rule that applies; None when ok (every rule: methodology)."""
+    n = completion_tokens or 0
+    # Every token is at least one byte of text (byte-level tokenizers); a few special tokens (end of turn,
+    # reasoning markers) may carry none, hence the slack.
+    if text_bytes is not None and n > text_bytes + _SPECIAL_TOKEN_SLACK:
+        return Classification(
+            Status.PROVIDER_ERROR,
+            "implausible_tokens",
+            f"{n} tokens claimed for {text_bytes} bytes of text",
+        )
+    tps = result.tokens_per_second
+    if max_plausible_tps is not None and tps is not None and tps > max_plausible_tps:
+        return Classification(
+            Status.PROVIDER_ERROR,
+            "implausible_rate",
+            f"{tps:,.0f} tok/s from {result.source} is above the plausible {max_plausible_tps:,.0f} tok/s",
+        )
+    if (
+        answered_model is not None
+        and configured_model is not None
+        and not model_matches(answered_model, configured_model, model_aliases)
+    ):
+        return Classification(
+            Status.DEGRADED,
+            "model_mismatch",
+            f"answered by model {answered_model[:120]!r}, configured {configured_model[:120]!r}",
+        )
     if result.tokens_per_second is None:
         return Classification(Status.DEGRADED, "no_timing", "no timing source gave a tok/s figure")
     if short_output != "ok" and (completion_tokens or 0) < max_tokens:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from tokwatch.result import Phase
 from tokwatch.timing import apportion
 
-ProtocolErrorClass = Literal["malformed_json", "bad_shape", "stream_error"]
+ProtocolErrorClass = Literal["malformed_json", "bad_shape", "stream_error", "bad_encoding", "not_json"]
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _MAX_ERROR_TEXT = 300
@@ -86,6 +86,14 @@ class OllamaFinal:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerModel:
+    """The `model` an answer says produced it (first chunk that names one)."""
+
+    t: float
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """A choice's `finish_reason`."""
 
@@ -100,7 +108,7 @@ class Done:
     t: float
 
 
-StreamEvent = TextDelta | Usage | LlamaTimings | OllamaFinal | Finish | Done
+StreamEvent = TextDelta | Usage | LlamaTimings | OllamaFinal | Finish | Done | AnswerModel
 
 
 # --- <think> tags ----------------------------------------------------------------------------------------
@@ -219,7 +227,7 @@ class SseDecoder:
             return
         if value.startswith(b" "):
             value = value[1:]
-        self._data.append(value.decode("utf-8", errors="replace"))
+        self._data.append(decode_utf8(value))
 
 
 class NdjsonDecoder:
@@ -234,15 +242,28 @@ class NdjsonDecoder:
             self._buf += data
             return []
         *lines, self._buf = (self._buf + data).split(b"\n")
-        return [(t, s) for s in (ln.decode("utf-8", errors="replace").strip() for ln in lines) if s]
+        return [(t, s) for s in (decode_utf8(ln).strip() for ln in lines) if s]
 
     def close(self, t: float) -> list[tuple[float, str]]:
         """End of body: an unterminated last line still counts."""
-        rest, self._buf = self._buf.decode("utf-8", errors="replace").strip(), bytearray()
+        rest, self._buf = decode_utf8(self._buf).strip(), bytearray()
         return [(t, rest)] if rest else []
 
 
 # --- payload helpers -----------------------------------------------------------------------------------
+
+
+def decode_utf8(raw: bytes | bytearray) -> str:
+    """Strict UTF-8: an answer with invalid bytes is garbage, not text with replacement characters.
+
+    Lines are split at newlines before decoding, so a multi-byte character is never cut in two here.
+    """
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StreamProtocolError(
+            "bad_encoding", f"invalid UTF-8 at byte {exc.start} of a {len(raw)}-byte line"
+        ) from None
 
 
 def loads_json(text: str) -> Any:
@@ -338,6 +359,7 @@ class OpenAIStreamParser:
         self._think = ThinkTagSplitter()
         self._last_completion = 0  # cumulative completion_tokens at the last token event
         self._chunk = 0
+        self._model_seen = False
         self.done = False
 
     def feed(self, data: bytes, t: float) -> list[StreamEvent]:
@@ -364,6 +386,9 @@ class OpenAIStreamParser:
         self._chunk += 1
         if not isinstance(obj, dict):
             raise StreamProtocolError("bad_shape", f"chunk is {type(obj).__name__}, expected an object")
+        if not self._model_seen and isinstance(obj.get("model"), str):
+            self._model_seen = True
+            out.append(AnswerModel(t, obj["model"]))
         if "error" in obj and not obj.get("choices"):
             raise StreamProtocolError("stream_error", f"error in stream: {_error_text(obj['error'])}")
         choices = obj.get("choices")
@@ -410,7 +435,8 @@ def parse_chat_completion(obj: Any, t: float) -> list[StreamEvent]:
     reasoning = _reasoning(message, "message")
     content = _str_field(message, "content", "message")
     think = ThinkTagSplitter()
-    out: list[StreamEvent] = list(_deltas(t, reasoning, content, think, None, 0))
+    out: list[StreamEvent] = [AnswerModel(t, obj["model"])] if isinstance(obj.get("model"), str) else []
+    out.extend(_deltas(t, reasoning, content, think, None, 0))
     out.extend(_flushed(think, t, 0))
     if obj.get("usage") is not None:
         out.append(_usage(obj["usage"], t))
@@ -432,6 +458,7 @@ class OllamaStreamParser:
         self._lines = NdjsonDecoder()
         self._think = ThinkTagSplitter()
         self._chunk = 0
+        self._model_seen = False
         self.done = False
 
     def feed(self, data: bytes, t: float) -> list[StreamEvent]:
@@ -469,7 +496,11 @@ class OllamaStreamParser:
             content = thinking = ""
         else:
             raise StreamProtocolError("bad_shape", "Ollama line has neither message, response nor done")
-        out: list[StreamEvent] = list(_deltas(t, thinking, content, self._think, None, self._chunk))
+        out: list[StreamEvent] = []
+        if not self._model_seen and isinstance(obj.get("model"), str):
+            self._model_seen = True
+            out.append(AnswerModel(t, obj["model"]))
+        out.extend(_deltas(t, thinking, content, self._think, None, self._chunk))
         if obj.get("done") is True:
             self.done = True
             out.extend(_flushed(self._think, t, self._chunk))
@@ -505,10 +536,13 @@ class StreamCollector:
     finish_reason: str | None = None
     done: bool = False
     chunk_usage: bool = False  # usage arrived on content chunks (vLLM continuous_usage_stats)
+    model: str | None = None  # what the answer says produced it
+    events: int = 0  # every event parsed: an answer with none was not the protocol spoken
 
     def add(self, events: Iterable[StreamEvent]) -> None:
         """Record events in arrival order."""
         for ev in events:
+            self.events += 1
             if isinstance(ev, TextDelta):
                 self.deltas.append(ev)
                 if ev.chunk_tokens is not None:
@@ -524,6 +558,8 @@ class StreamCollector:
                 self.finish_reason = ev.reason
             elif isinstance(ev, Done):
                 self.done = True
+            elif isinstance(ev, AnswerModel):
+                self.model = ev.name
 
     @property
     def text(self) -> str:

@@ -119,13 +119,43 @@ async def test_error_object_with_200_json(serve, make_ctx) -> None:
         ("bogus_json", Status.PROVIDER_ERROR, "malformed_json"),
         ("stall", Status.TIMEOUT, "read_timeout"),
         ("reset", Status.PROVIDER_ERROR, "reset"),
-        ("invalid_utf8", Status.OK, None),
+        ("invalid_utf8", Status.PROVIDER_ERROR, "bad_encoding"),
+        ("html_200", Status.PROVIDER_ERROR, "not_json"),
+        ("no_events", Status.PROVIDER_ERROR, "not_json"),
+        ("wrong_model", Status.DEGRADED, "model_mismatch"),
+        ("snapshot_model", Status.OK, None),  # gpt-4o-mini-2024-07-18 answers for gpt-4o-mini
+        ("too_many_tokens", Status.PROVIDER_ERROR, "implausible_tokens"),
+        ("burst", Status.PROVIDER_ERROR, "implausible_rate"),
     ],
 )
 async def test_hostile_endpoints(serve, make_ctx, mode: str, status: Status, error_class: str | None) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        content_type = "text/html" if mode == "html_200" else "text/event-stream"
+        resp = web.StreamResponse(headers={"Content-Type": content_type})
         await resp.prepare(request)
+        if mode == "html_200":
+            await resp.write(b"<html><body><h1>Welcome to nginx</h1></body></html>")
+            return resp
+        if mode == "no_events":
+            await resp.write(b"service temporarily unavailable, please retry\n")
+            return resp
+        if mode in ("wrong_model", "snapshot_model"):
+            name = "other-model" if mode == "wrong_model" else "m-2024-07-18"
+            for word in ("one ", "two"):
+                payload = {"model": name, "choices": [{"delta": {"content": word}}]}
+                await resp.write(f"data: {json.dumps(payload)}\n\n".encode())
+                await asyncio.sleep(0.01)
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        if mode == "too_many_tokens":
+            await resp.write(chunk("hi"))
+            await asyncio.sleep(0.01)
+            await resp.write(chunk("yo"))
+            await resp.write(b'data: {"choices":[],"usage":{"completion_tokens":500}}\n\ndata: [DONE]\n\n')
+            return resp
+        if mode == "burst":  # 20 tokens in one write: a rate no real decode reaches
+            await resp.write(b"".join(chunk(f"w{i} ") for i in range(20)) + b"data: [DONE]\n\n")
+            return resp
         await resp.write(chunk("hi"))
         if mode == "endless":
             for _ in range(1_000_000):
@@ -150,8 +180,9 @@ async def test_hostile_endpoints(serve, make_ctx, mode: str, status: Status, err
     ctx = make_ctx(
         url,
         endpoint={"timeout": 3.0 if mode in ("endless", "huge_line") else 1.0},
-        max_tokens=2,
+        max_tokens=20 if mode == "burst" else 2,
         max_response_bytes=256 * 1024,
+        max_plausible_tokens_per_second=5000,
     )
     loop = asyncio.get_running_loop()
     t0 = loop.time()

@@ -116,7 +116,7 @@ async def test_api_key_accepted_and_never_logged(start_sim, make_ctx) -> None:
     [
         ({"endless_stream": True}, Status.PROVIDER_ERROR, "too_large"),
         ({"huge_body_bytes": 2_000_000}, Status.PROVIDER_ERROR, "too_large"),
-        ({"invalid_utf8": True}, Status.OK, None),
+        ({"invalid_utf8": True}, Status.PROVIDER_ERROR, "bad_encoding"),
     ],
 )
 async def test_hostile_simulated_endpoints(

@@ -127,9 +127,15 @@ async def execute(
                 if client_tokens > _runaway_limit(max_tokens):
                     runaway = True
                     break
-            end = time.perf_counter()
+            # The end is when the last bytes arrived, not when this code got to run again.
+            end = resp.last_byte_at or time.perf_counter()
             if not runaway:
                 collector.add(parser.close(end))
+            unreadable = status_mod.unreadable_answer(
+                headers.get("Content-Type", ""), collector.events, resp.bytes_received, resp.status
+            )
+            if unreadable is not None:
+                return _fail(record, unreadable, redactor, run_t0)
     except Exception as exc:  # every failure is a status; only cancellation propagates
         return _fail(record, status_mod.classify_exception(exc), redactor, run_t0)
     assert end is not None

@@ -16,6 +16,7 @@ from tokwatch.streams import (
     OpenAIStreamParser,
     StreamCollector,
     StreamEvent,
+    decode_utf8,
     loads_json,
     parse_chat_completion,
 )
@@ -173,9 +174,8 @@ class HttpProbe(Probe):
                     text = await _error_body(resp)
                     outcome = status_mod.classify_http_status(resp.status, text) or bad
                     return status_mod.apply(result, outcome, ctx.log.redact)
-                is_json = "json" in resp.headers.get("Content-Type", "") and "ndjson" not in resp.headers.get(
-                    "Content-Type", ""
-                )
+                content_type = resp.headers.get("Content-Type", "").lower()
+                is_json = "json" in content_type and "ndjson" not in content_type
                 if plan.stream and not is_json:
                     parser = self.parser()
                     async for t, data in resp.chunks():
@@ -187,7 +187,12 @@ class HttpProbe(Probe):
                     raw = await resp.read()
                     end = resp.last_byte_at or time.perf_counter()
                     result.streamed = False
-                    col.add(self.parse_whole(loads_json(raw.decode("utf-8", errors="replace")), end))
+                    col.add(self.parse_whole(loads_json(decode_utf8(raw)), end))
+                unreadable = status_mod.unreadable_answer(
+                    content_type, col.events, resp.bytes_received, resp.status
+                )
+                if unreadable is not None:  # e.g. a proxy's HTML page with 200: unreadable, not slow
+                    return status_mod.apply(result, unreadable, ctx.log.redact)
         except Exception as exc:
             outcome = status_mod.classify_exception(exc)
             ctx.log(f"request failed: {outcome.error_class}")
@@ -257,9 +262,19 @@ class HttpProbe(Probe):
             completion_tokens=n,
             max_tokens=plan_for(ctx).max_tokens,
             short_output=ctx.settings.short_output,
+            text_bytes=_text_bytes(col) if col.deltas else None,
+            answered_model=col.model,
+            configured_model=ctx.endpoint.model,
+            model_aliases=ctx.endpoint.model_aliases,
+            max_plausible_tps=ctx.settings.max_plausible_tokens_per_second,
         )
         if verdict is not None:
             status_mod.apply(result, verdict, ctx.log.redact)
+
+
+def _text_bytes(col: StreamCollector) -> int:
+    """UTF-8 bytes of the generated text, `<think>` tags included (stripped from `text`, not from `chars`)."""
+    return sum(len(d.text.encode()) + max(0, d.chars - len(d.text)) for d in col.deltas)
 
 
 async def _error_body(resp: Any) -> str:
