@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -178,3 +181,77 @@ async def test_authorization_header_is_sent(serve, client: HttpClient) -> None:
         "POST", url + "/e", json_body={}, headers={"Authorization": "Bearer k"}, timeout=5
     ) as r:
         assert await r.text() == "Bearer k"
+
+
+class _BodyClock:
+    """A raw HTTP server on its own thread and loop that records when each request's body was complete."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.body_complete_at: list[float] = []
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(v for k, v in _headers(head) if k == "content-length"))
+            await reader.readexactly(length)
+            self.body_complete_at.append(time.perf_counter())
+            await asyncio.sleep(self.hold_s)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        async def main() -> None:
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            self._ready.set()
+            async with server:
+                await server.serve_forever()
+
+        with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+            loop.run_until_complete(main())
+
+    def __enter__(self) -> _BodyClock:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None
+        for task in asyncio.all_tasks(self._loop):
+            self._loop.call_soon_threadsafe(task.cancel)
+        self._thread.join(10)
+
+
+def _headers(head: bytes) -> list[tuple[str, str]]:
+    lines = head.decode().split("\r\n")[1:]
+    return [(k.strip().lower(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines if ln)]
+
+
+async def test_the_clock_starts_at_the_last_byte_and_waiting_is_send_delay() -> None:
+    with _BodyClock(hold_s=0.5) as server:
+        url = f"http://127.0.0.1:{server.port}/"
+        body = {"prompt": "x" * 50_000}  # large enough to need more than one transport write
+        async with HttpClient(limit=1) as client:  # one connection: the second request must wait for it
+
+            async def one() -> tuple[float, float, float]:
+                async with client.stream("POST", url, json_body=body, timeout=10) as resp:
+                    await resp.read()
+                    assert resp.first_byte_at is not None
+                    return resp.sent_at, resp.send_delay_s, resp.first_byte_at - resp.sent_at
+
+            first, second = await asyncio.gather(one(), one())
+    # the stamp precedes the server's receipt of the last byte (one clock: same host, CLOCK_MONOTONIC)
+    assert first[0] <= min(server.body_complete_at)
+    # the second request waited ~0.5 s for the only connection: that is its send delay, not its latency
+    # (each latency is the server's 0.5 s hold; with the wait in it, it would be ~1 s)
+    waited = max(first[1], second[1])
+    assert waited >= 0.45
+    assert max(first[2], second[2]) < 0.85

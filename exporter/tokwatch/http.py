@@ -1,7 +1,9 @@
 """The one HTTP client shared by probes, the benchmark and the counters scraper.
 
-Streaming requests record `time.perf_counter()` right before the request is sent and for every piece of the
-body as it arrives; every request has a total deadline and a cap on the body size. Transport failures are
+Streaming requests record `time.perf_counter()` when the request's last byte is handed to the socket (the
+latency clock starts there) and for every piece of the body as it arrives; the time from calling the client
+to that moment (pool wait, connection set-up, serialisation, the body-writing task's turn) is reported as
+the send delay. Every request has a total deadline and a cap on the body size. Transport failures are
 raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them into run statuses.
 """
 
@@ -57,6 +59,7 @@ class _Attempt:
     connected: bool = False
     reused: bool = False
     headers_sent_at: float | None = None
+    body_sent_at: float | None = None  # the last body chunk, right before it is written to the transport
 
 
 async def _on_reuse(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
@@ -79,9 +82,20 @@ async def _on_headers_sent(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: 
         attempt.headers_sent_at = time.perf_counter()
 
 
+async def _on_chunk_sent(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
+    # aiohttp awaits this right before the synchronous transport write of the chunk (no suspension in
+    # between), so the last call is when the request's last byte goes to the socket. On Python 3.11 the
+    # body is written by a separate task that may run well after the headers hook fired: that wait is
+    # send delay, not time to first token.
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.body_sent_at = time.perf_counter()
+
+
 def _trace_config() -> aiohttp.TraceConfig:
     tc = aiohttp.TraceConfig()
     tc.on_request_headers_sent.append(_on_headers_sent)
+    tc.on_request_chunk_sent.append(_on_chunk_sent)
     tc.on_connection_reuseconn.append(_on_reuse)
     tc.on_connection_create_end.append(_on_create)
     return tc
@@ -135,12 +149,21 @@ class StreamResponse:
     the reading coroutine resumed, so a busy event loop (many concurrent streams) does not shift the times.
     """
 
-    def __init__(self, resp: aiohttp.ClientResponse, sent_at: float, deadline: float, max_bytes: int) -> None:
+    def __init__(
+        self,
+        resp: aiohttp.ClientResponse,
+        sent_at: float,
+        deadline: float,
+        max_bytes: int,
+        *,
+        send_delay_s: float = 0.0,
+    ) -> None:
         self._resp = resp
         self._max_bytes = max_bytes
         self.status: int = resp.status
         self.headers: Mapping[str, str] = resp.headers
-        self.sent_at = sent_at
+        self.sent_at = sent_at  # the request's last byte handed to the socket: t = 0 of TTFT and E2E
+        self.send_delay_s = send_delay_s  # from calling the client to `sent_at`
         self.headers_at = time.perf_counter()
         self.first_byte_at: float | None = None
         self.last_byte_at: float | None = None
@@ -276,7 +299,7 @@ class HttpClient:
         if body is not None:
             send_headers.setdefault("Content-Type", "application/json")
         attempt = _Attempt()
-        sent_at = time.perf_counter()
+        called_at = sent_at = time.perf_counter()
         try:
             async with asyncio.timeout_at(deadline):
                 try:
@@ -294,9 +317,11 @@ class HttpClient:
                     )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _wrap(exc, attempt, "response") from exc
-        # t = 0 is when the request headers hit the socket (connection set-up excluded), when aiohttp says so.
-        sent_at = attempt.headers_sent_at or sent_at
-        stream = StreamResponse(resp, sent_at, deadline, max_bytes)
+        # t = 0 is when the request's last byte went to the socket: the body's last chunk, or the headers
+        # of a request without a body; the time before it is send delay.
+        sent_at = attempt.body_sent_at or attempt.headers_sent_at or sent_at
+        delay = max(0.0, sent_at - called_at)
+        stream = StreamResponse(resp, sent_at, deadline, max_bytes, send_delay_s=delay)
         try:
             yield stream
         except BaseException:

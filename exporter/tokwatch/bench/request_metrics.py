@@ -46,7 +46,7 @@ class RequestRecord:
     intended_at_s: float | None = None  # planned send time (open loop); None in a closed loop
     dispatched_at_s: float = 0.0  # when the generator released it (after any scheduling lag)
     started_at_s: float = 0.0  # when it got its concurrency slot and the client began the request
-    sent_at_s: float = 0.0  # when the request headers hit the socket (connection set-up excluded)
+    sent_at_s: float = 0.0  # when the request's last byte was handed to the socket (t = 0 of TTFT, E2E)
     completed_at_s: float | None = None
     status: Status = Status.OK
     http_status: int | None = None
@@ -89,7 +89,8 @@ class RequestRecord:
 
     @property
     def connect_s(self) -> float:
-        """Client time from starting the request to its headers on the wire (a new connection, if any)."""
+        """Send delay: from starting the request to its last byte on the socket (pool wait, a new
+        connection, serialisation, the body-writing task's turn); the latency clock starts after it."""
         return max(0.0, self.sent_at_s - self.started_at_s)
 
     @property
@@ -169,6 +170,7 @@ class RequestRecord:
         d["status"] = self.status.value
         d["scheduling_lag_s"] = self.scheduling_lag_s
         d["queue_time_s"] = self.queue_time_s
-        d["connect_s"] = self.connect_s
+        d["connect_s"] = self.connect_s  # schema v1 name of the send delay
+        d["send_delay_s"] = self.connect_s
         d["normalized_latency_s"] = self.normalized_latency_s
         return d

@@ -168,6 +168,7 @@ class HttpProbe(Probe):
                 max_bytes=ctx.settings.max_response_bytes,
             ) as resp:
                 sent_at = resp.sent_at
+                result.send_delay_s = resp.send_delay_s
                 result.http_status = resp.status
                 bad = status_mod.classify_http_status(resp.status)
                 if bad is not None:
