@@ -10,7 +10,21 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default method); q in 0..100. Raises on empty input."""
     if not values:
         raise ValueError("percentile of an empty sequence")
+    return percentile_sorted(sorted(values), q)
+
+
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
+    """Several percentiles from one sort (a summary of 16,000 requests sorted once, not once per figure)."""
+    if not values:
+        raise ValueError("percentile of an empty sequence")
     data = sorted(values)
+    return [percentile_sorted(data, q) for q in qs]
+
+
+def percentile_sorted(data: Sequence[float], q: float) -> float:
+    """`percentile` of data that is already sorted ascending (no copy, no sort)."""
+    if not data:
+        raise ValueError("percentile of an empty sequence")
     if len(data) == 1:
         return float(data[0])
     pos = (len(data) - 1) * q / 100.0

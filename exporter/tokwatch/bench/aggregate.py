@@ -10,7 +10,7 @@ from typing import Any
 
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.result import Status
-from tokwatch.stats import percentile
+from tokwatch.stats import percentile, percentile_sorted
 
 PERCENTILES = (50, 90, 95, 99)
 SEND_METRICS = ("scheduling_lag", "queue_time", "connect")  # client-side, before the latency clock starts
@@ -28,10 +28,11 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     mean = math.fsum(values) / n
     out["mean"] = mean
     out["std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
-    out["min"] = float(min(values))
-    out["max"] = float(max(values))
+    data = sorted(values)  # once: min, max and every percentile read from it
+    out["min"] = float(data[0])
+    out["max"] = float(data[-1])
     for q in PERCENTILES:
-        out[f"p{q}"] = percentile(values, q)
+        out[f"p{q}"] = percentile_sorted(data, q)
     return out
 
 

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.result import Status
-from tokwatch.stats import percentile
+from tokwatch.stats import percentile, percentiles
 
 _RECENT = 5000  # values kept for live percentiles; the final figures use every value
 
@@ -95,8 +95,9 @@ class LiveCollector(Collector):
             g = GaugeMetricFamily(name, help_, labels=["quantile"])
             snapshot = list(values)
             if snapshot:
-                for q in (0.5, 0.9, 0.99):
-                    g.add_metric([str(q)], percentile(snapshot, q * 100))
+                quantiles = (0.5, 0.9, 0.99)
+                for q, v in zip(quantiles, percentiles(snapshot, [q * 100 for q in quantiles]), strict=True):
+                    g.add_metric([str(q)], v)
             yield g
         now = time.perf_counter() - s.started
         yield GaugeMetricFamily(
