@@ -160,7 +160,11 @@ class App:
         self.writer.sync_endpoints(self.config.endpoints)
         await self.writer.start()
         self._register(StorageCollector(self.writer))
-        self._window_cache = WindowCache(self.store, window_s=self.config.schedule.window)
+        self._window_cache = WindowCache(
+            self.store,
+            window_s=self.config.schedule.window,
+            include=frozenset(self.config.schedule.window_includes),
+        )
         self._window_cache.configure(self.config.endpoints, fleet=self.full_config.endpoints)
         await self._window_cache.start()
         self._window_snapshot = self._window_cache.snapshot
@@ -309,6 +313,13 @@ class App:
             servers.setdefault(server_key(ep.base_url), []).append(ep.name)
         return s.interval, s.offset, RoundPlan(servers, s.parallelism, s.per_server)
 
+    def _in_window(self, result: RunResult) -> bool:
+        """Whether a run counts in window figures (the store applies the same rule in SQL)."""
+        include = self.config.schedule.window_includes
+        if result.trigger == "on_demand" and "on_demand" not in include:
+            return False
+        return not (result.timing_disturbed and "timing_disturbed" not in include)
+
     @property
     def scheduler_stats(self) -> SchedulerStats | None:
         """The scheduler's own figures (None without a schedule)."""
@@ -388,7 +399,7 @@ class App:
         self.probe_metrics.record(result)
         if self.writer is not None:
             self.writer.submit(result)  # never waits on the database
-        else:
+        elif self._in_window(result):
             self.windows.add(result.endpoint, result.started_at, result.ok, result.tokens_per_second)
         if (signals := self._ollama.get(result.endpoint)) is not None:
             signals.observe(result)

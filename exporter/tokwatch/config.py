@@ -127,6 +127,9 @@ class ScheduleSettings(_Strict):
     per_server: int = Field(1, ge=1, le=64)  # probes at once against one server
     # /probe?target= within this long after the endpoint's last run returns that run instead of probing.
     on_demand_min_interval: float = 60.0
+    # Runs the window figures (median, CV, uptime, fleet comparison) take in besides scheduled, undisturbed
+    # ones: "on_demand" (/probe) and/or "timing_disturbed".
+    window_includes: tuple[Literal["on_demand", "timing_disturbed"], ...] = ()
     window: float = 86400.0  # window for the in-memory median/CV/stddev gauges
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour

@@ -22,6 +22,7 @@ from tokwatch.storage import (
     open_store,
     window_figures,
 )
+from tokwatch.storage.base import WINDOW_INCLUDABLE
 from tokwatch.storage.devserver import PASSWORD, LocalPostgres
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
@@ -49,10 +50,10 @@ async def test_migrate_from_empty_then_idempotent(pg_dsn: str) -> None:
     store = await _store(pg_dsn)
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3]
+        assert await store.migrate() == [1, 2, 3, 4]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending, st.too_new) == (3, 3, (), False)
+        assert (st.current, st.known, st.pending, st.too_new) == (4, 4, (), False)
         assert store.backend == "postgres"  # no timescaledb on this server
     finally:
         await store.close()
@@ -220,3 +221,31 @@ async def test_outage_mid_run_every_run_arrives_once(
     assert len(rows) == 13
     assert all(n == 1 for _, n in rows)
     assert {r[0] for r in rows} >= {r.run_id for r in during}
+
+
+async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(pg_dsn: str) -> None:
+    store = await _store(pg_dsn)
+    try:
+        now = time.time()
+        await store.write_runs(
+            [
+                RunRow(run_id="s1", time=now - 10, endpoint="a", status="ok", tokens_per_second=100.0),
+                RunRow(run_id="s2", time=now - 9, endpoint="a", status="ok", tokens_per_second=110.0),
+                RunRow(
+                    run_id="d", time=now - 8, endpoint="a", status="ok", tokens_per_second=900.0,
+                    timing_disturbed=True, max_stall_s=0.2, merged_reads=3, send_delay_s=0.001,
+                ),
+                RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
+            ]
+        )
+        plain = (await store.window_stats(now - 60, now))["a"]
+        assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
+        everything = (await store.window_stats(now - 60, now, include=frozenset(WINDOW_INCLUDABLE)))["a"]
+        assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
+    finally:
+        await store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT triggered_by, timing_disturbed, max_stall_s, merged_reads FROM runs WHERE run_id = 'd'"
+        ).fetchone()
+    assert row == ("scheduled", True, 0.2, 3)

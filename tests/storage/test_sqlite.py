@@ -11,6 +11,7 @@ import pytest
 
 from tokwatch.config import StorageSettings
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
+from tokwatch.storage.base import WINDOW_INCLUDABLE
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 
@@ -23,10 +24,10 @@ async def test_migrate_from_empty_then_idempotent(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db" / "tw.db")
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2]
+        assert await store.migrate() == [1, 2, 3]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending) == (2, 2, ())
+        assert (st.current, st.known, st.pending) == (3, 3, ())
     finally:
         await store.close()
 
@@ -122,3 +123,27 @@ async def test_refuses_newer_schema(tmp_path: Path) -> None:
         conn.execute("INSERT INTO tokwatch_schema VALUES (42, 'future', 0)")
     with pytest.raises(SchemaTooNewError, match="schema version 42"):
         await open_store(StorageSettings(sqlite_path=str(path)), instance="t")
+
+
+async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "w.db")
+    try:
+        await store.migrate()
+        now = time.time()
+        await store.write_runs(
+            [
+                RunRow(run_id="s1", time=now - 10, endpoint="a", status="ok", tokens_per_second=100.0),
+                RunRow(run_id="s2", time=now - 9, endpoint="a", status="ok", tokens_per_second=110.0),
+                RunRow(
+                    run_id="d", time=now - 8, endpoint="a", status="ok", tokens_per_second=900.0,
+                    timing_disturbed=True, max_stall_s=0.2,
+                ),
+                RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
+            ]
+        )
+        plain = (await store.window_stats(now - 60, now))["a"]
+        assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
+        everything = (await store.window_stats(now - 60, now, include=frozenset(WINDOW_INCLUDABLE)))["a"]
+        assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
+    finally:
+        await store.close()

@@ -11,6 +11,9 @@ from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
 
 HOUR_S = 3600.0
+# Runs window figures leave out unless asked to include them (`schedule.window_includes`).
+WindowIncludes = frozenset[str]
+WINDOW_INCLUDABLE = frozenset({"on_demand", "timing_disturbed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +92,12 @@ class Store(ABC):
         """Fast load of new rows (COPY / executemany) for benchmarks and imports, then refresh the rollup."""
 
     @abstractmethod
-    async def window_stats(self, since: float, until: float) -> dict[str, WindowStats]:
-        """Per-endpoint aggregates of runs with since <= time < until, keyed by current endpoint name."""
+    async def window_stats(
+        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+    ) -> dict[str, WindowStats]:
+        """Per-endpoint aggregates of runs with since <= time < until, keyed by current endpoint name.
+
+        On-demand (`/probe`) and `timing_disturbed` runs are left out unless named in `include`."""
 
     @abstractmethod
     async def last_runs(self, since: float) -> dict[str, LastRun]:

@@ -20,7 +20,14 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tokwatch.redact import Redactor
 from tokwatch.storage import timescale
-from tokwatch.storage.base import EndpointSpec, LastRun, MaintenanceReport, Store, WindowStats
+from tokwatch.storage.base import (
+    EndpointSpec,
+    LastRun,
+    MaintenanceReport,
+    Store,
+    WindowIncludes,
+    WindowStats,
+)
 from tokwatch.storage.bench_rows import (
     BENCH_REQUEST_COLUMNS,
     BENCH_RUN_COLUMNS,
@@ -28,7 +35,7 @@ from tokwatch.storage.bench_rows import (
     BenchRunRow,
 )
 from tokwatch.storage.errors import SchemaTooNewError, StorageError, StoreUnavailableError
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow, window_filter
 from tokwatch.storage.schema import Flavor, SchemaStatus, known_version, migrations_for, too_new_message
 
 log = logging.getLogger(__name__)
@@ -66,7 +73,7 @@ SELECT e.name, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {_OK_
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {_OK_TPS},
        avg(r.tokens_per_second) {_OK_TPS}, stddev_samp(r.tokens_per_second) {_OK_TPS}
 FROM runs r JOIN endpoints e ON e.id = r.endpoint_id
-WHERE r.time >= %s AND r.time < %s
+WHERE r.time >= %s AND r.time < %s /*filter*/
 GROUP BY e.name
 """
 _LAST_SQL = """
@@ -485,11 +492,14 @@ class PostgresStore(Store):
 
     # --- queries -------------------------------------------------------------------------------------
 
-    async def window_stats(self, since: float, until: float) -> dict[str, WindowStats]:
+    async def window_stats(
+        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+    ) -> dict[str, WindowStats]:
         """One aggregate query (percentile_cont = numpy's linear median; stddev_samp = n-1 stddev)."""
         await self.ensure_ready()
+        sql = _WINDOW_SQL.replace("/*filter*/", window_filter(include))
         async with self._connection() as conn:
-            rows = await (await conn.execute(_WINDOW_SQL.encode(), (ts(since), ts(until)))).fetchall()
+            rows = await (await conn.execute(sql.encode(), (ts(since), ts(until)))).fetchall()
         out = {}
         for name, runs, ok, samples, med, mean, sd in rows:
             stddev = (float(sd) if sd is not None else 0.0) if samples else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -38,6 +39,11 @@ class RunRow:
     error_message: str | None = None
     cold: bool | None = None
     instance: str = ""
+    triggered_by: str = "scheduled"  # "scheduled" or "on_demand" (/probe)
+    timing_disturbed: bool = False
+    max_stall_s: float | None = None
+    merged_reads: int | None = None
+    send_delay_s: float | None = None
 
     @classmethod
     def from_result(
@@ -70,6 +76,11 @@ class RunRow:
             error_message=message,
             cold=result.cold,
             instance=result.instance or instance,
+            triggered_by=result.trigger,
+            timing_disturbed=bool(result.timing_disturbed),
+            max_stall_s=result.max_stall_s,
+            merged_reads=result.merged_reads,
+            send_delay_s=result.send_delay_s,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,3 +96,16 @@ class RunRow:
 
 # Column order shared by every backend's INSERT/COPY (endpoint becomes endpoint_id).
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "endpoint")
+
+
+def window_filter(include: Iterable[str]) -> str:
+    """SQL appended to a `runs r` WHERE clause: leave out on-demand and disturbed runs unless included.
+
+    Both backends accept it (`timing_disturbed` is INTEGER 0/1 in SQLite and boolean in PostgreSQL)."""
+    wanted = set(include)
+    sql = ""
+    if "on_demand" not in wanted:
+        sql += " AND r.triggered_by = 'scheduled'"
+    if "timing_disturbed" not in wanted:
+        sql += " AND NOT r.timing_disturbed"
+    return sql

@@ -18,6 +18,7 @@ from tokwatch.storage.base import (
     LastRun,
     MaintenanceReport,
     Store,
+    WindowIncludes,
     WindowStats,
     hour_bucket,
 )
@@ -28,7 +29,7 @@ from tokwatch.storage.bench_rows import (
     BenchRunRow,
 )
 from tokwatch.storage.errors import SchemaTooNewError, StorageError
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow, window_filter
 from tokwatch.storage.schema import SchemaStatus, migrations_for, too_new_message
 
 T = TypeVar("T")
@@ -325,13 +326,16 @@ class SQLiteStore(Store):
 
     # --- queries -------------------------------------------------------------------------------------
 
-    def _window_sync(self, conn: sqlite3.Connection, since: float, until: float) -> dict[str, WindowStats]:
+    def _window_sync(
+        self, conn: sqlite3.Connection, since: float, until: float, include: WindowIncludes
+    ) -> dict[str, WindowStats]:
         runs: dict[str, int] = defaultdict(int)
         ok: dict[str, int] = defaultdict(int)
         values: dict[str, list[float]] = defaultdict(list)
         cur = conn.execute(
             "SELECT e.name, r.status, r.tokens_per_second FROM runs r "
-            "JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?",
+            "JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
+            + window_filter(include),
             (since, until),
         )
         for name, status, tps in cur:
@@ -346,10 +350,12 @@ class SQLiteStore(Store):
             out[name] = WindowStats(name, n, ok[name], len(values[name]), med, mean, sd)
         return out
 
-    async def window_stats(self, since: float, until: float) -> dict[str, WindowStats]:
+    async def window_stats(
+        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+    ) -> dict[str, WindowStats]:
         """Aggregates computed in Python with tokwatch.stats (SQLite has no percentile_cont)."""
         await self.ensure_ready()
-        return await self._run(lambda conn: self._window_sync(conn, since, until))
+        return await self._run(lambda conn: self._window_sync(conn, since, until, include))
 
     def _last_sync(self, conn: sqlite3.Connection, since: float) -> dict[str, LastRun]:
         out = {}

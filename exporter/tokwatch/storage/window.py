@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from tokwatch.config import EndpointSettings
-from tokwatch.storage.base import Store, WindowStats
+from tokwatch.storage.base import Store, WindowIncludes, WindowStats
 from tokwatch.window import (
     FleetComparison,
     WindowFigures,
@@ -37,10 +37,15 @@ def figures_from_stats(stats: WindowStats, window: str) -> WindowFigures:
 
 
 async def window_figures(
-    store: Store, now: float, *, window_s: float = WINDOW_S, endpoints: Sequence[str] | None = None
+    store: Store,
+    now: float,
+    *,
+    window_s: float = WINDOW_S,
+    endpoints: Sequence[str] | None = None,
+    include: WindowIncludes = frozenset(),
 ) -> dict[str, WindowFigures]:
     """Per endpoint: median, sample stddev, CV of ok-run tok/s, uptime, runs and ok runs in the window."""
-    stats = await store.window_stats(now - window_s, now)
+    stats = await store.window_stats(now - window_s, now, include=include)
     label = window_label(window_s)
     wanted = set(endpoints) if endpoints is not None else None
     return {
@@ -51,10 +56,15 @@ async def window_figures(
 
 
 async def fleet_comparison(
-    store: Store, now: float, *, window_s: float = FLEET_WINDOW_S, endpoints: Sequence[str] | None = None
+    store: Store,
+    now: float,
+    *,
+    window_s: float = FLEET_WINDOW_S,
+    endpoints: Sequence[str] | None = None,
+    include: WindowIncludes = frozenset(),
 ) -> FleetComparison | None:
     """Seed 000's comparison strip: the 7-day median decides fastest and slowest."""
-    figures = await window_figures(store, now, window_s=window_s, endpoints=endpoints)
+    figures = await window_figures(store, now, window_s=window_s, endpoints=endpoints, include=include)
     return compare_fleet({n: f.median for n, f in figures.items()}, window_label(window_s))
 
 
@@ -69,8 +79,10 @@ class WindowCache:
         fleet_window_s: float = FLEET_WINDOW_S,
         refresh_interval_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        include: WindowIncludes = frozenset(),
     ) -> None:
         self._store = store
+        self._include = include
         self._window_s = window_s
         self._fleet_window_s = fleet_window_s
         self._interval = refresh_interval_s
@@ -100,13 +112,14 @@ class WindowCache:
         now = self._clock()
         try:
             figures = await window_figures(
-                self._store, now, window_s=self._window_s, endpoints=self._endpoints
+                self._store, now, window_s=self._window_s, endpoints=self._endpoints, include=self._include
             )
             fleet = await fleet_comparison(
                 self._store,
                 now,
                 window_s=self._fleet_window_s,
                 endpoints=self._fleet if self._fleet is not None else self._endpoints,
+                include=self._include,
             )
         except Exception as exc:
             self.refresh_errors += 1
