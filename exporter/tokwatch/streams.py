@@ -538,13 +538,16 @@ class StreamCollector:
     chunk_usage: bool = False  # usage arrived on content chunks (vLLM continuous_usage_stats)
     model: str | None = None  # what the answer says produced it
     events: int = 0  # every event parsed: an answer with none was not the protocol spoken
+    merged_reads: int = 0  # reads (add() calls) that carried two or more content chunks
 
     def add(self, events: Iterable[StreamEvent]) -> None:
-        """Record events in arrival order."""
+        """Record the events of one read in arrival order (call once per read: merged reads are counted)."""
+        chunks = set()
         for ev in events:
             self.events += 1
             if isinstance(ev, TextDelta):
                 self.deltas.append(ev)
+                chunks.add(ev.chunk)
                 if ev.chunk_tokens is not None:
                     self.chunk_usage = True
             elif isinstance(ev, Usage):
@@ -560,6 +563,8 @@ class StreamCollector:
                 self.done = True
             elif isinstance(ev, AnswerModel):
                 self.model = ev.name
+        if len(chunks) > 1:
+            self.merged_reads += 1
 
     @property
     def text(self) -> str:

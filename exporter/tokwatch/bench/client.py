@@ -19,6 +19,7 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message, estimate_tokens
 from tokwatch.config import server_root
 from tokwatch.http import HttpClient
+from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
 from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields
 from tokwatch.result import Status
@@ -93,6 +94,7 @@ async def execute(
     run_t0: float,
     deadlines: Deadlines,
     redactor: Redactor,
+    stalls: StallMonitor | None = None,
 ) -> RequestRecord:
     """Send the request, stream the answer, fill `record`; never raises except on cancellation."""
     max_tokens = record.max_tokens or 1
@@ -140,6 +142,9 @@ async def execute(
         return _fail(record, status_mod.classify_exception(exc), redactor, run_t0)
     assert end is not None
     record.completed_at_s = end - run_t0
+    record.merged_reads = collector.merged_reads
+    if stalls is not None:
+        record.max_stall_s = stalls.max_stall(sent_at, end)
     _fill_figures(record, collector, sent_at, end, deadlines)
     if runaway or (record.generated_tokens > max_tokens and record.tokens_source != "client_estimate"):
         record.status = Status.DEGRADED

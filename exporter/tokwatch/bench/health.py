@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.stats import median, percentile
 
 RATE_TOLERANCE = 0.01
 LAG_P99_LIMIT_S = 0.005
 LENGTH_TOLERANCE = 0.2
+STALL_LIMIT_S = 0.005  # a request that streamed while the client's loop stalled this long is disturbed
+DISTURBED_SHARE_FAIL = 0.05  # above this share of requests, the run's client timings are not trusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
                 f"(limit p99 {LAG_P99_LIMIT_S * 1e3:.0f} ms; higher means the client could not keep pace)",
             )
         )
+    checks.extend(_client_timing(measured))
     queues = [r.queue_time_s for r in measured]
     if queues and max(queues) > 0:
         checks.append(
@@ -123,6 +128,32 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     else:
         checks.append(Check("errors", "FAIL", "no request was measured"))
     return checks
+
+
+def _client_timing(measured: Sequence[RequestRecord]) -> list[Check]:
+    """Measured facts about the client itself: loop stalls while requests streamed, and merged reads."""
+    watched = [r for r in measured if r.max_stall_s is not None]
+    if not watched:
+        return []
+    stalled = [r for r in watched if (r.max_stall_s or 0.0) >= STALL_LIMIT_S]
+    share = len(stalled) / len(watched)
+    worst = max(r.max_stall_s or 0.0 for r in watched)
+    merged = sum(r.merged_reads or 0 for r in measured)
+    with_merged = sum(1 for r in measured if r.merged_reads)
+    verdict: Literal["PASS", "WARN", "FAIL"] = (
+        "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if stalled else "PASS"
+    )
+    return [
+        Check(
+            "client timing",
+            verdict,
+            f"{len(stalled)}/{len(watched)} requests streamed while the client's event loop stalled "
+            f">= {STALL_LIMIT_S * 1e3:.0f} ms (worst {worst * 1e3:.1f} ms; FAIL above "
+            f"{DISTURBED_SHARE_FAIL:.0%} of requests: their TTFT/TBT carry the client's own lateness); "
+            f"{merged} merged reads in {with_merged} requests (several chunks in one read: client lateness, "
+            "or batching by the server or a proxy)",
+        )
+    ]
 
 
 def render(checks: list[Check]) -> str:

@@ -72,6 +72,8 @@ class RequestRecord:
     output_itl_s: list[float] = field(default_factory=list)  # per token after the first output-phase token
     fluidity_index: float | None = None
     decode_tokens_per_s: float | None = None  # timing.client_stream_tps: first-to-last token window
+    merged_reads: int | None = None  # socket reads that carried two or more content chunks
+    max_stall_s: float | None = None  # the client loop's largest stall while this request streamed
     history_tokens: int | None = None  # multi-turn: estimated tokens of earlier turns in the prompt
     reply_text: str = ""  # the model's answer; used for multi-turn history, never written out
 

@@ -22,6 +22,7 @@ from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, estimate_tokens
 from tokwatch.http import HttpClient
+from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 
@@ -89,6 +90,8 @@ class BenchRunner:
             itertools.cycle(requests) if isinstance(requests, list) else None
         )
         self._stopping = asyncio.Event()
+        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter.
+        self.stalls = StallMonitor()
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -127,6 +130,7 @@ class BenchRunner:
                 run_t0=state.t0,
                 deadlines=self._deadlines,
                 redactor=self._redactor,
+                stalls=self.stalls,
             )
         finally:
             state.in_flight -= 1
@@ -183,6 +187,10 @@ class BenchRunner:
 
     async def run(self) -> RunState:
         """Warm-up, then the measured phase; returns the state (records, stop reason)."""
+        with self.stalls.watching():
+            return await self._run()
+
+    async def _run(self) -> RunState:
         try:
             if self.options.warmup:
                 await self._warmup()

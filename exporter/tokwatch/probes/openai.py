@@ -200,6 +200,8 @@ class HttpProbe(Probe):
             if col.deltas and result.streamed:
                 result.ttft_s = col.deltas[0].t - sent_at
             return status_mod.apply(result, outcome, ctx.log.redact)
+        if result.streamed:
+            result.merged_reads = col.merged_reads
         if ctx.stalls is not None:
             result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
             result.timing_disturbed = result.max_stall_s >= ctx.settings.disturbance_threshold
