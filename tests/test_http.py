@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -255,3 +256,39 @@ async def test_the_clock_starts_at_the_last_byte_and_waiting_is_send_delay() -> 
     waited = max(first[1], second[1])
     assert waited >= 0.45
     assert max(first[2], second[2]) < 0.85
+
+
+def test_reads_are_stamped_on_uvloop_too() -> None:
+    """uvloop binds data_received at connect: the stamping must live in the protocol class itself."""
+    pytest.importorskip("uvloop")
+    from tokwatch.measurement import loop_name, new_loop
+
+    async def main() -> tuple[str, list[float]]:
+        async def slow(request: web.Request) -> web.StreamResponse:
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for _ in range(4):
+                await resp.write(b"x")
+                await asyncio.sleep(0.05)
+            return resp
+
+        app = web.Application()
+        app.router.add_get("/", slow)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            async with (
+                HttpClient() as client,
+                client.stream("GET", f"http://127.0.0.1:{runner.addresses[0][1]}/", timeout=10) as resp,
+            ):
+                stamps = [t async for t, _ in resp.chunks()]
+        finally:
+            await runner.cleanup()
+        return loop_name(asyncio.get_running_loop()), stamps
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        name, stamps = runner.run(main())
+    assert name == "uvloop"
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert len(gaps) == 3 and all(g >= 0.03 for g in gaps)  # not all stamped at the headers' time

@@ -10,8 +10,8 @@ raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
+import functools
 import json
 import ssl
 import time
@@ -22,6 +22,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Literal
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 TransportKind = Literal["connect", "dns", "tls", "timeout", "reset", "too_large", "protocol"]
 Phase = Literal["connect", "response", "body"]
@@ -142,6 +143,30 @@ def _wrap(exc: BaseException, attempt: _Attempt, phase: Phase) -> TransportError
     return TransportError("protocol", phase, f"{type(exc).__name__}: {text}")
 
 
+class _StampingHandler(ResponseHandler):
+    """aiohttp's connection protocol, stamping every socket read as it happens.
+
+    A subclass rather than a patched instance attribute: uvloop binds `data_received` when the connection
+    is made, so patching it afterwards would silently stamp nothing (every chunk would carry the
+    headers' time). This works on asyncio's loop and on uvloop alike.
+    """
+
+    last_rx: float | None = None
+
+    def data_received(self, data: bytes) -> None:
+        """Stamp, then hand the bytes to aiohttp."""
+        self.last_rx = time.perf_counter()
+        super().data_received(data)
+
+
+class _StampingConnector(aiohttp.TCPConnector):
+    """A TCPConnector whose connections use `_StampingHandler`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(_StampingHandler, loop=self._loop)  # type: ignore[assignment]
+
+
 class StreamResponse:
     """An open response whose body is read piece by piece with receive timestamps.
 
@@ -168,31 +193,18 @@ class StreamResponse:
         self.first_byte_at: float | None = None
         self.last_byte_at: float | None = None
         self.bytes_received = 0
-        self._rx: float | None = None
         # One timer per response instead of one per read: it fails the body stream at the deadline.
         self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
-        self._proto: Any = None
         proto = resp.connection.protocol if resp.connection is not None else None
-        if proto is not None and hasattr(proto, "__dict__"):
-            received = proto.data_received
-
-            def stamped(data: bytes) -> None:
-                self._rx = time.perf_counter()
-                received(data)
-
-            proto.data_received = stamped  # type: ignore[method-assign]
-            self._proto = proto
+        self._proto = proto if isinstance(proto, _StampingHandler) else None
 
     def _expire(self) -> None:
         self._resp.content.set_exception(TransportError("timeout", "body", "timed out reading the response"))
 
     def detach(self) -> None:
-        """Stop the timer and unhook the connection (before it returns to the pool)."""
+        """Stop the timer and let go of the connection (before it returns to the pool)."""
         self._timer.cancel()
-        if self._proto is not None:
-            with contextlib.suppress(AttributeError):
-                del self._proto.data_received
-            self._proto = None
+        self._proto = None
 
     async def chunks(self) -> AsyncIterator[tuple[float, bytes]]:
         """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
@@ -209,8 +221,9 @@ class StreamResponse:
                 raise _wrap(exc, _Attempt(connected=True), "body") from exc
             if not data:
                 return
-            # Bytes buffered before the hook was installed arrived with the headers.
-            now = self._rx if self._rx is not None else self.headers_at
+            # The latest read on this connection delivered these bytes (or, at the start, the headers too).
+            rx = self._proto.last_rx if self._proto is not None else None
+            now = rx if rx is not None else self.headers_at
             if self.first_byte_at is None:
                 self.first_byte_at = now
             self.last_byte_at = now
@@ -256,7 +269,7 @@ class HttpClient:
         self._session = self._fresh_session = None
 
     def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=self._limit, force_close=force_close)
+        connector = _StampingConnector(limit=self._limit, force_close=force_close)
         return aiohttp.ClientSession(
             connector=connector,
             trace_configs=[_trace_config()],

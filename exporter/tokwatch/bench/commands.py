@@ -18,6 +18,7 @@ from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
 from tokwatch.config import Config, ConfigError, load_config
+from tokwatch.measurement import new_loop
 
 # Flags whose value is copied into the options when given (argparse dest == option name).
 _VALUE_FLAGS = (
@@ -165,7 +166,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         opts = options_from_args(args)
         # Read before anything is sent, so a bad storage section is a usage error, not a lost run.
         store_config = _store_config(opts) if getattr(args, "store", True) else None
-        outcome, out_dir = asyncio.run(_main(opts, console))
+        with asyncio.Runner(loop_factory=new_loop) as runner:  # uvloop when installed
+            outcome, out_dir = runner.run(_main(opts, console))
     except (ConfigError, WorkloadError, SloError) as exc:
         print(f"tokwatch bench: {exc}", file=sys.stderr)
         return ExitCode.USAGE

@@ -30,6 +30,7 @@ from tokwatch.bench.workload import (
     load_prompts,
 )
 from tokwatch.config import ConfigError, load_config, parse_listen, server_root
+from tokwatch.measurement import loop_name
 from tokwatch.redact import Redactor
 
 
@@ -247,6 +248,7 @@ def _cpu_figures(cpu: float, state: RunState) -> dict[str, Any]:
     return {
         "cpu_s": cpu,
         "cpu_per_request_s": cpu / len(state.records) if state.records else None,
+        "event_loop": loop_name(asyncio.get_running_loop()),
         "cpu_per_token_s": cpu / tokens if tokens else None,
     }
 

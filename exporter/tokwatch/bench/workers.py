@@ -24,6 +24,7 @@ from typing import Any
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import RunState
+from tokwatch.measurement import new_loop
 
 _START_DELAY_S = 0.05  # lead time between the barrier and the common measured start
 
@@ -88,7 +89,8 @@ def _worker_main(
     error: str | None = None
     try:
         opts = BenchOptions.model_validate(opts_data)
-        state = asyncio.run(_worker_run(opts, k, n, t0, start_at, barrier, out))
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            state = runner.run(_worker_run(opts, k, n, t0, start_at, barrier, out))
     except Exception as exc:  # reported to the parent as a worker failure, never a traceback
         error = f"worker {k}: {type(exc).__name__}: {exc}"
         with contextlib.suppress(Exception):
