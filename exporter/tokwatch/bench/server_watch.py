@@ -12,6 +12,7 @@ from tokwatch.counters.adapters import read_counters
 from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_metrics
 from tokwatch.counters.reading import CounterReading
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
+from tokwatch.measurement import MeasurementLoop
 
 SCRAPE_TIMEOUT_S = 5.0
 
@@ -43,9 +44,11 @@ class ServerWatch:
         self._waiting_peak: float | None = None
         self.problem: str | None = None
 
-    async def _scrape(self) -> tuple[str, float, CounterReading | None, MetricsSnapshot] | None:
+    async def _scrape(
+        self, http: HttpClient | None = None
+    ) -> tuple[str, float, CounterReading | None, MetricsSnapshot] | None:
         try:
-            text = await self._http.get_text(self._url, timeout=SCRAPE_TIMEOUT_S)
+            text = await (http or self._http).get_text(self._url, timeout=SCRAPE_TIMEOUT_S)
             snap = parse_metrics(text)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
             self.problem = f"cannot read {self._url}: {exc}"
@@ -69,11 +72,11 @@ class ServerWatch:
             self.before_text, t, reading, snap = got
             self._before = (t, reading, snap)
 
-    async def sample_forever(self) -> None:
-        """Sample gauges (KV usage, queue depth) until cancelled."""
+    async def sample_forever(self, http: HttpClient | None = None) -> None:
+        """Sample gauges (KV usage, queue depth) until cancelled, with `http` when given (another loop's)."""
         while True:
             await asyncio.sleep(self._interval)
-            await self._scrape()
+            await self._scrape(http)
 
     async def finish(self) -> None:
         """Take the after-run snapshot."""
@@ -115,8 +118,26 @@ class ServerWatch:
 
 
 async def watch_during(watch: ServerWatch) -> asyncio.Task[None]:
-    """Start the sampling task (cancel it, then `await finish()`, when the run ends)."""
-    return asyncio.create_task(watch.sample_forever(), name="bench-server-watch")
+    """Start sampling (cancel the task, then `await finish()`, when the run ends).
+
+    The samples are scraped and parsed in a thread with its own loop and HTTP client, so a large /metrics
+    body never delays the stamping of the streams the run measures (docs/methodology.md, "Measurement
+    isolation"); the before and after snapshots, outside the measured phase, stay on the run's loop.
+    """
+    side = MeasurementLoop(name="tokwatch-bench-watch")
+    side.start()
+
+    async def sample() -> None:
+        async with HttpClient(user_agent="tokwatch-bench") as http:
+            await watch.sample_forever(http)
+
+    async def run() -> None:
+        try:
+            await side.call(sample())
+        finally:
+            await asyncio.to_thread(side.stop)
+
+    return asyncio.create_task(run(), name="bench-server-watch")
 
 
 async def stop_task(task: asyncio.Task[None]) -> None:
