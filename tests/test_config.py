@@ -143,3 +143,30 @@ def test_check_config_reports_missing_key_env(tmp_path: Path, capsys: pytest.Cap
     f.write_text(BASE + "    api_key_env: TW_NOT_SET_ANYWHERE\n")
     assert main(["check-config", str(f)]) == 2
     assert "environment variable TW_NOT_SET_ANYWHERE is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ("schedule: {interval: .nan}", "interval", "must be finite"),
+        ("schedule: {interval: .inf}", "interval", "must be finite"),
+        ("schedule: {window: 0}", "window", "above zero"),
+        ("schedule: {window: 0s}", "window", "above zero"),
+        ("storage: {write_timeout: -1}", "write_timeout", "cannot be negative"),
+    ],
+)
+def test_durations_must_be_finite_and_above_zero(section: str, value: str, message: str) -> None:
+    text = section + "\nendpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]\n"
+    err = errors_of(text)
+    assert "t.yml:1" in err and value in err and message in err
+
+
+def test_an_endpoint_timeout_of_zero_is_refused_with_its_line() -> None:
+    text = "endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m, timeout: 0}\n"
+    err = errors_of(text)
+    assert "t.yml:2" in err and "timeout" in err and "above zero" in err
+
+
+def test_an_offset_of_zero_is_fine() -> None:
+    text = "schedule: {offset: 0s}\nendpoints: []\n"
+    assert load_config_text(text, "t.yml").schedule.offset == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -56,8 +57,18 @@ def parse_duration(value: Any) -> float:
         seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
     else:
         raise ValueError("expected a duration such as 30s, 15m or 1h")
+    if not math.isfinite(seconds):
+        raise ValueError(f"a duration must be finite, not {value!r}")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+def parse_positive_duration(value: Any) -> float:
+    """`parse_duration`, and more than zero (an interval, a timeout or a window of 0 means nothing)."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"must be a duration above zero, not {value!r}")
     return seconds
 
 
@@ -66,6 +77,12 @@ class _Strict(BaseModel):
 
 
 def _duration_fields(*names: str) -> Any:
+    """Durations that must be finite and above zero."""
+    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_positive_duration(v))
+
+
+def _offset_fields(*names: str) -> Any:
+    """Durations that may be zero (an offset into the interval)."""
     return field_validator(*names, mode="before")(lambda v: v if v is None else parse_duration(v))
 
 
@@ -134,7 +151,8 @@ class ScheduleSettings(_Strict):
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour
     )
-    _durations = _duration_fields("interval", "offset", "window", "on_demand_min_interval")
+    _durations = _duration_fields("interval", "window", "on_demand_min_interval")
+    _offsets = _offset_fields("offset")
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleSettings:
