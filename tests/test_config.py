@@ -162,7 +162,9 @@ def test_durations_must_be_finite_and_above_zero(section: str, value: str, messa
 
 
 def test_an_endpoint_timeout_of_zero_is_refused_with_its_line() -> None:
-    text = "endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m, timeout: 0}\n"
+    text = (
+        "endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m, timeout: 0}\n"
+    )
     err = errors_of(text)
     assert "t.yml:2" in err and "timeout" in err and "above zero" in err
 
