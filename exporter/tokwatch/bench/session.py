@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -156,6 +157,10 @@ async def run_bench(
             watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
             await watch.start()
         n_workers = effective_workers(opts)
+        # Start-up objects (modules, options, workload) out of the collector's view: a full collection
+        # stops the loop that stamps every stream, for tens of ms with all of them in view.
+        gc.collect()
+        gc.freeze()
         runner = BenchRunner(
             opts,
             target,
