@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tokwatch.shard import Shard, ShardError, owner_of, parse_shard, shard_from_
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
 from tokwatch.storage.devserver import LocalPostgres
+from tokwatch.storage.report import build_report
 
 NAMES = [f"endpoint-{i}" for i in range(600)]
 
@@ -120,6 +122,10 @@ async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_onc
             assert owner_of("ep7", 2) == 1  # the fastest endpoint is replica 1's
             snap = shards[0]._window_snapshot()
             assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
+            # `tokwatch report` from either replica covers the whole fleet (it reads the shared store).
+            for app in shards:
+                report = await build_report(app.store, time.time(), 7 * 86400)  # type: ignore[arg-type]
+                assert sorted(r.endpoint for r in report.endpoints) == sorted(probed)
             # Per-endpoint series are disjoint between replicas and together what one exporter exports,
             # so Prometheus sums over both replicas count every endpoint once.
             a, b = series(shards[0]), series(shards[1])
