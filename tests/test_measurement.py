@@ -88,8 +88,8 @@ async def test_a_block_on_the_main_loop_does_not_stall_the_measurement_loop(
     while time.perf_counter() < deadline:
         sum(range(1000))
     t0, t1 = await task
-    # The interpreter lock is handed over every 0.5 ms; far below a 200 ms block on a shared loop.
-    assert mon.max_stall(t0, t1) < 0.1
+    # The interpreter lock is handed over every 0.5 ms: far below the 200 ms a shared loop would stall.
+    assert mon.max_stall(t0, t1) < 0.15
 
 
 async def test_cancelling_the_caller_cancels_the_coroutine_on_the_measurement_loop(

@@ -72,7 +72,7 @@ def fleet_config(sim_url: str, dsn: str) -> str:
     )
     return f"""
 probe: {{max_tokens: 8, warmup: false}}
-schedule: {{interval: 1h, run_on_start: false}}
+schedule: {{interval: 1h, run_on_start: false, window_includes: [timing_disturbed]}}
 storage: {{dsn: '{dsn}', timescale: false}}
 endpoints:
 {lines}
