@@ -171,3 +171,12 @@ async def test_endpoint_from_config_file(tmp_path, stream_server, monkeypatch):
     assert "cfg-secret-key" not in (out_dir / "summary.json").read_text()
     with pytest.raises(ConfigError, match="no endpoint named 'other'"):
         await run_bench(build_options({"endpoint": "other", "config": str(cfg)}), console=Console(quiet=True))
+
+
+async def test_fixed_length_is_claimed_only_where_it_is_asked_for(tmp_path, stream_server):
+    plain, _ = await _bench(tmp_path / "openai", stream_server.url, kind="openai", concurrency=1, number=2)
+    assert not any(r.fixed_output for r in plain.records)  # kind openai: no ignore_eos sent
+    assert all("ignore_eos" not in body for body in stream_server.bodies)
+    vllm, _ = await _bench(tmp_path / "vllm", stream_server.url, kind="vllm", concurrency=1, number=2)
+    assert all(r.fixed_output for r in vllm.records)
+    assert stream_server.bodies[-1]["ignore_eos"] is True

@@ -24,6 +24,7 @@ from tokwatch.bench.workload import Conversation, Message, RequestSpec, Syntheti
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
+from tokwatch.request_options import FIXED_LENGTH_KINDS
 from tokwatch.result import Status
 
 RequestSource = SyntheticWorkload | list[RequestSpec]
@@ -111,7 +112,9 @@ class BenchRunner:
             warmup=warmup,
             prompt_tokens_target=spec.prompt_tokens_target if spec else None,
             max_tokens=spec.max_tokens if spec else None,
-            fixed_output=bool(spec and spec.fixed_output),
+            # Claimed only where ignore_eos/min_tokens is actually sent, so the output-length health check
+            # never blames a server that was not asked for a fixed length.
+            fixed_output=bool(spec and spec.fixed_output) and self.target.kind in FIXED_LENGTH_KINDS,
         )
 
     async def _send(
