@@ -7,8 +7,15 @@ from collections.abc import Iterable
 
 _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{4,}"),
+    re.compile(r"(?i)(basic\s+)[A-Za-z0-9+/=]{4,}"),  # Authorization: Basic base64(user:password)
+    # query-string credentials (?key=, &sig=, ?token=, &access_token=, ...) of any length
+    re.compile(
+        r"(?i)([?&;](?:key|api[_-]?key|apikey|sig|signature|token|access[_-]?token|auth|password|secret|"
+        r"code|x-api-key)=)[^&#\s\"']+"
+    ),
     re.compile(r"(?i)((?:api[_-]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,}]{4,}"),
-    re.compile(r"(?i)(://[^:/@\s]+:)[^@\s]+(@)"),  # user:password@ in URLs and DSNs
+    re.compile(r"(?i)(://[^:/@\s]*:)[^@\s]+(@)"),  # user:password@ (or :password@) in URLs and DSNs
+    re.compile(r"(?i)(password\s*=\s*)'(?:[^'\\]|\\.)*'"),  # libpq key=value DSN, quoted (spaces inside)
     re.compile(r"(?i)(password=)\S+"),
 )
 MASK = "***"

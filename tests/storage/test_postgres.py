@@ -181,6 +181,10 @@ async def test_password_never_in_errors(
         PostgresStore(f"host=127.0.0.1 password={wrong} port")
     assert "invalid storage DSN" in str(bad.value)
     assert wrong not in str(bad.value)
+    # a password with a space: psycopg's own message would quote a piece of it
+    with pytest.raises(StorageError) as spaced:
+        PostgresStore("host=127.0.0.1 password=two words here dbname=tw")
+    assert "words" not in str(spaced.value) and "password='…'" in str(spaced.value)
     assert wrong not in caplog.text and PASSWORD not in caplog.text  # pool warnings included
 
 

@@ -161,8 +161,13 @@ class PostgresStore(Store):
             if "connect_timeout" not in conninfo_to_dict(dsn):
                 options["connect_timeout"] = max(1, int(timeout_s))
             conninfo = make_conninfo(dsn, **options)
-        except psycopg.Error as exc:
-            raise StorageError(f"invalid storage DSN: {self._redact(str(exc))}") from None
+        except psycopg.Error:
+            # psycopg's message quotes the token it choked on, which may be part of a password: say what
+            # is wrong without echoing any of the DSN.
+            raise StorageError(
+                "invalid storage DSN: not a postgresql:// URL or a key=value list (a value with spaces "
+                "needs quotes: password='…')"
+            ) from None
         self.location = describe_dsn(dsn)
         self._conninfo = conninfo
         self._timeout = timeout_s
