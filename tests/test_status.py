@@ -49,6 +49,7 @@ def test_2xx_is_not_a_failure() -> None:
         (TransportError("dns", "connect", "nx"), Status.UNREACHABLE, "dns"),
         (TransportError("tls", "connect", "cert"), Status.UNREACHABLE, "tls"),
         (TransportError("reset", "body", "reset"), Status.PROVIDER_ERROR, "reset"),
+        (TransportError("reset", "response", "reset"), Status.UNREACHABLE, "reset"),
         (TransportError("too_large", "body", "big"), Status.PROVIDER_ERROR, "too_large"),
         (TransportError("protocol", "response", "bad"), Status.PROVIDER_ERROR, "bad_http"),
         (StreamProtocolError("malformed_json", "x"), Status.PROVIDER_ERROR, "malformed_json"),

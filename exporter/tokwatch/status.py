@@ -50,6 +50,9 @@ def classify_exception(exc: BaseException) -> Classification:
         if exc.kind == "too_large":
             return Classification(Status.PROVIDER_ERROR, "too_large", msg)
         if exc.kind == "reset":
+            # Closed before any response byte: nothing answered (a crashed or restarting server).
+            if exc.phase != "body":
+                return Classification(Status.UNREACHABLE, "reset", msg)
             return Classification(Status.PROVIDER_ERROR, "reset", msg)
         return Classification(Status.PROVIDER_ERROR, "bad_http", msg)
     if isinstance(exc, HttpStatusError):
