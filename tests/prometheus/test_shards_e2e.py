@@ -23,7 +23,7 @@ def _exporter_config(stack: Any, dsn: str) -> dict[str, object]:
     return {
         # a busy test box may flag runs timing_disturbed: the windows must still see every endpoint
         "schedule": {"interval": "2s", "offset": "0s", "window_includes": ["timing_disturbed"]},
-        "probe": {"warmup": False, "max_tokens": 8},
+        "probe": {"warmup": False, "max_tokens": 32},
         "storage": {"dsn": dsn, "timescale": False},
         "endpoints": [
             stack.endpoint(name, "s", "openai", f"m{i}", timeout="5s") for i, name in enumerate(ENDPOINTS)
@@ -159,4 +159,5 @@ async def test_prometheus_sees_each_endpoint_once_across_shards(
         # The fleet comparison is exported once across the replicas, and covers the whole fleet.
         fleet = await _query(session, prom, 'tokwatch_fleet_fastest_vs_slowest_ratio{job="shards"}')
         assert len(fleet) == 1
-        assert (fleet[0]["metric"]["fastest"], fleet[0]["metric"]["slowest"]) == ("ep5", "ep0")
+        # ep5 and ep4 decode at 700 and 600 tok/s: a short client-timed run can put either first
+        assert fleet[0]["metric"]["fastest"] in ("ep4", "ep5") and fleet[0]["metric"]["slowest"] == "ep0"
