@@ -71,7 +71,7 @@ def fleet_config(sim_url: str, dsn: str) -> str:
         for i in range(8)
     )
     return f"""
-probe: {{max_tokens: 8, warmup: false}}
+probe: {{max_tokens: 32, warmup: false}}
 schedule: {{interval: 1h, run_on_start: false, window_includes: [timing_disturbed]}}
 storage: {{dsn: '{dsn}', timescale: false}}
 endpoints:
