@@ -26,8 +26,8 @@ from tokwatch.streams import (
     parse_chat_completion,
 )
 
-# Real server captures live in shared/ beside the repository checkout.
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+# Real server captures, copied into the repository (tests/data/README.md says where each came from).
+SAMPLES = Path(__file__).resolve().parent / "data"
 
 
 def _feed_split(data: bytes, cuts: list[int], parser: OpenAIStreamParser | OllamaStreamParser) -> list:

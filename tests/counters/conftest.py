@@ -7,16 +7,13 @@ from pathlib import Path
 
 import pytest
 
-# Real server captures live in shared/ beside the repository checkout.
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "samples"
+# Real server captures, copied into the repository (tests/data/README.md says where each came from).
+SAMPLES = Path(__file__).resolve().parents[1] / "data"
 
 
 def _sample_text(name: str) -> str:
-    """A real server capture from shared/samples beside the checkout (skipped when missing)."""
-    path = SAMPLES / name
-    if not path.is_file():
-        pytest.skip(f"sample capture {path} is not available")
-    return path.read_text(encoding="utf-8")
+    """A real server capture from tests/data."""
+    return (SAMPLES / name).read_text(encoding="utf-8")
 
 
 def _vllm_text(
