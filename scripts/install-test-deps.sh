@@ -9,6 +9,7 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v amtool >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # status page tests: headless screenshots
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-test-deps: apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

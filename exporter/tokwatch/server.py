@@ -1,4 +1,4 @@
-"""The exporter's HTTP interface: /metrics, /probe (multi-target), /-/healthy, /-/ready, /-/reload."""
+"""The exporter's HTTP interface: status page (/, /endpoints/NAME), /metrics, /probe, /-/ready, /-/reload."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from prometheus_client.exposition import choose_encoder
 
 from tokwatch.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
 from tokwatch.metrics import probe_result_families
+from tokwatch.statuspage import Page, StatusPages
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tokwatch.server")
 APP_KEY = web.AppKey("tokwatch_app", object)
+PAGES_KEY = web.AppKey("tokwatch_pages", StatusPages)
 _SCRAPE_TIMEOUT_OFFSET_S = 0.5  # leave Prometheus time to receive the answer, as blackbox_exporter does
 
 
@@ -116,28 +118,30 @@ async def reload(request: web.Request) -> web.Response:
 
 
 async def index(request: web.Request) -> web.Response:
-    """A small landing page listing endpoints and links."""
-    app = _app(request)
-    rows = "".join(
-        f"<li>{html.escape(e.name)} ({e.kind}, {html.escape(e.model)}) "
-        f'<a href="/probe?target={html.escape(e.name)}&amp;debug=true">probe now (debug)</a></li>'
-        for e in app.config.endpoints
-    )
-    page = (
-        "<html><head><title>tokwatch</title></head><body><h1>tokwatch</h1>"
-        '<p><a href="/metrics">/metrics</a></p>'
-        f"<h2>Endpoints</h2><ul>{rows}</ul></body></html>"
-    )
-    return web.Response(text=page, content_type="text/html")
+    """The status page: a tile per endpoint of the fleet, read from the store."""
+    return _html(await request.app[PAGES_KEY].overview())
+
+
+async def endpoint_page(request: web.Request) -> web.Response:
+    """One endpoint's 90-day history, incidents and last runs."""
+    return _html(await request.app[PAGES_KEY].endpoint(request.match_info["name"]))
+
+
+def _html(page: Page) -> web.Response:
+    if page.location is not None:
+        raise web.HTTPMovedPermanently(page.location)
+    return web.Response(status=page.status, text=page.body, content_type="text/html")
 
 
 def build_web_app(app: App) -> web.Application:
     """The aiohttp application serving `app`."""
     web_app = web.Application()
     web_app[APP_KEY] = app
+    web_app[PAGES_KEY] = StatusPages(lambda: app.store, lambda: app.full_config)
     web_app.add_routes(
         [
             web.get("/", index),
+            web.get("/endpoints/{name}", endpoint_page),
             web.get("/metrics", metrics),
             web.get("/probe", probe),
             web.get("/-/healthy", healthy),

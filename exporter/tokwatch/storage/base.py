@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
@@ -46,6 +47,47 @@ class LastRun:
     status: str
     ok_time: float | None
     ok_tokens_per_second: float | None
+    ok_timing_source: str | None = None
+
+
+# Columns of `runs` a RunPoint is read from, in field order.
+RUN_POINT_COLUMNS = (
+    "time",
+    "status",
+    "tokens_per_second",
+    "timing_source",
+    "ttft_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "error_class",
+    "error_message",
+    "triggered_by",
+    "timing_disturbed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPoint:
+    """One stored run as the status page shows it (times in unix seconds)."""
+
+    time: float
+    status: str
+    tokens_per_second: float | None
+    timing_source: str | None
+    ttft_s: float | None
+    itl_p50_s: float | None
+    itl_p99_s: float | None
+    error_class: str | None
+    error_message: str | None
+    triggered_by: str
+    timing_disturbed: bool
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RunPoint:
+        """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flag made a bool)."""
+        values = dict(zip(RUN_POINT_COLUMNS, row, strict=True))
+        values["timing_disturbed"] = bool(values["timing_disturbed"])
+        return cls(**values)
 
 
 @dataclass(slots=True)
@@ -102,6 +144,18 @@ class Store(ABC):
     @abstractmethod
     async def last_runs(self, since: float) -> dict[str, LastRun]:
         """Per endpoint, the newest run and newest `ok` run at or after `since`."""
+
+    @abstractmethod
+    async def recent_runs(
+        self,
+        since: float,
+        limit: int | None,
+        *,
+        endpoint: str | None = None,
+        include: WindowIncludes | None = None,
+    ) -> dict[str, list[RunPoint]]:
+        """Per endpoint (current name; one `endpoint` if given), its newest `limit` runs (all when None) at or
+        after `since`, newest first. `include` applies the window rule (None: every run)."""
 
     @abstractmethod
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:

@@ -21,9 +21,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from tokwatch.redact import Redactor
 from tokwatch.storage import timescale
 from tokwatch.storage.base import (
+    RUN_POINT_COLUMNS,
     EndpointSpec,
     LastRun,
     MaintenanceReport,
+    RunPoint,
     Store,
     WindowIncludes,
     WindowStats,
@@ -77,13 +79,21 @@ WHERE r.time >= %s AND r.time < %s /*filter*/
 GROUP BY e.name
 """
 _LAST_SQL = """
-SELECT e.name, l.time, l.status, k.time, k.tokens_per_second
+SELECT e.name, l.time, l.status, k.time, k.tokens_per_second, k.timing_source
 FROM endpoints e
 JOIN LATERAL (SELECT time, status FROM runs WHERE endpoint_id = e.id AND time >= %(since)s
               ORDER BY time DESC LIMIT 1) l ON true
-LEFT JOIN LATERAL (SELECT time, tokens_per_second FROM runs
+LEFT JOIN LATERAL (SELECT time, tokens_per_second, timing_source FROM runs
                    WHERE endpoint_id = e.id AND time >= %(since)s AND status = 'ok'
                    ORDER BY time DESC LIMIT 1) k ON true
+"""
+_RECENT_SQL = f"""
+SELECT e.name, {", ".join(f"r.{c}" for c in RUN_POINT_COLUMNS)}
+FROM endpoints e
+JOIN LATERAL (SELECT * FROM runs r WHERE r.endpoint_id = e.id AND r.time >= %(since)s /*filter*/
+              ORDER BY r.time DESC LIMIT %(limit)s) r ON true
+WHERE %(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text
+ORDER BY e.name, r.time DESC
 """
 _BENCH_TIMES = frozenset({"started_at", "finished_at", "sent_at"})
 _BENCH_RUN_SQL = (
@@ -525,9 +535,28 @@ class PostgresStore(Store):
         async with self._connection() as conn:
             rows = await (await conn.execute(_LAST_SQL.encode(), {"since": ts(since)})).fetchall()
         return {
-            name: LastRun(name, t.timestamp(), status, ok_t.timestamp() if ok_t else None, ok_tps)
-            for name, t, status, ok_t, ok_tps in rows
+            name: LastRun(name, t.timestamp(), status, ok_t.timestamp() if ok_t else None, ok_tps, ok_src)
+            for name, t, status, ok_t, ok_tps, ok_src in rows
         }
+
+    async def recent_runs(
+        self,
+        since: float,
+        limit: int | None,
+        *,
+        endpoint: str | None = None,
+        include: WindowIncludes | None = None,
+    ) -> dict[str, list[RunPoint]]:
+        """Newest runs per endpoint through a LATERAL join (index scan on (endpoint_id, time))."""
+        await self.ensure_ready()
+        sql = _RECENT_SQL.replace("/*filter*/", "" if include is None else window_filter(include))
+        params = {"since": ts(since), "limit": limit, "endpoint": endpoint}
+        async with self._connection() as conn:
+            rows = await (await conn.execute(sql.encode(), params)).fetchall()
+        out: dict[str, list[RunPoint]] = {}
+        for name, t, *rest in rows:
+            out.setdefault(name, []).append(RunPoint.from_row((t.timestamp(), *rest)))
+        return out
 
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
         """Hourly rollup rows, oldest first; bucket as unix seconds."""

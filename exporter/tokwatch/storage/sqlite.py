@@ -14,9 +14,11 @@ from typing import Any, TypeVar
 from tokwatch.stats import median, sample_stddev
 from tokwatch.storage.base import (
     HOUR_S,
+    RUN_POINT_COLUMNS,
     EndpointSpec,
     LastRun,
     MaintenanceReport,
+    RunPoint,
     Store,
     WindowIncludes,
     WindowStats,
@@ -368,19 +370,51 @@ class SQLiteStore(Store):
             if last is None:
                 continue
             last_ok = conn.execute(
-                "SELECT time, tokens_per_second FROM runs "
+                "SELECT time, tokens_per_second, timing_source FROM runs "
                 "WHERE endpoint_id = ? AND time >= ? AND status = 'ok' ORDER BY time DESC LIMIT 1",
                 (eid, since),
             ).fetchone()
-            out[name] = LastRun(
-                name, last[0], last[1], last_ok[0] if last_ok else None, last_ok[1] if last_ok else None
-            )
+            ok_time, ok_tps, ok_source = last_ok if last_ok else (None, None, None)
+            out[name] = LastRun(name, last[0], last[1], ok_time, ok_tps, ok_source)
         return out
 
     async def last_runs(self, since: float) -> dict[str, LastRun]:
         """Newest run and newest ok run per endpoint (index range scans per endpoint)."""
         await self.ensure_ready()
         return await self._run(lambda conn: self._last_sync(conn, since))
+
+    def _recent_sync(
+        self,
+        conn: sqlite3.Connection,
+        since: float,
+        limit: int | None,
+        endpoint: str | None,
+        include: WindowIncludes | None,
+    ) -> dict[str, list[RunPoint]]:
+        cols = ", ".join(f"r.{c}" for c in RUN_POINT_COLUMNS)
+        sql = f"SELECT {cols} FROM runs r WHERE r.endpoint_id = ? AND r.time >= ?"
+        sql += ("" if include is None else window_filter(include)) + " ORDER BY r.time DESC LIMIT ?"
+        if endpoint is None:
+            endpoints = conn.execute("SELECT id, name FROM endpoints").fetchall()
+        else:
+            endpoints = conn.execute("SELECT id, name FROM endpoints WHERE name = ?", (endpoint,)).fetchall()
+        out: dict[str, list[RunPoint]] = {}
+        for eid, name in endpoints:
+            rows = conn.execute(sql, (eid, since, -1 if limit is None else limit)).fetchall()
+            out[name] = [RunPoint.from_row(r) for r in rows]
+        return out
+
+    async def recent_runs(
+        self,
+        since: float,
+        limit: int | None,
+        *,
+        endpoint: str | None = None,
+        include: WindowIncludes | None = None,
+    ) -> dict[str, list[RunPoint]]:
+        """Newest runs per endpoint (one index range scan per endpoint)."""
+        await self.ensure_ready()
+        return await self._run(lambda conn: self._recent_sync(conn, since, limit, endpoint, include))
 
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
         """Hourly rollup rows, oldest first."""

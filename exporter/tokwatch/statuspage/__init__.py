@@ -1,0 +1,90 @@
+"""The status page served at `/` and `/endpoints/NAME`: a tile per endpoint, read from the store."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tokwatch.config import Config
+from tokwatch.redact import redact
+from tokwatch.statuspage.model import Overview, Tile, build_endpoint_page, build_overview
+from tokwatch.statuspage.render import endpoint_href, render_endpoint, render_message, render_overview
+from tokwatch.storage.base import Store
+from tokwatch.storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Page", "StatusPages", "endpoint_href"]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """An HTTP answer: status code, HTML body, and a location for redirects."""
+
+    status: int
+    body: str
+    location: str | None = None
+
+
+class StatusPages:
+    """Builds the pages from the store; while it fails, the last good overview is shown with a notice."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store | None],
+        config: Callable[[], Config],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._clock = clock
+        self._last_good: Overview | None = None
+
+    async def overview(self) -> Page:
+        """The tile wall of every endpoint of the fleet (a sharded replica shows them all)."""
+        config, store, now = self._config(), self._store(), self._clock()
+        if store is None:
+            return Page(200, render_message("Storage is off", _NO_STORE, now, config))
+        try:
+            ov = await build_overview(store, config, now)
+        except StorageError as exc:
+            message = redact(str(exc))
+            log.warning("status page: store unavailable: %s", message)
+            if self._last_good is not None:
+                note = (
+                    f"Store unavailable ({message}); figures as of {_hhmm(self._last_good.generated_at)} UTC."
+                )
+                return Page(200, render_overview(self._last_good, config, note))
+            empty = Overview(now, [Tile(e, None, None, []) for e in config.endpoints], [], [])
+            return Page(200, render_overview(empty, config, f"Store unavailable ({message})."))
+        self._last_good = ov
+        return Page(200, render_overview(ov, config))
+
+    async def endpoint(self, name: str) -> Page:
+        """One endpoint's history; a former name redirects to the current one."""
+        config, store, now = self._config(), self._store(), self._clock()
+        ep = config.endpoint(name)
+        if ep is None:
+            renamed = next((e for e in config.endpoints if name in e.renamed_from), None)
+            if renamed is not None:
+                return Page(301, "", endpoint_href(renamed.name))
+            return Page(404, render_message("Unknown endpoint", f"No endpoint named {name!r}.", now, config))
+        if store is None:
+            return Page(200, render_message(ep.name, _NO_STORE, now, config))
+        try:
+            page = await build_endpoint_page(store, config, ep, now)
+        except StorageError as exc:
+            return Page(503, render_message(ep.name, f"Store unavailable ({redact(str(exc))}).", now, config))
+        return Page(200, render_endpoint(page, config))
+
+
+_NO_STORE = (
+    "The status page reads every run from the store, and storage is switched off (storage.enabled: false). "
+    "The gauges on /metrics still carry the in-memory window figures."
+)
+
+
+def _hhmm(t: float) -> str:
+    return time.strftime("%H:%M", time.gmtime(t))

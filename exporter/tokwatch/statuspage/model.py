@@ -1,0 +1,180 @@
+"""What the status page shows, assembled from the store: tiles, the comparison strip, an endpoint's history.
+
+Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges
+(on-demand and disturbed runs left out unless `schedule.window_includes` names them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tokwatch.config import Config, EndpointSettings
+from tokwatch.stats import median
+from tokwatch.storage.base import LastRun, RunPoint, Store
+from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
+from tokwatch.window import FleetComparison, WindowFigures
+
+SPARK_RUNS = 48  # runs on a tile's sparkline
+HISTORY_DAYS = 90  # days on an endpoint page's daily charts
+LAST_RUNS = 100  # rows in an endpoint page's run table
+MAX_INCIDENTS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """One endpoint's tile: current status, last ok run, 24 h figures, recent runs (oldest first)."""
+
+    endpoint: EndpointSettings
+    last: LastRun | None
+    day: WindowFigures | None
+    spark: Sequence[RunPoint]
+
+    @property
+    def status(self) -> str | None:
+        """Status of the newest run, None before the first run."""
+        return self.last.status if self.last else None
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """An endpoint's place in the comparison strip."""
+
+    endpoint: str
+    median: float
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The whole status page: a tile per configured endpoint and the ranked comparison strip."""
+
+    generated_at: float
+    tiles: Sequence[Tile]
+    ranking: Sequence[Ranked]  # 7-day median, fastest first
+    unranked: Sequence[str]  # endpoints without an ok run in 7 days
+
+    def comparisons(self) -> list[FleetComparison]:
+        """'X is N % faster than Y' for each neighbouring pair of the ranking."""
+        return [
+            FleetComparison(a.endpoint, b.endpoint, a.median, b.median, "7d")
+            for a, b in zip(self.ranking, self.ranking[1:], strict=False)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Day:
+    """One UTC day of an endpoint's history."""
+
+    start: float
+    runs: int
+    ok_runs: int
+    median: float | None
+
+    @property
+    def uptime(self) -> float | None:
+        """ok runs / runs, None on a day without runs."""
+        return self.ok_runs / self.runs if self.runs else None
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A maximal stretch of consecutive non-ok runs."""
+
+    start: float
+    end: float | None  # time of the next ok run; None while ongoing
+    runs: int
+    statuses: Sequence[str]
+    error: str | None  # first run's error class and message
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointPage:
+    """An endpoint's page: daily medians and uptime, its last runs (newest first) and incidents."""
+
+    generated_at: float
+    endpoint: EndpointSettings
+    days: Sequence[Day]
+    runs: Sequence[RunPoint]
+    incidents: Sequence[Incident] = field(default_factory=tuple)
+
+
+async def build_overview(store: Store, config: Config, now: float | None = None) -> Overview:
+    """Query the store for every endpoint of the (whole-fleet) config."""
+    now = time.time() if now is None else now
+    include = frozenset(config.schedule.window_includes)
+    names = [e.name for e in config.endpoints]
+    day = await window_figures(store, now, window_s=WINDOW_S, endpoints=names, include=include)
+    week = await window_figures(store, now, window_s=FLEET_WINDOW_S, endpoints=names, include=include)
+    last = await store.last_runs(0.0)
+    recent = await store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, include=include)
+    tiles = [
+        Tile(e, last.get(e.name), day.get(e.name), list(reversed(recent.get(e.name, []))))
+        for e in config.endpoints
+    ]
+    medians = {n: f.median for n, f in week.items() if f.median is not None and f.median > 0}
+    ranking = [Ranked(n, m) for n, m in sorted(medians.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return Overview(now, tiles, ranking, [n for n in names if n not in medians])
+
+
+async def build_endpoint_page(
+    store: Store, config: Config, endpoint: EndpointSettings, now: float | None = None
+) -> EndpointPage:
+    """Daily figures over HISTORY_DAYS, the last LAST_RUNS runs and the incidents of one endpoint."""
+    now = time.time() if now is None else now
+    include = frozenset(config.schedule.window_includes)
+    since = day_start(now) - (HISTORY_DAYS - 1) * DAY_S
+    history = await store.recent_runs(since, None, endpoint=endpoint.name, include=include)
+    latest = await store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name)
+    oldest_first = list(reversed(history.get(endpoint.name, [])))
+    return EndpointPage(
+        now,
+        endpoint,
+        daily(oldest_first, since, now),
+        latest.get(endpoint.name, []),
+        incidents(oldest_first)[-MAX_INCIDENTS:][::-1],
+    )
+
+
+def day_start(t: float) -> float:
+    """Start of the UTC day containing unix time `t`."""
+    return float(int(t // DAY_S) * DAY_S)
+
+
+def daily(runs: Sequence[RunPoint], since: float, now: float) -> list[Day]:
+    """One Day per UTC day from `since` to `now` (days without runs included), from runs oldest first."""
+    first, last = day_start(since), day_start(now)
+    buckets: dict[float, list[RunPoint]] = {}
+    for r in runs:
+        buckets.setdefault(day_start(r.time), []).append(r)
+    out = []
+    start = first
+    while start <= last:
+        rs = buckets.get(start, [])
+        ok = [r.tokens_per_second for r in rs if r.status == "ok" and r.tokens_per_second is not None]
+        out.append(Day(start, len(rs), sum(r.status == "ok" for r in rs), median(ok) if ok else None))
+        start += DAY_S
+    return out
+
+
+def incidents(runs: Sequence[RunPoint]) -> list[Incident]:
+    """Stretches of consecutive non-ok runs, oldest first, from runs oldest first."""
+    out: list[Incident] = []
+    current: list[RunPoint] = []
+    for r in runs:
+        if r.status != "ok":
+            current.append(r)
+            continue
+        if current:
+            out.append(_incident(current, r.time))
+            current = []
+    if current:
+        out.append(_incident(current, None))
+    return out
+
+
+def _incident(runs: Sequence[RunPoint], end: float | None) -> Incident:
+    statuses = sorted({r.status for r in runs})
+    first = runs[0]
+    error = ": ".join(x for x in (first.error_class, first.error_message) if x) or None
+    return Incident(first.time, end, len(runs), statuses, error)

@@ -1,0 +1,275 @@
+"""Server-side HTML for the status page: no scripts, no external assets, readable on a phone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections.abc import Sequence
+from importlib import resources
+from urllib.parse import quote
+
+from tokwatch.config import Config, EndpointSettings
+from tokwatch.statuspage import svg
+from tokwatch.statuspage.model import (
+    HISTORY_DAYS,
+    LAST_RUNS,
+    SPARK_RUNS,
+    EndpointPage,
+    Incident,
+    Overview,
+    Tile,
+)
+from tokwatch.storage.base import RunPoint
+from tokwatch.window import CV_TIGHT, CV_TYPICAL, WindowFigures, cv_band, window_label
+
+REFRESH_S = 30
+STATUS_LABELS = {
+    "ok": "OK",
+    "timeout": "TIMEOUT",
+    "rate_limited": "RATE LIMITED",
+    "provider_error": "PROVIDER ERROR",
+    "auth_failure": "AUTH FAILURE",
+    "unreachable": "UNREACHABLE",
+    "degraded": "DEGRADED",
+}
+
+_CSS = (resources.files("tokwatch.statuspage") / "style.css").read_text()
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def endpoint_href(name: str) -> str:
+    """URL path of an endpoint's page."""
+    return "/endpoints/" + quote(name, safe="")
+
+
+def _utc(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def ago(now: float, t: float) -> str:
+    """'12 s ago', '5 min ago', '3 h ago', '2 d ago'."""
+    s = max(0.0, now - t)
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min ago"
+    if s < 36 * 3600:
+        return f"{s / 3600:.0f} h ago"
+    return f"{s / 86400:.0f} d ago"
+
+
+def _pill(status: str | None) -> str:
+    if status is None:
+        return '<span class="pill st-none" data-status="none">NO RUNS</span>'
+    label = STATUS_LABELS.get(status, status.upper())
+    return f'<span class="pill st-{_e(status)}" data-status="{_e(status)}">{_e(label)}</span>'
+
+
+def _chips(ep: EndpointSettings) -> str:
+    chips = [ep.kind, ep.model, *(f"{k}={v}" for k, v in sorted(ep.labels.items()))]
+    return '<div class="chips">' + "".join(f'<span class="chip">{_e(c)}</span>' for c in chips) + "</div>"
+
+
+def _tps(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v * 1000:.1f}"
+
+
+def _figures(day: WindowFigures | None) -> str:
+    band = cv_band(day.cv) if day else None
+    if day is None or day.cv is None:
+        cv = '<dd>—<small class="muted"> (2+ ok runs)</small></dd>'
+    else:
+        cv = f"<dd>{day.cv * 100:.1f} %<small> ±{day.stddev or 0.0:.1f} tok/s</small></dd>"
+    if day is None or day.uptime is None:
+        uptime = "<dd>—</dd>"
+    else:
+        uptime = f'<dd>{day.uptime * 100:.1f} %<small class="muted"> {day.ok_runs}/{day.runs}</small></dd>'
+    median = "—" if day is None or day.median is None else f"{day.median:.1f}<small> tok/s</small>"
+    return (
+        '<dl class="figs">'
+        f'<div class="median"><dt>24 h median</dt><dd>{median}</dd></div>'
+        f'<div class="cv band-{band or "none"}" data-band="{band or "none"}"><dt>CV (stddev)</dt>{cv}</div>'
+        f'<div class="uptime"><dt>24 h uptime</dt>{uptime}</div>'
+        "</dl>"
+    )
+
+
+def _tile(tile: Tile, now: float) -> str:
+    ep, last = tile.endpoint, tile.last
+    if last is not None and last.ok_time is not None and last.ok_tokens_per_second is not None:
+        source = _e(last.ok_timing_source or "unknown source")
+        headline = (
+            f'<div class="headline"><span class="tps">{last.ok_tokens_per_second:.1f}</span> tok/s'
+            f'<br><small class="muted src" title="{_utc(last.ok_time)}">last ok run · {source} · '
+            f"{ago(now, last.ok_time)}</small></div>"
+        )
+    else:
+        headline = '<div class="headline none">no ok run yet</div>'
+    seen = (
+        f'last run {ago(now, last.time)} <span title="{_utc(last.time)}">({_utc(last.time)})</span>'
+        if last
+        else "not probed yet"
+    )
+    return (
+        f'<article class="tile" data-endpoint="{_e(ep.name)}" data-status="{_e(tile.status or "none")}">'
+        f'<header><a class="name" href="{endpoint_href(ep.name)}">{_e(ep.name)}</a>'
+        f"{_pill(tile.status)}</header>"
+        f"{_chips(ep)}{headline}{_figures(tile.day)}{svg.sparkline(tile.spark)}"
+        f'<small class="muted">{seen}</small></article>'
+    )
+
+
+def _strip(ov: Overview) -> str:
+    if not ov.ranking and not ov.unranked:
+        return ""
+    ranks = "".join(
+        f'<li data-endpoint="{_e(r.endpoint)}"><a href="{endpoint_href(r.endpoint)}">{_e(r.endpoint)}</a> '
+        f"{r.median:.1f} tok/s</li>"
+        for r in ov.ranking
+    )
+    pairs = "".join(
+        f'<li class="pair">{_e(c.fastest)} is {c.percent_faster:.0f} % faster than {_e(c.slowest)}</li>'
+        for c in ov.comparisons()
+    )
+    unranked = (
+        f'<p class="muted">Not ranked (no ok run in 7 days): {_e(", ".join(ov.unranked))}</p>'
+        if ov.unranked
+        else ""
+    )
+    return (
+        '<section class="strip" id="comparison"><h2>Comparison · 7-day median of ok runs</h2>'
+        f'<ol class="ranking">{ranks}</ol><ul class="pairs">{pairs}</ul>{unranked}</section>'
+    )
+
+
+def methodology(config: Config) -> str:
+    """Seed 000-style footnote: what is sent, when, and where each figure comes from."""
+    p, s = config.probe, config.schedule
+    warm = "one warm-up run (discarded), then one timed run" if p.warmup else "one timed run (no warm-up)"
+    delivery = "streamed" if p.stream else "not streamed"
+    sources = " → ".join(str(x) for x in p.timing_preference)
+    includes = ", ".join(s.window_includes) or "neither"
+    unique = ""
+    if p.timed_prompt == "unique":
+        unique = ", a unique prefix on the timed run so it is no prefix-cache hit"
+    return (
+        '<footer class="method"><h2>Methodology</h2>'
+        f"<p>Every {_e(window_label(s.interval))} (offset {_e(window_label(s.offset))}) each enabled "
+        f"endpoint gets {warm} of the prompt <q>{_e(p.prompt)}</q> with max_tokens {p.max_tokens}, "
+        f"temperature {p.temperature:g}, {delivery}{unique}"
+        ". Endpoints may override prompt and max_tokens in the config.</p>"
+        f"<p>tok/s comes from the first trusted timing source in this order: {_e(sources)}. The headline is "
+        "the most recent <code>ok</code> run, so an incident shows in the status pill, never as a blank. "
+        "24 h median: median tok/s of ok runs in the last 24 hours. CV: sample standard deviation / mean of "
+        f"the same runs (band: green below {CV_TIGHT * 100:.0f} %, amber {CV_TIGHT * 100:.0f} to "
+        f"{CV_TYPICAL * 100:.0f} %, red above), the stddev in tok/s beside it. Uptime: ok runs / runs. "
+        f"The sparkline shows the last {SPARK_RUNS} runs: the line breaks at a non-ok run, drawn as a red "
+        "dashed tick. The comparison ranks endpoints by their 7-day median. On-demand (<code>/probe</code>) "
+        f"and timing-disturbed runs count in these figures: {_e(includes)} (schedule.window_includes).</p>"
+        "<p>Statuses: OK, TIMEOUT, RATE LIMITED (HTTP 429), PROVIDER ERROR (5xx, malformed or implausible "
+        "answers), AUTH FAILURE (401/403), UNREACHABLE (no response), DEGRADED (answered, but short or "
+        "without usable timing). Full definitions: docs/methodology.md.</p></footer>"
+    )
+
+
+def _page(title: str, body: str, now: float, refresh: bool = True) -> str:
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"{meta}<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>{body}"
+        f'<p class="muted"><small>Generated {_utc(now)} · <a href="/metrics">/metrics</a></small></p>'
+        "</main></body></html>"
+    )
+
+
+def render_overview(ov: Overview, config: Config, notice: str | None = None) -> str:
+    """The tile wall, the comparison strip and the methodology footnote."""
+    head = (
+        "<header><h1>tokwatch · decode speed</h1>"
+        f'<p class="muted">{len(ov.tiles)} endpoints · refreshes every {REFRESH_S} s</p></header>'
+    )
+    warn = f'<p class="notice">{_e(notice)}</p>' if notice else ""
+    tiles = "".join(_tile(t, ov.generated_at) for t in ov.tiles)
+    empty = "" if ov.tiles else '<p class="muted">No endpoints configured.</p>'
+    body = f'{head}{warn}<section class="wall" id="tiles">{tiles}</section>{empty}{_strip(ov)}'
+    return _page("tokwatch", body + methodology(config), ov.generated_at)
+
+
+def _incidents(incidents: Sequence[Incident], now: float) -> str:
+    if not incidents:
+        return f'<p class="muted">No incidents in {HISTORY_DAYS} days.</p>'
+    rows = "".join(
+        f'<tr><td class="t">{_utc(i.start)}</td>'
+        f"<td class='t'>{_utc(i.end) if i.end is not None else '<b>ongoing</b>'}</td>"
+        f'<td class="num">{_duration((i.end if i.end is not None else now) - i.start)}</td>'
+        f'<td class="num">{i.runs}</td><td>{" ".join(_pill(s) for s in i.statuses)}</td>'
+        f'<td class="err">{_e(i.error or "")}</td></tr>'
+        for i in incidents
+    )
+    return (
+        '<div class="scroll"><table id="incidents"><thead><tr><th>Start</th><th>End (next ok run)</th>'
+        '<th class="num">Duration</th><th class="num">Runs</th><th>Status</th><th>First error</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 2 * 3600:
+        return f"{s / 60:.0f} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def _run_row(r: RunPoint) -> str:
+    flags = " <small title='timing could have been disturbed'>disturbed</small>" if r.timing_disturbed else ""
+    error = ": ".join(x for x in (r.error_class, r.error_message) if x)
+    return (
+        f'<tr><td class="t">{_utc(r.time)}</td><td>{_e(r.triggered_by)}</td><td>{_pill(r.status)}{flags}</td>'
+        f'<td class="num">{_tps(r.tokens_per_second)}</td><td>{_e(r.timing_source or "—")}</td>'
+        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{_ms(r.itl_p50_s)}</td>'
+        f'<td class="num">{_ms(r.itl_p99_s)}</td><td class="err">{_e(error)}</td></tr>'
+    )
+
+
+def render_endpoint(page: EndpointPage, config: Config) -> str:
+    """An endpoint's daily medians and uptime, incidents and last runs."""
+    ep = page.endpoint
+    status = page.runs[0].status if page.runs else None
+    formerly = (
+        f'<p class="muted">Formerly: {_e(", ".join(ep.renamed_from))} (one history)</p>'
+        if ep.renamed_from
+        else ""
+    )
+    runs = "".join(_run_row(r) for r in page.runs)
+    body = (
+        '<p><a href="/">← all endpoints</a></p>'
+        f'<header><h1 data-endpoint="{_e(ep.name)}">{_e(ep.name)} {_pill(status)}</h1>{_chips(ep)}{formerly}'
+        "</header>"
+        f"<h2>Daily median tok/s · {HISTORY_DAYS} days (UTC)</h2>{svg.daily_medians(page.days)}"
+        f"<h2>Daily uptime</h2>{svg.daily_uptime(page.days)}"
+        f"<h2>Incidents</h2>{_incidents(page.incidents, page.generated_at)}"
+        f"<h2>Last {LAST_RUNS} runs</h2>"
+        '<div class="scroll"><table id="runs"><thead><tr><th>Time (UTC)</th><th>Trigger</th><th>Status</th>'
+        '<th class="num">tok/s</th><th>Source</th><th class="num">TTFT ms</th><th class="num">ITL p50 ms</th>'
+        f'<th class="num">ITL p99 ms</th><th>Error</th></tr></thead><tbody>{runs}</tbody></table></div>'
+    )
+    if not page.runs:
+        body += '<p class="muted">No runs stored yet.</p>'
+    return _page(f"tokwatch · {ep.name}", body + methodology(config), page.generated_at)
+
+
+def render_message(title: str, message: str, now: float, config: Config | None = None) -> str:
+    """A plain page for a missing endpoint or storage that is switched off."""
+    body = f'<p><a href="/">← all endpoints</a></p><h1>{_e(title)}</h1><p class="notice">{_e(message)}</p>'
+    return _page(f"tokwatch · {title}", body + (methodology(config) if config else ""), now, refresh=False)

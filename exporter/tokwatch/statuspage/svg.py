@@ -1,0 +1,156 @@
+"""Inline SVG charts for the status page: tile sparklines and an endpoint's daily medians and uptime.
+
+Seed 000's rules: the tok/s line breaks at a non-ok run rather than connecting through it, and each non-ok
+run is drawn as a red dashed tick at its position.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections.abc import Sequence
+
+from tokwatch.statuspage.model import Day
+from tokwatch.storage.base import RunPoint
+
+MIN_SPAN = 0.2  # the y axis spans at least 20 % of the data's level, so a 0.5 % wobble looks flat
+
+
+def _scale(lo: float, hi: float, top: float, bottom: float) -> tuple[float, float]:
+    """Offset and factor mapping [lo, hi] onto [bottom, top] with headroom (flat data centred)."""
+    if hi <= 0:
+        return (top + bottom) / 2, 0.0
+    span = max((hi - lo) * 1.2, MIN_SPAN * hi)
+    mid = (hi + lo) / 2
+    lo, hi = mid - span / 2, mid + span / 2
+    k = (top - bottom) / (hi - lo)
+    return bottom - lo * k, k
+
+
+def _line(points: Sequence[tuple[float, float] | None]) -> tuple[str, list[tuple[float, float]]]:
+    """Path data with a new segment after every gap (None), and the isolated points a path cannot show."""
+    d: list[str] = []
+    lone: list[tuple[float, float]] = []
+    segment: list[tuple[float, float]] = []
+    for p in [*points, None]:
+        if p is not None:
+            segment.append(p)
+            continue
+        if len(segment) == 1:
+            lone.append(segment[0])
+        elif segment:
+            d.append("M" + "L".join(f"{x:.1f} {y:.1f}" for x, y in segment))
+        segment = []
+    return "".join(d), lone
+
+
+def sparkline(runs: Sequence[RunPoint], width: int = 260, height: int = 44) -> str:
+    """Runs oldest first: the tok/s of ok runs as a line, non-ok runs as red dashed ticks."""
+    label = f"{len(runs)} recent runs, {sum(r.status != 'ok' for r in runs)} not ok"
+    if not runs:
+        return (
+            f'<svg class="spark" viewBox="0 0 {width} {height}" role="img" aria-label="no runs yet">'
+            f'<text x="{width / 2}" y="{height / 2 + 4}" text-anchor="middle" class="muted">'
+            "no runs yet</text>"
+            "</svg>"
+        )
+    t0, t1 = runs[0].time, runs[-1].time
+    pad_x = 4.0
+    span = t1 - t0
+
+    def x_of(i: int, t: float) -> float:
+        frac = (t - t0) / span if span > 0 else (i / (len(runs) - 1) if len(runs) > 1 else 0.5)
+        return pad_x + frac * (width - 2 * pad_x)
+
+    values = [r.tokens_per_second for r in runs if r.status == "ok" and r.tokens_per_second is not None]
+    offset, k = _scale(min(values, default=0.0), max(values, default=0.0), 3.0, height - 3.0)
+    points: list[tuple[float, float] | None] = []
+    ticks: list[str] = []
+    for i, r in enumerate(runs):
+        x = x_of(i, r.time)
+        if r.status == "ok" and r.tokens_per_second is not None:
+            points.append((x, offset + k * r.tokens_per_second))
+            continue
+        points.append(None)  # an ok run without a figure breaks the line too, but is no failure
+        if r.status != "ok":
+            ticks.append(f'<line class="fail" x1="{x:.1f}" y1="1" x2="{x:.1f}" y2="{height - 1}"/>')
+    d, lone = _line(points)
+    dots = "".join(f'<circle class="dot" cx="{x:.1f}" cy="{y:.1f}" r="1.8"/>' for x, y in lone)
+    path = f'<path class="line" d="{d}"/>' if d else ""
+    return (
+        f'<svg class="spark" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="{html.escape(label)}">{"".join(ticks)}{path}{dots}</svg>'
+    )
+
+
+def daily_medians(days: Sequence[Day], width: int = 720, height: int = 160) -> str:
+    """Daily median tok/s as a line with a point per day; days without an ok run leave a gap."""
+    left, right, top, bottom = 48.0, 8.0, 8.0, height - 20.0
+    values = [d.median for d in days if d.median is not None]
+    if not values:
+        return _empty(width, height, "no ok runs in this period")
+    lo, hi = min(values), max(values)
+    offset, k = _scale(lo, hi, top, bottom)
+    step = (width - left - right) / max(1, len(days) - 1)
+    points = [
+        (left + i * step, offset + k * d.median) if d.median is not None else None for i, d in enumerate(days)
+    ]
+    d, lone = _line(points)
+    dots = "".join(
+        f'<circle class="dot" cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="2"><title>{_day(day.start)}: '
+        f"{day.median:.1f} tok/s</title></circle>"
+        for p, day in zip(points, days, strict=True)
+        if p is not None and day.median is not None
+    )
+    dots += "".join(f'<circle class="dot" cx="{x:.1f}" cy="{y:.1f}" r="2"/>' for x, y in lone)
+    axis = (
+        f'<text x="{left - 6}" y="{offset + k * hi + 4:.1f}" text-anchor="end">{hi:.1f}</text>'
+        f'<text x="{left - 6}" y="{offset + k * lo + 4:.1f}" text-anchor="end">{lo:.1f}</text>'
+        f'<text x="{left}" y="{height - 4}">{_day(days[0].start)}</text>'
+        f'<text x="{width - right}" y="{height - 4}" text-anchor="end">{_day(days[-1].start)}</text>'
+    )
+    return (
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="daily median tok/s over {len(days)} days">{axis}'
+        f'<path class="line" d="{d}"/>{dots}</svg>'
+    )
+
+
+def daily_uptime(days: Sequence[Day], width: int = 720, height: int = 70) -> str:
+    """A bar per day, its height the day's uptime; green at 100 %, amber from 95 %, red below."""
+    left, right, top, bottom = 48.0, 8.0, 4.0, height - 18.0
+    if not any(d.runs for d in days):
+        return _empty(width, height, "no runs in this period")
+    step = (width - left - right) / max(1, len(days))
+    bars = []
+    for i, d in enumerate(days):
+        if d.uptime is None:
+            continue
+        h = max(1.0, (bottom - top) * d.uptime)
+        cls = "up-full" if d.uptime >= 1.0 else "up-some" if d.uptime >= 0.95 else "up-low"
+        bars.append(
+            f'<rect class="{cls}" x="{left + i * step:.1f}" y="{bottom - h:.1f}" '
+            f'width="{max(1.0, step - 1):.1f}" height="{h:.1f}"><title>{_day(d.start)}: '
+            f"{d.uptime * 100:.1f} % of {d.runs} runs ok</title></rect>"
+        )
+    axis = (
+        f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">100%</text>'
+        f'<text x="{left - 6}" y="{bottom}" text-anchor="end">0%</text>'
+        f'<text x="{left}" y="{height - 4}">{_day(days[0].start)}</text>'
+        f'<text x="{width - right}" y="{height - 4}" text-anchor="end">{_day(days[-1].start)}</text>'
+    )
+    return (
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="daily uptime over {len(days)} days">{axis}{"".join(bars)}</svg>'
+    )
+
+
+def _empty(width: int, height: int, text: str) -> str:
+    return (
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{text}">'
+        f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" class="muted">{text}</text></svg>'
+    )
+
+
+def _day(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")

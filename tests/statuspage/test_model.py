@@ -1,0 +1,157 @@
+"""Status page figures from a real store (SQLite and PostgreSQL): tiles, ranking, daily history, incidents."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tokwatch.config import Config, EndpointSettings
+from tokwatch.statuspage.model import (
+    HISTORY_DAYS,
+    SPARK_RUNS,
+    build_endpoint_page,
+    build_overview,
+    day_start,
+    incidents,
+)
+from tokwatch.storage.base import EndpointSpec, RunPoint, Store
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.rows import RunRow
+from tokwatch.storage.sqlite import SQLiteStore
+
+NOW = 1_790_000_000.0  # fixed clock: a Wednesday, mid-day UTC
+HOUR = 3600.0
+
+
+def _ep(name: str, **kw: object) -> EndpointSettings:
+    return EndpointSettings(name=name, kind="openai", base_url="http://127.0.0.1:1/v1", model="m", **kw)  # type: ignore[arg-type]
+
+
+def _row(ep: str, t: float, status: str = "ok", tps: float | None = 50.0, **kw: object) -> RunRow:
+    return RunRow(
+        run_id=f"{ep}-{t}",
+        time=t,
+        endpoint=ep,
+        status=status,
+        tokens_per_second=tps if status == "ok" else None,
+        timing_source="engine" if status == "ok" else None,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        s: Store = SQLiteStore(tmp_path / "tw.db")
+    else:
+        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=3.0)
+        await pg.open()
+        s = pg
+    await s.ensure_ready()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_incident(store: Store) -> None:
+    config = Config(endpoints=(_ep("fast"), _ep("slow"), _ep("broken"), _ep("never-probed")))
+    await store.sync_endpoints([EndpointSpec(e.name) for e in config.endpoints])
+    rows = [_row("fast", NOW - i * HOUR - 60, tps=100.0 + i % 2) for i in range(30)]
+    rows += [_row("slow", NOW - i * HOUR - 60, tps=80.0) for i in range(30)]
+    # broken: ok runs a day ago, then failures only (an incident still ongoing)
+    rows += [_row("broken", NOW - 30 * HOUR - i * HOUR, tps=40.0) for i in range(5)]
+    rows += [
+        _row(
+            "broken", NOW - i * HOUR - 60, status="timeout", error_class="timeout", error_message="no answer"
+        )
+        for i in range(3)
+    ]
+    assert await store.write_runs(rows) == len(rows)
+
+    ov = await build_overview(store, config, NOW)
+    tiles = {t.endpoint.name: t for t in ov.tiles}
+    assert list(tiles) == ["fast", "slow", "broken", "never-probed"]
+    assert tiles["never-probed"].last is None and tiles["never-probed"].spark == []
+    broken = tiles["broken"]
+    assert broken.status == "timeout"
+    assert broken.last is not None and broken.last.ok_tokens_per_second == pytest.approx(40.0)
+    assert broken.last.ok_timing_source == "engine"
+    assert broken.day is not None and broken.day.uptime == 0.0 and broken.day.median is None
+    fast = tiles["fast"]
+    assert fast.day is not None and fast.day.runs == 24 and fast.day.uptime == 1.0
+    assert fast.day.median == pytest.approx(100.5) and fast.day.cv is not None and fast.day.cv < 0.05
+    assert len(fast.spark) == 30 and fast.spark[0].time < fast.spark[-1].time  # oldest first
+    # ranking by 7-day median, fastest first; pairs compare neighbours
+    assert [r.endpoint for r in ov.ranking] == ["fast", "slow", "broken"]
+    assert ov.unranked == ["never-probed"]
+    pairs = [(c.fastest, c.slowest, round(c.percent_faster)) for c in ov.comparisons()]
+    assert pairs == [("fast", "slow", 26), ("slow", "broken", 100)]
+
+
+async def test_sparkline_holds_the_last_runs_that_count_in_figures(store: Store) -> None:
+    config = Config(endpoints=(_ep("a"),))
+    rows = [_row("a", NOW - 60.0 - i * 60.0) for i in range(SPARK_RUNS + 10)]
+    rows.append(_row("a", NOW - 30.0, tps=999.0, triggered_by="on_demand"))
+    rows.append(_row("a", NOW - 20.0, tps=998.0, timing_disturbed=True))
+    await store.write_runs(rows)
+    ov = await build_overview(store, config, NOW + 1)
+    spark = ov.tiles[0].spark
+    assert len(spark) == SPARK_RUNS
+    assert all(p.tokens_per_second == 50.0 for p in spark)  # on-demand and disturbed left out by default
+    # ...but the status pill and headline take the newest run of any kind
+    last = ov.tiles[0].last
+    assert last is not None and last.ok_tokens_per_second == pytest.approx(998.0)
+
+    included = Config(endpoints=(_ep("a"),), schedule={"window_includes": ["on_demand", "timing_disturbed"]})  # type: ignore[arg-type]
+    spark = (await build_overview(store, included, NOW + 1)).tiles[0].spark
+    assert [p.tokens_per_second for p in spark[-2:]] == [999.0, 998.0]
+
+
+async def test_endpoint_page_keeps_one_history_across_a_rename(store: Store) -> None:
+    await store.sync_endpoints([EndpointSpec("old")])
+    day0 = day_start(NOW)
+    old_rows = [_row("old", day0 - 10 * 86400 + i * HOUR, tps=60.0) for i in range(4)]
+    await store.write_runs(old_rows)
+    await store.sync_endpoints([EndpointSpec("new", ("old",))])
+    new_rows = [
+        _row("new", day0 - 86400 + 0 * HOUR, tps=70.0),
+        _row(
+            "new",
+            day0 - 86400 + 1 * HOUR,
+            status="provider_error",
+            error_class="http_500",
+            error_message="boom",
+        ),
+        _row("new", day0 - 86400 + 2 * HOUR, status="timeout", error_class="timeout"),
+        _row("new", day0 - 86400 + 3 * HOUR, tps=72.0),
+        _row("new", day0 + 60, status="unreachable", error_class="connect"),
+    ]
+    await store.write_runs(new_rows)
+    ep = _ep("new", renamed_from=("old",))
+    page = await build_endpoint_page(store, Config(endpoints=(ep,)), ep, NOW)
+
+    assert len(page.days) == HISTORY_DAYS and page.days[-1].start == day0
+    by_day = {d.start: d for d in page.days}
+    assert by_day[day0 - 10 * 86400].median == pytest.approx(60.0)  # runs under the old name
+    yesterday = by_day[day0 - 86400]
+    assert (yesterday.runs, yesterday.ok_runs, yesterday.median) == (4, 2, pytest.approx(71.0))
+    assert by_day[day0].uptime == 0.0 and by_day[day0 - 2 * 86400].uptime is None
+    assert len(page.runs) == 9 and page.runs[0].status == "unreachable"  # newest first
+    assert [(i.runs, i.end is None) for i in page.incidents] == [(1, True), (2, False)]  # newest first
+    assert page.incidents[1].statuses == ["provider_error", "timeout"]
+    assert page.incidents[1].error == "http_500: boom"
+
+
+def test_incidents_are_maximal_stretches_of_non_ok_runs() -> None:
+    def p(t: float, status: str) -> RunPoint:
+        return RunPoint(
+            t, status, 1.0 if status == "ok" else None, None, None, None, None, None, None, "scheduled", False
+        )
+
+    runs = [p(1, "timeout"), p(2, "ok"), p(3, "ok"), p(4, "rate_limited"), p(5, "rate_limited"), p(6, "ok")]
+    found = incidents(runs)
+    assert [(i.start, i.end, i.runs) for i in found] == [(1, 2, 1), (4, 6, 2)]
+    assert incidents([p(1, "ok")]) == []

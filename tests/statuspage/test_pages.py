@@ -1,0 +1,161 @@
+"""The status page over real loopback HTTP: a running exporter, the simulator, its SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tokwatch.app import App
+from tokwatch.config import load_config_text
+from tokwatch.server import start_site
+from tokwatch.sim.config import load_sim_config_text
+from tokwatch.sim.testing import run_sim
+from tokwatch.statuspage import StatusPages
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.sqlite import SQLiteStore
+
+SIM = """
+seed: 1
+servers:
+  - name: oa
+    dialect: openai
+    models:
+      - {name: m, decode_tps: 2000, prefill_tps: 100000}
+      - {name: broken, decode_tps: 2000, prefill_tps: 100000, faults: {http_5xx: 1.0}}
+"""
+
+
+class Dom(HTMLParser):
+    """Elements with their attributes, in document order (enough for structural checks)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+
+    def having(self, tag: str, attr: str) -> list[dict[str, str | None]]:
+        return [a for t, a in self.elements if t == tag and attr in a]
+
+
+@pytest.fixture
+async def exporter(tmp_path: Path) -> AsyncIterator[tuple[App, str, aiohttp.ClientSession]]:
+    async with run_sim(load_sim_config_text(SIM)) as sim:
+        cfg = f"""
+probe: {{max_tokens: 16, warmup: false}}
+storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox.jsonl'}}
+schedule: {{interval: 1h, offset: 0s, run_on_start: false}}
+endpoints:
+  - {{name: good, kind: openai, base_url: '{sim.url}/oa/v1', model: m, labels: {{team: a}},
+      renamed_from: [good-old]}}
+  - {{name: failing, kind: openai, base_url: '{sim.url}/oa/v1', model: broken}}
+  - {{name: idle, kind: openai, base_url: '{sim.url}/oa/v1', model: m, enabled: false}}
+"""
+        app = App(load_config_text(cfg, "tokwatch.yml"))
+        await app.start()
+        runner, port = await start_site(app, "127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                yield app, f"http://127.0.0.1:{port}", session
+        finally:
+            await app.stop()
+            await runner.cleanup()
+
+
+async def _stored(app: App, runs: int) -> None:
+    assert app.writer is not None and app.store is not None
+    for _ in range(200):  # bounded: the writer flushes in the background
+        if await app.store.count_runs() >= runs:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("runs were not stored")
+
+
+async def test_page_shows_a_tile_per_endpoint_with_status_and_figures(
+    exporter: tuple[App, str, aiohttp.ClientSession],
+) -> None:
+    app, url, session = exporter
+    for _ in range(2):
+        await app.probe("good", "scheduled")
+    await app.probe("failing", "scheduled")
+    await _stored(app, 3)
+
+    async with session.get(url + "/", headers={"Accept": "text/html"}) as resp:
+        assert resp.status == 200 and resp.content_type == "text/html"
+        text = await resp.text()
+    dom = Dom(text)
+    tiles = {a["data-endpoint"]: a["data-status"] for a in dom.having("article", "data-endpoint")}
+    assert tiles == {"good": "ok", "failing": "provider_error", "idle": "none"}
+    bands = [a["data-band"] for a in dom.having("div", "data-band")]
+    assert len(bands) == 3 and bands[0] in ("tight", "typical", "jittery") and bands[1:] == ["none", "none"]
+    assert "no ok run yet" in text and "PROVIDER ERROR" in text
+    assert re.search(r'<span class="tps">[\d.]+</span> tok/s', text)
+    assert dom.having("meta", "http-equiv"), "the page refreshes itself"
+    assert "<script" not in text and "http://" not in text.replace(url, "")  # no external assets
+    assert '<svg class="spark"' in text and 'class="fail"' in text  # failing endpoint: a red tick
+    assert [a["data-endpoint"] for a in dom.having("li", "data-endpoint")] == ["good"]  # only ranked one
+
+    # /metrics is unchanged and still the exposition format
+    async with session.get(url + "/metrics") as resp:
+        assert resp.status == 200 and resp.content_type == "text/plain"
+
+
+async def test_endpoint_page_history_rename_redirect_and_unknown(
+    exporter: tuple[App, str, aiohttp.ClientSession],
+) -> None:
+    app, url, session = exporter
+    await app.probe("failing", "scheduled")
+    await app.probe("good", "scheduled")
+    await _stored(app, 2)
+    async with session.get(url + "/endpoints/failing") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    assert 'id="incidents"' in text and "ongoing" in text and "http_5" in text
+    assert text.count('<tr><td class="t">') == 2  # one run row + one incident row
+    async with session.get(url + "/endpoints/good-old", allow_redirects=False) as resp:
+        assert resp.status == 301 and resp.headers["Location"] == "/endpoints/good"
+    async with session.get(url + "/endpoints/nope") as resp:
+        assert resp.status == 404 and "No endpoint named" in await resp.text()
+
+
+async def test_store_outage_keeps_the_last_good_figures_with_a_notice(
+    tmp_path: Path, free_port: object
+) -> None:
+    good = SQLiteStore(tmp_path / "tw.db")
+    dead = PostgresStore(f"postgresql://tokwatch:hunter2secret@127.0.0.1:{free_port()}/x", timeout_s=0.5)  # type: ignore[operator]
+    current: list[object] = [good]
+    cfg = load_config_text(
+        "endpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]", "t.yml"
+    )
+    pages = StatusPages(lambda: current[0], lambda: cfg)  # type: ignore[arg-type,return-value]
+    try:
+        first = await pages.overview()
+        assert first.status == 200 and 'class="notice"' not in first.body
+        current[0] = dead
+        second = await pages.overview()
+        assert second.status == 200 and 'class="notice"' in second.body and "Store unavailable" in second.body
+        assert 'data-endpoint="a"' in second.body
+        assert "hunter2secret" not in second.body
+        page = await pages.endpoint("a")
+        assert page.status == 503 and "hunter2secret" not in page.body
+    finally:
+        await good.close()
+        await dead.close()
+
+
+async def test_storage_switched_off_says_so(tmp_path: Path) -> None:
+    cfg = load_config_text(
+        "storage: {enabled: false}\n"
+        "endpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]",
+        "t.yml",
+    )
+    page = await StatusPages(lambda: None, lambda: cfg).overview()
+    assert page.status == 200 and "storage.enabled: false" in page.body
