@@ -6,6 +6,7 @@ Figures use the definitions of docs/methodology.md and the same window rule as t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -104,10 +105,13 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
     now = time.time() if now is None else now
     include = frozenset(config.schedule.window_includes)
     names = [e.name for e in config.endpoints]
-    day = await window_figures(store, now, window_s=WINDOW_S, endpoints=names, include=include)
-    week = await window_figures(store, now, window_s=FLEET_WINDOW_S, endpoints=names, include=include)
-    last = await store.last_runs(0.0)
-    recent = await store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, include=include)
+    # Concurrent: PostgreSQL answers them on separate pooled connections (SQLite serialises them anyway).
+    day, week, last, recent = await asyncio.gather(
+        window_figures(store, now, window_s=WINDOW_S, endpoints=names, include=include),
+        window_figures(store, now, window_s=FLEET_WINDOW_S, endpoints=names, include=include),
+        store.last_runs(0.0),
+        store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, include=include),
+    )
     tiles = [
         Tile(e, last.get(e.name), day.get(e.name), list(reversed(recent.get(e.name, []))))
         for e in config.endpoints
@@ -124,8 +128,10 @@ async def build_endpoint_page(
     now = time.time() if now is None else now
     include = frozenset(config.schedule.window_includes)
     since = day_start(now) - (HISTORY_DAYS - 1) * DAY_S
-    history = await store.recent_runs(since, None, endpoint=endpoint.name, include=include)
-    latest = await store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name)
+    history, latest = await asyncio.gather(
+        store.recent_runs(since, None, endpoint=endpoint.name, include=include),
+        store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name),
+    )
     oldest_first = list(reversed(history.get(endpoint.name, [])))
     return EndpointPage(
         now,

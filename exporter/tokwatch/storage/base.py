@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
@@ -66,9 +66,8 @@ RUN_POINT_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RunPoint:
-    """One stored run as the status page shows it (times in unix seconds)."""
+class RunPoint(NamedTuple):
+    """One stored run as the status page shows it (times in unix seconds); a tuple: pages build thousands."""
 
     time: float
     status: str
@@ -85,9 +84,9 @@ class RunPoint:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunPoint:
         """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flag made a bool)."""
-        values = dict(zip(RUN_POINT_COLUMNS, row, strict=True))
-        values["timing_disturbed"] = bool(values["timing_disturbed"])
-        return cls(**values)
+        values = list(row)
+        values[-1] = bool(values[-1])
+        return cls._make(values)
 
 
 @dataclass(slots=True)
