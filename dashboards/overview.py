@@ -80,51 +80,60 @@ def ok_tps_expr() -> str:
     return f"{tps} and on (endpoint) ({ok})"
 
 
+def fleet_expr(metric: str, by: str = "endpoint") -> str:
+    """A fleet-wide figure: every endpoint, whatever `$endpoint` selects (the strip ranks the whole fleet)."""
+    return f"max by ({by}) ({metric})"
+
+
 def _tiles(grid: Grid) -> None:
-    grid.row("Now — one tile per endpoint")
+    """Seed 000's wall: one row of tiles per endpoint, repeated over `$endpoint`."""
+    grid.row("$endpoint", repeat="endpoint")
     grid.add(
         stat(
-            "Last status",
+            "Status",
             describe(
-                "Status of the most recent timed run (exactly one per run). An incident shows here, "
-                "not as a missing tok/s number.",
+                "Status of the most recent timed run (exactly one per run): an incident shows here, never as "
+                "a missing tok/s number. NO RUNS until the endpoint's first run.",
                 REF_STATUS,
             ),
             [prom(status_code(), "{{endpoint}}", instant=True)],
             unit="none",
             mappings=status_mappings(),
             color_mode="background",
+            text_mode="value",
+            no_value="NO RUNS",
         ),
-        w=8,
+        w=3,
         h=5,
     )
     grid.add(
         stat(
-            "Last run tok/s",
+            "Last ok run",
             describe(
-                "Decode tok/s of the most recent ok run, labelled with its timing source "
-                "(engine, vllm_metrics, server_wall, client_stream, client_wall). A single sample.",
+                "Decode tok/s of the most recent ok run and its timing source (engine, vllm_metrics, "
+                "server_wall, client_stream, client_wall). A single sample; it stays during an incident.",
                 REF_TIMING,
             ),
             [
                 prom(
                     f"max by (endpoint, source) ({sel('tokwatch_probe_decode_tokens_per_second')})",
-                    "{{endpoint}} ({{source}})",
+                    "{{source}}",
                     instant=True,
                 )
             ],
             unit=TOKS,
             decimals=1,
+            no_value="no ok run yet",
         ),
-        w=8,
+        w=4,
         h=5,
     )
     grid.add(
         stat(
-            "$window avg (median tok/s)",
+            "$window median",
             describe(
-                "Median tok/s of ok runs in the window. Median rather than mean, so routing outliers do "
-                "not move it; labelled 'avg' because readers expect that word.",
+                "Median tok/s of ok runs in the window (seed 000's 'avg'): median rather than mean, so "
+                "routing outliers do not move it.",
                 REF_WINDOW,
             ),
             [
@@ -136,16 +145,18 @@ def _tiles(grid: Grid) -> None:
             ],
             unit=TOKS,
             decimals=1,
+            text_mode="value",
+            no_value="—",
         ),
-        w=8,
+        w=3,
         h=5,
     )
     grid.add(
         stat(
-            "Variance (CV, $window)",
+            "CV ($window)",
             describe(
-                "Coefficient of variation of ok-run tok/s: sample stddev / mean. Below 5 % tight (green), "
-                "5-15 % typical for shared infrastructure (amber), above 15 % jittery (red).",
+                "Coefficient of variation of ok-run tok/s: sample stddev / mean. The band: below 5 % tight "
+                "(green), 5-15 % typical for shared infrastructure (amber), above 15 % jittery (red).",
                 REF_WINDOW,
             ),
             [
@@ -158,13 +169,16 @@ def _tiles(grid: Grid) -> None:
             unit=RATIO,
             decimals=1,
             thresholds=steps((GREEN, None), (AMBER, 0.05), (RED, 0.15)),
+            color_mode="background",
+            text_mode="value",
+            no_value="— (2+ ok runs)",
         ),
-        w=8,
+        w=3,
         h=5,
     )
     grid.add(
         stat(
-            "Stddev ($window)",
+            "± stddev",
             describe("Sample standard deviation of ok-run tok/s in the window, in raw units.", REF_WINDOW),
             [
                 prom(
@@ -174,9 +188,11 @@ def _tiles(grid: Grid) -> None:
                 )
             ],
             unit=TOKS,
-            decimals=2,
+            decimals=1,
+            text_mode="value",
+            no_value="—",
         ),
-        w=8,
+        w=2,
         h=5,
     )
     grid.add(
@@ -187,73 +203,64 @@ def _tiles(grid: Grid) -> None:
                 "provider_error, auth_failure, unreachable, degraded) lowers it.",
                 REF_WINDOW,
             ),
-            [
-                prom(
-                    window_figure("tokwatch_window_uptime_ratio"),
-                    "{{endpoint}}",
-                    instant=True,
-                )
-            ],
+            [prom(window_figure("tokwatch_window_uptime_ratio"), "{{endpoint}}", instant=True)],
             unit=RATIO,
-            decimals=2,
+            decimals=1,
             thresholds=steps((RED, None), (AMBER, 0.95), (GREEN, 0.99)),
+            text_mode="value",
+            no_value="—",
         ),
-        w=8,
+        w=3,
         h=5,
     )
     grid.add(
-        stat(
-            "Since last ok run",
+        timeseries(
+            "Recent runs",
             describe(
-                "Time since the most recent ok run started. Thresholds suit the default 1 h probe interval: "
-                "amber after two missed rounds, red after six.",
-                REF_STATUS,
+                "Sparkline: tok/s of the last ok run, breaking while the latest run is not ok; red bars mark "
+                "non-ok runs in each bucket.",
+                REF_TIMING,
             ),
             [
-                prom(
-                    f"time() - max by (endpoint) ({sel('tokwatch_probe_last_ok_timestamp_seconds')})",
-                    "{{endpoint}}",
-                    instant=True,
+                prom(ok_tps_expr(), "tok/s", ref="A"),
+                prom(failed_runs_expr("$__interval"), "failed runs", ref="B"),
+            ],
+            unit=TOKS,
+            min_interval=MIN_INTERVAL,
+            legend=False,
+            overrides=[
+                by_ref(
+                    "B",
+                    **{
+                        "custom.drawStyle": "bars",
+                        "custom.fillOpacity": 80,
+                        "custom.axisPlacement": "hidden",
+                        "color": {"mode": "fixed", "fixedColor": "red"},
+                        "unit": COUNT,
+                        "decimals": 0,
+                    },
                 )
             ],
-            unit=SECONDS,
-            decimals=0,
-            thresholds=steps(
-                (GREEN, None), (AMBER, 2 * DEFAULT_SCHEDULE.interval), (RED, 6 * DEFAULT_SCHEDULE.interval)
-            ),
         ),
-        w=8,
+        w=6,
         h=5,
     )
+
+
+def _comparison(grid: Grid) -> None:
+    """Seed 000's comparison strip over the whole fleet: ranked 7-day medians and each neighbouring pair."""
+    grid.row("Comparison — 7-day median of ok runs, whole fleet")
     grid.add(
-        stat(
-            "Fastest vs slowest (7-day median)",
+        bargauge(
+            "Ranking (7-day median tok/s)",
             describe(
-                "Fleet comparison: how much faster the fastest endpoint is than the slowest, by 7-day median "
-                "tok/s of ok runs (fastest / slowest - 1). A longer window than the tiles, so one bad hour "
-                "does not flip it.",
+                "Every endpoint with an ok run in 7 days, fastest first. A longer window than the tiles, so "
+                "one bad hour does not reorder it.",
                 REF_WINDOW,
             ),
             [
                 prom(
-                    "max by (fastest, slowest, window) (tokwatch_fleet_fastest_vs_slowest_ratio) - 1",
-                    "{{fastest}} faster than {{slowest}} ({{window}} median)",
-                    instant=True,
-                )
-            ],
-            unit=RATIO,
-            decimals=0,
-        ),
-        w=8,
-        h=5,
-    )
-    grid.add(
-        bargauge(
-            "Median tok/s by endpoint ($window)",
-            describe("Endpoints ranked by the window median of ok-run tok/s.", REF_WINDOW),
-            [
-                prom(
-                    f"sort_desc({window_figure('tokwatch_window_decode_tokens_per_second_median')})",
+                    f"sort_desc({fleet_expr('tokwatch_fleet_median_tokens_per_second')})",
                     "{{endpoint}}",
                     instant=True,
                 )
@@ -261,8 +268,73 @@ def _tiles(grid: Grid) -> None:
             unit=TOKS,
             thresholds=steps((GREEN, None)),
         ),
-        w=16,
-        h=5,
+        w=12,
+        h=8,
+    )
+    grid.add(
+        table(
+            "X is N % faster than Y",
+            describe(
+                "Each endpoint against the next slower one in the ranking: 7-day median ratio - 1.",
+                REF_WINDOW,
+            ),
+            [
+                prom(
+                    f"{fleet_expr('tokwatch_fleet_faster_than_next_ratio', 'endpoint, next')} - 1",
+                    "",
+                    ref="A",
+                    instant=True,
+                    fmt="table",
+                ),
+                prom(fleet_expr("tokwatch_fleet_rank"), "", ref="B", instant=True, fmt="table"),
+            ],
+            transformations=[
+                {"id": "merge", "options": {}},
+                {"id": "sortBy", "options": {"sort": [{"field": "Value #B"}]}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True},
+                        "indexByName": {"Value #B": 0, "endpoint": 1, "Value #A": 2, "next": 3},
+                        "renameByName": {
+                            "Value #B": "Rank",
+                            "endpoint": "Endpoint",
+                            "Value #A": "is faster by",
+                            "next": "than",
+                        },
+                    },
+                },
+            ],
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "is faster by"},
+                    "properties": [{"id": "unit", "value": "percentunit"}, {"id": "decimals", "value": 0}],
+                }
+            ],
+        ),
+        w=8,
+        h=8,
+    )
+    grid.add(
+        stat(
+            "Fastest vs slowest",
+            describe(
+                "How much faster the fastest endpoint is than the slowest, by 7-day median tok/s of ok runs "
+                "(fastest / slowest - 1).",
+                REF_WINDOW,
+            ),
+            [
+                prom(
+                    "max by (fastest, slowest, window) (tokwatch_fleet_fastest_vs_slowest_ratio) - 1",
+                    "{{fastest}} faster than {{slowest}}",
+                    instant=True,
+                )
+            ],
+            unit=RATIO,
+            decimals=0,
+        ),
+        w=4,
+        h=8,
     )
 
 
@@ -540,6 +612,7 @@ def build() -> g.Dashboard:
     """The Endpoints overview dashboard."""
     grid = Grid()
     _tiles(grid)
+    _comparison(grid)
     _trend(grid)
     _latency(grid)
     _reasoning(grid)

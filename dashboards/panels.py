@@ -99,6 +99,7 @@ def stat(
     color_mode: str = "value",
     graph: bool = False,
     datasource: dict[str, str] = PROMETHEUS,
+    no_value: str = "no data",
 ) -> g.Stat:
     """One tile per series (per endpoint), last value, coloured by thresholds."""
     return g.Stat(
@@ -115,7 +116,7 @@ def stat(
         color={"mode": "thresholds"},
         thresholds=thresholds or steps((GREEN, None)),
         mappings=mappings or [],
-        noValue="no data",
+        noValue=no_value,
         maxDataPoints=100,
     )
 
@@ -131,6 +132,7 @@ def timeseries(
     fill: int = 10,
     points: str = "auto",
     datasource: dict[str, str] = PROMETHEUS,
+    legend: bool = True,
 ) -> g.TimeSeries:
     """A time-series panel with a table legend showing last and max, nulls left as gaps."""
     return g.TimeSeries(
@@ -145,8 +147,8 @@ def timeseries(
         fillOpacity=fill,
         showPoints=points,
         spanNulls=False,
-        legendDisplayMode="table",
-        legendCalcs=["lastNotNull", "max"],
+        legendDisplayMode="table" if legend else "hidden",
+        legendCalcs=["lastNotNull", "max"] if legend else [],
         tooltipMode="multi",
         tooltipSort="desc",
         maxDataPoints=500,
@@ -349,10 +351,16 @@ class Grid:
         self._y = 0
         self._line_height = 0
 
-    def row(self, title: str) -> None:
-        """A full-width, expanded row header."""
+    def row(self, title: str, repeat: str | None = None) -> None:
+        """A full-width, expanded row header; `repeat` names a variable to repeat it (and its panels) over."""
         self._newline()
-        self.panels.append(g.RowPanel(title=title, gridPos=g.GridPos(h=1, w=self.WIDTH, x=0, y=self._y)))
+        self.panels.append(
+            g.RowPanel(
+                title=title,
+                gridPos=g.GridPos(h=1, w=self.WIDTH, x=0, y=self._y),
+                repeat=g.Repeat(variable=repeat) if repeat else g.Repeat(),
+            )
+        )
         self._y += 1
 
     def add(self, panel: Any, w: int, h: int) -> None:

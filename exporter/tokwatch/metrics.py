@@ -369,13 +369,13 @@ class WindowCollector(Collector):
         for name, fig in snap.figures.items():
             yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
         if self._export_fleet:
-            yield _FLEET, snap.fleet
+            yield _FLEET, (snap.fleet, snap.ranking)
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
         """One endpoint's window figures, or the fleet comparison (from the snapshot `parts()` saw)."""
         snap = self._parts_snapshot or self._snapshot()
         if key == _FLEET:
-            yield self._fleet(snap)
+            yield from self._fleet(snap)
             return
         fig = snap.figures.get(str(key))
         yield from self._figures(snap, [fig] if fig is not None else [], self._parts_static)
@@ -385,7 +385,7 @@ class WindowCollector(Collector):
         snap = self._snapshot()
         yield from self._figures(snap, list(snap.figures.values()))
         if self._export_fleet:
-            yield self._fleet(snap)
+            yield from self._fleet(snap)
 
     def _figures(
         self, snap: WindowSnapshot, figures: Sequence[WindowFigures], static: Sequence[str] | None = None
@@ -404,7 +404,7 @@ class WindowCollector(Collector):
             yield family
 
     @staticmethod
-    def _fleet(snap: WindowSnapshot) -> Metric:
+    def _fleet(snap: WindowSnapshot) -> Iterator[Metric]:
         fleet = GaugeMetricFamily(
             "tokwatch_fleet_fastest_vs_slowest_ratio",
             "Median tok/s of the fastest endpoint over that of the slowest (ok runs).",
@@ -412,7 +412,30 @@ class WindowCollector(Collector):
         )
         if snap.fleet is not None:
             fleet.add_metric([snap.fleet.fastest, snap.fleet.slowest, snap.fleet.window], snap.fleet.ratio)
-        return fleet
+        yield fleet
+        medians = GaugeMetricFamily(
+            "tokwatch_fleet_median_tokens_per_second",
+            "Median tok/s of ok runs over the comparison window, per ranked endpoint.",
+            labels=["endpoint", "window"],
+        )
+        rank = GaugeMetricFamily(
+            "tokwatch_fleet_rank",
+            "Place in the comparison ranking by median tok/s (1 = fastest).",
+            labels=["endpoint", "window"],
+        )
+        faster = GaugeMetricFamily(
+            "tokwatch_fleet_faster_than_next_ratio",
+            "Median tok/s of an endpoint over that of the next slower one in the ranking.",
+            labels=["endpoint", "next", "window"],
+        )
+        if snap.ranking is not None:
+            window = snap.ranking.window
+            for i, (name, median) in enumerate(snap.ranking.ranked, start=1):
+                medians.add_metric([name, window], median)
+                rank.add_metric([name, window], float(i))
+            for pair in snap.ranking.neighbours():
+                faster.add_metric([pair.fastest, pair.slowest, window], pair.ratio)
+        yield from (medians, rank, faster)
 
 
 def _static_names(snap: WindowSnapshot) -> tuple[str, ...]:

@@ -102,13 +102,39 @@ class FleetComparison:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class FleetRanking:
+    """Endpoints by median tok/s of ok runs over a window, fastest first (seed 000's comparison strip)."""
+
+    ranked: tuple[tuple[str, float], ...]
+    window: str
+
+    def neighbours(self) -> list[FleetComparison]:
+        """'X is N % faster than Y' for each endpoint and the next slower one."""
+        return [
+            FleetComparison(a, b, ma, mb, self.window)
+            for (a, ma), (b, mb) in zip(self.ranked, self.ranked[1:], strict=False)
+        ]
+
+    @property
+    def extremes(self) -> FleetComparison | None:
+        """Fastest vs slowest; None with fewer than two ranked endpoints."""
+        if len(self.ranked) < 2:
+            return None
+        (fast, fast_m), (slow, slow_m) = self.ranked[0], self.ranked[-1]
+        return FleetComparison(fast, slow, fast_m, slow_m, self.window)
+
+
+def rank_fleet(medians: Mapping[str, float | None], window: str) -> FleetRanking:
+    """Endpoints with a positive median, fastest first (ties by name)."""
+    positive = ((n, m) for n, m in medians.items() if m is not None and m > 0)
+    ranked = sorted(positive, key=lambda x: (-x[1], x[0]))
+    return FleetRanking(tuple(ranked), window)
+
+
 def compare_fleet(medians: Mapping[str, float | None], window: str) -> FleetComparison | None:
     """Fastest vs slowest among endpoints with a positive median; None with fewer than two."""
-    ranked = sorted((m, name) for name, m in medians.items() if m is not None and m > 0)
-    if len(ranked) < 2:
-        return None
-    (slow_m, slow), (fast_m, fast) = ranked[0], ranked[-1]
-    return FleetComparison(fast, slow, fast_m, slow_m, window)
+    return rank_fleet(medians, window).extremes
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +145,7 @@ class WindowSnapshot:
     fleet: FleetComparison | None = None
     refreshed_at: float | None = None
     static_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    ranking: FleetRanking | None = None
 
 
 class RunWindow:
@@ -166,5 +193,5 @@ class MemoryWindows:
         """Current figures for every endpoint, and the fleet comparison over the same window."""
         now = time.time()
         figures = {name: w.figures(name, now) for name, w in self._windows.items()}
-        fleet = compare_fleet({n: f.median for n, f in figures.items()}, window_label(self._seconds))
-        return WindowSnapshot(figures, fleet, now, dict(self._static))
+        ranking = rank_fleet({n: f.median for n, f in figures.items()}, window_label(self._seconds))
+        return WindowSnapshot(figures, ranking.extremes, now, dict(self._static), ranking)

@@ -194,7 +194,7 @@ async def test_dashboard_panels_show_data(processes: Any, tmp_path: Path) -> Non
 
         # The status pill's code for the rate-limited endpoint maps to RATE LIMITED.
         status_panel = next(
-            p for p in iter_panels(dashboards["tokwatch-overview.json"]) if p["title"] == "Last status"
+            p for p in iter_panels(dashboards["tokwatch-overview.json"]) if p["title"] == "Status"
         )
         series = await _query(session, prom, expand(status_panel["targets"][0]["expr"]))
         codes = {s["metric"]["endpoint"]: s["value"][1] for s in series}

@@ -100,7 +100,7 @@ def test_grafanalib_classes_emit_the_expected_types() -> None:
 
 
 def test_bargauge_uses_the_current_field_config_model() -> None:
-    bar = _panel(MODELS["tokwatch-overview.json"], "Median tok/s by endpoint ($window)")
+    bar = _panel(MODELS["tokwatch-overview.json"], "Ranking (7-day median tok/s)")
     assert "fieldOptions" not in bar["options"]
     assert bar["options"]["reduceOptions"]["calcs"] == ["lastNotNull"]
     assert bar["fieldConfig"]["defaults"]["unit"] == panels.TOKS
@@ -174,13 +174,15 @@ def test_per_endpoint_queries_honour_the_endpoint_variable() -> None:
 def test_units_are_consistent() -> None:
     overview = MODELS["tokwatch-overview.json"]
     for title in (
-        "Last run tok/s",
-        "$window avg (median tok/s)",
-        "Stddev ($window)",
+        "Last ok run",
+        "$window median",
+        "± stddev",
+        "Recent runs",
+        "Ranking (7-day median tok/s)",
         "Decode tok/s and failed runs",
     ):
         assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "suffix: tok/s"
-    for title in ("Variance (CV, $window)", "Uptime ($window)"):
+    for title in ("CV ($window)", "Uptime ($window)"):
         assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "percentunit"
     for title in (
         "TTFT p50 / p95 / p99",
@@ -192,7 +194,7 @@ def test_units_are_consistent() -> None:
 
 
 def test_cv_tile_thresholds_are_5_and_15_percent() -> None:
-    cv = _panel(MODELS["tokwatch-overview.json"], "Variance (CV, $window)")
+    cv = _panel(MODELS["tokwatch-overview.json"], "CV ($window)")
     steps = cv["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps == [
         {"color": "green", "value": None},
@@ -200,10 +202,44 @@ def test_cv_tile_thresholds_are_5_and_15_percent() -> None:
         {"color": "red", "value": 0.15},
     ]
     assert cv["fieldConfig"]["defaults"]["color"] == {"mode": "thresholds"}
+    assert cv["options"]["colorMode"] == "background"  # the band, not coloured text
+
+
+def test_overview_is_a_tile_wall_repeated_per_endpoint() -> None:
+    panels = MODELS["tokwatch-overview.json"]["panels"]
+    row = panels[0]
+    assert row["type"] == "row" and row["title"] == "$endpoint" and row["repeat"] == "endpoint"
+    tiles = []
+    for p in panels[1:]:
+        if p["type"] == "row":
+            break
+        tiles.append(p)
+    assert [p["title"] for p in tiles] == [
+        "Status",
+        "Last ok run",
+        "$window median",
+        "CV ($window)",
+        "± stddev",
+        "Uptime ($window)",
+        "Recent runs",
+    ]
+    assert sum(p["gridPos"]["w"] for p in tiles) == 24 and {p["gridPos"]["y"] for p in tiles} == {1}
+    # an endpoint that never had an ok run still gets its tiles, each saying so
+    no_value = {p["title"]: p["fieldConfig"]["defaults"].get("noValue") for p in tiles if p["type"] == "stat"}
+    assert no_value["Status"] == "NO RUNS" and no_value["Last ok run"] == "no ok run yet"
+    assert all(no_value.values())
+    spark = tiles[-1]
+    assert spark["type"] == "timeseries" and spark["options"]["legend"]["displayMode"] == "hidden"
+    assert {t["refId"] for t in spark["targets"]} == {"A", "B"}  # ok tok/s line + failed-run bars
+    strip = [p for p in panels if p["type"] == "row" and p["title"].startswith("Comparison")]
+    assert strip and strip[0].get("repeat") is None
+    pairs = _panel(MODELS["tokwatch-overview.json"], "X is N % faster than Y")
+    assert "tokwatch_fleet_faster_than_next_ratio" in pairs["targets"][0]["expr"]
+    assert "$endpoint" not in pairs["targets"][0]["expr"]  # the whole fleet, whatever is selected
 
 
 def test_status_pill_maps_every_status_to_text() -> None:
-    for title in ("Last status", "Status timeline"):
+    for title in ("Status", "Status timeline"):
         panel = _panel(MODELS["tokwatch-overview.json"], title)
         (mapping,) = panel["fieldConfig"]["defaults"]["mappings"]
         texts = {int(value): option["text"] for value, option in mapping["options"].items()}

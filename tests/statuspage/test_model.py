@@ -85,9 +85,9 @@ async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_inc
     assert fast.day.median == pytest.approx(100.5) and fast.day.cv is not None and fast.day.cv < 0.05
     assert len(fast.spark) == 30 and fast.spark[0].time < fast.spark[-1].time  # oldest first
     # ranking by 7-day median, fastest first; pairs compare neighbours
-    assert [r.endpoint for r in ov.ranking] == ["fast", "slow", "broken"]
+    assert [name for name, _ in ov.ranking.ranked] == ["fast", "slow", "broken"]
     assert ov.unranked == ["never-probed"]
-    pairs = [(c.fastest, c.slowest, round(c.percent_faster)) for c in ov.comparisons()]
+    pairs = [(c.fastest, c.slowest, round(c.percent_faster)) for c in ov.ranking.neighbours()]
     assert pairs == [("fast", "slow", 26), ("slow", "broken", 100)]
 
 

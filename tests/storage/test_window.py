@@ -123,3 +123,24 @@ def test_helpers() -> None:
     assert cmp is not None and (cmp.fastest, cmp.slowest) == ("b", "a")
     assert cmp.text().startswith("b is 50% faster than a")
     assert compare_fleet({"a": 30.0}, "7d") is None
+
+
+def test_ranking_is_exported_once_with_neighbour_ratios() -> None:
+    from tokwatch.window import WindowSnapshot, rank_fleet
+
+    ranking = rank_fleet({"a": 30.0, "b": 45.0, "c": None, "d": 40.0}, "7d")
+    snap = WindowSnapshot(fleet=ranking.extremes, ranking=ranking)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WindowCollector(lambda: snap))
+    get = registry.get_sample_value
+    assert [get("tokwatch_fleet_rank", {"endpoint": n, "window": "7d"}) for n in "bda"] == [1.0, 2.0, 3.0]
+    assert get("tokwatch_fleet_rank", {"endpoint": "c", "window": "7d"}) is None
+    assert get("tokwatch_fleet_median_tokens_per_second", {"endpoint": "d", "window": "7d"}) == 40.0
+    ratio = get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "b", "next": "d", "window": "7d"})
+    assert ratio == pytest.approx(45.0 / 40.0)
+    last = {"endpoint": "d", "next": "a", "window": "7d"}
+    assert get("tokwatch_fleet_faster_than_next_ratio", last) == pytest.approx(40 / 30)
+
+    other = CollectorRegistry(auto_describe=False)
+    other.register(WindowCollector(lambda: snap, export_fleet=False))  # a non-primary shard
+    assert other.get_sample_value("tokwatch_fleet_rank", {"endpoint": "b", "window": "7d"}) is None

@@ -13,6 +13,7 @@ from tokwatch.statuspage.model import Overview, Tile, build_endpoint_page, build
 from tokwatch.statuspage.render import endpoint_href, render_endpoint, render_message, render_overview
 from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StorageError
+from tokwatch.window import FleetRanking
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class StatusPages:
                     f"Store unavailable ({message}); figures as of {_hhmm(self._last_good.generated_at)} UTC."
                 )
                 return Page(200, render_overview(self._last_good, config, note))
-            empty = Overview(now, [Tile(e, None, None, []) for e in config.endpoints], [], [])
+            tiles = [Tile(e, None, None, []) for e in config.endpoints]
+            empty = Overview(now, tiles, FleetRanking((), "7d"), [])
             return Page(200, render_overview(empty, config, f"Store unavailable ({message})."))
         self._last_good = ov
         return Page(200, render_overview(ov, config))

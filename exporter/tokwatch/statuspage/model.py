@@ -15,7 +15,7 @@ from tokwatch.config import Config, EndpointSettings
 from tokwatch.stats import median
 from tokwatch.storage.base import LastRun, RunPoint, Store
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
-from tokwatch.window import FleetComparison, WindowFigures
+from tokwatch.window import FleetRanking, WindowFigures, rank_fleet, window_label
 
 SPARK_RUNS = 48  # runs on a tile's sparkline
 HISTORY_DAYS = 90  # days on an endpoint page's daily charts
@@ -39,28 +39,13 @@ class Tile:
 
 
 @dataclass(frozen=True, slots=True)
-class Ranked:
-    """An endpoint's place in the comparison strip."""
-
-    endpoint: str
-    median: float
-
-
-@dataclass(frozen=True, slots=True)
 class Overview:
     """The whole status page: a tile per configured endpoint and the ranked comparison strip."""
 
     generated_at: float
     tiles: Sequence[Tile]
-    ranking: Sequence[Ranked]  # 7-day median, fastest first
+    ranking: FleetRanking  # 7-day median of ok runs, fastest first
     unranked: Sequence[str]  # endpoints without an ok run in 7 days
-
-    def comparisons(self) -> list[FleetComparison]:
-        """'X is N % faster than Y' for each neighbouring pair of the ranking."""
-        return [
-            FleetComparison(a.endpoint, b.endpoint, a.median, b.median, "7d")
-            for a, b in zip(self.ranking, self.ranking[1:], strict=False)
-        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +101,9 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
         Tile(e, last.get(e.name), day.get(e.name), list(reversed(recent.get(e.name, []))))
         for e in config.endpoints
     ]
-    medians = {n: f.median for n, f in week.items() if f.median is not None and f.median > 0}
-    ranking = [Ranked(n, m) for n, m in sorted(medians.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return Overview(now, tiles, ranking, [n for n in names if n not in medians])
+    ranking = rank_fleet({n: f.median for n, f in week.items()}, window_label(FLEET_WINDOW_S))
+    ranked = {n for n, _ in ranking.ranked}
+    return Overview(now, tiles, ranking, [n for n in names if n not in ranked])
 
 
 async def build_endpoint_page(

@@ -127,16 +127,16 @@ def _tile(tile: Tile, now: float) -> str:
 
 
 def _strip(ov: Overview) -> str:
-    if not ov.ranking and not ov.unranked:
+    if not ov.ranking.ranked and not ov.unranked:
         return ""
     ranks = "".join(
-        f'<li data-endpoint="{_e(r.endpoint)}"><a href="{endpoint_href(r.endpoint)}">{_e(r.endpoint)}</a> '
-        f"{r.median:.1f} tok/s</li>"
-        for r in ov.ranking
+        f'<li data-endpoint="{_e(name)}"><a href="{endpoint_href(name)}">{_e(name)}</a> '
+        f"{median:.1f} tok/s</li>"
+        for name, median in ov.ranking.ranked
     )
     pairs = "".join(
         f'<li class="pair">{_e(c.fastest)} is {c.percent_faster:.0f} % faster than {_e(c.slowest)}</li>'
-        for c in ov.comparisons()
+        for c in ov.ranking.neighbours()
     )
     unranked = (
         f'<p class="muted">Not ranked (no ok run in 7 days): {_e(", ".join(ov.unranked))}</p>'

@@ -12,9 +12,10 @@ from tokwatch.config import EndpointSettings
 from tokwatch.storage.base import Store, WindowIncludes, WindowStats
 from tokwatch.window import (
     FleetComparison,
+    FleetRanking,
     WindowFigures,
     WindowSnapshot,
-    compare_fleet,
+    rank_fleet,
     window_label,
 )
 
@@ -64,8 +65,21 @@ async def fleet_comparison(
     include: WindowIncludes = frozenset(),
 ) -> FleetComparison | None:
     """Seed 000's comparison strip: the 7-day median decides fastest and slowest."""
+    ranking = await fleet_ranking(store, now, window_s=window_s, endpoints=endpoints, include=include)
+    return ranking.extremes
+
+
+async def fleet_ranking(
+    store: Store,
+    now: float,
+    *,
+    window_s: float = FLEET_WINDOW_S,
+    endpoints: Sequence[str] | None = None,
+    include: WindowIncludes = frozenset(),
+) -> FleetRanking:
+    """Every endpoint with an ok run in the window, by median tok/s, fastest first."""
     figures = await window_figures(store, now, window_s=window_s, endpoints=endpoints, include=include)
-    return compare_fleet({n: f.median for n, f in figures.items()}, window_label(window_s))
+    return rank_fleet({n: f.median for n, f in figures.items()}, window_label(window_s))
 
 
 class WindowCache:
@@ -114,7 +128,7 @@ class WindowCache:
             figures = await window_figures(
                 self._store, now, window_s=self._window_s, endpoints=self._endpoints, include=self._include
             )
-            fleet = await fleet_comparison(
+            ranking = await fleet_ranking(
                 self._store,
                 now,
                 window_s=self._fleet_window_s,
@@ -125,7 +139,7 @@ class WindowCache:
             self.refresh_errors += 1
             log.warning("storage: window figures not refreshed: %s", exc)
             return False
-        self._snapshot = WindowSnapshot(figures, fleet, now, dict(self._static))
+        self._snapshot = WindowSnapshot(figures, ranking.extremes, now, dict(self._static), ranking)
         return True
 
     async def run(self) -> None:
