@@ -159,3 +159,37 @@ async def test_storage_switched_off_says_so(tmp_path: Path) -> None:
     )
     page = await StatusPages(lambda: None, lambda: cfg).overview()
     assert page.status == 200 and "storage.enabled: false" in page.body
+
+
+async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(tmp_path: Path) -> None:
+    from tokwatch.shard import parse_shard
+
+    async with run_sim(load_sim_config_text(SIM)) as sim:
+        eps = "\n".join(
+            f"  - {{name: ep{i}, kind: openai, base_url: '{sim.url}/oa/v1', model: m}}" for i in range(6)
+        )
+        cfg = load_config_text(
+            f"probe: {{max_tokens: 8, warmup: false}}\n"
+            f"storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/o.jsonl'}}\n"
+            f"schedule: {{interval: 1h, run_on_start: false}}\nendpoints:\n{eps}\n",
+            "t.yml",
+        )
+        apps = [App(cfg, shard=parse_shard(f"{i}/2")) for i in range(2)]
+        for app in apps:
+            await app.start()
+        try:
+            owned = [[e.name for e in app.config.endpoints] for app in apps]
+            assert sorted(owned[0] + owned[1]) == [f"ep{i}" for i in range(6)] and owned[0] and owned[1]
+            for app, names in zip(apps, owned, strict=True):
+                for name in names:
+                    await app.probe(name, "scheduled")
+            await _stored(apps[0], 6)
+            for app in apps:  # either replica: a tile per endpoint of the fleet, each with its ok run
+                page = await StatusPages(lambda a=app: a.store, lambda a=app: a.full_config).overview()
+                tiles = Dom(page.body).having("article", "data-endpoint")
+                assert {t["data-endpoint"]: t["data-status"] for t in tiles} == {
+                    f"ep{i}": "ok" for i in range(6)
+                }
+        finally:
+            for app in apps:
+                await app.stop()
