@@ -1,12 +1,13 @@
 """Status page render time: store queries + HTML for N endpoints with a history of hourly runs.
 
 For each backend (embedded SQLite, and a throwaway local PostgreSQL when its binaries are installed) the
-store is filled with N endpoints × H hourly runs (about 4 % failures), then these are timed:
+store is filled with N endpoints x H hourly runs (about 4 % failures), then these are timed:
 - overview: every query behind `/` (24 h and 7 d figures, last runs, sparklines) plus the HTML;
 - html only: rendering an overview already queried (the share the page itself costs);
 - endpoint: one endpoint's page (90 days of daily figures, last 100 runs, incidents).
 
-    python benchmarks/status_page.py [--endpoints 100] [--hours 48,168] [--repeat 15] [--backends sqlite,postgres]
+    python benchmarks/status_page.py [--endpoints 100] [--hours 48,168] [--repeat 15]
+        [--backends sqlite,postgres]
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from tokwatch.storage.sqlite import SQLiteStore
 def fleet(n: int) -> Config:
     """N endpoints with two labels each."""
     lines = "\n".join(
-        f"  - {{name: ep{i:03d}, kind: vllm, base_url: 'http://127.0.0.1:1/v1', model: m, labels: {{site: s{i % 4}}}}}"
+        f"  - {{name: ep{i:03d}, kind: vllm, base_url: 'http://127.0.0.1:1/v1', model: m, "
+        f"labels: {{site: s{i % 4}}}}}"
         for i in range(n)
     )
     return load_config_text(f"endpoints:\n{lines}\n")
@@ -74,7 +76,10 @@ async def timed(fn: Callable[[], Awaitable[object]], repeat: int) -> tuple[float
     return statistics.median(times), max(times)
 
 
-async def measure(store: Store, config: Config, hours: int, repeat: int) -> list[tuple[str, float, float, int]]:
+Timing = tuple[str, float, float, int]
+
+
+async def measure(store: Store, config: Config, hours: int, repeat: int) -> list[Timing]:
     """Fill the store, then time the pages; returns (what, median ms, max ms, bytes)."""
     now = time.time()
     await store.ensure_ready()
@@ -139,7 +144,8 @@ async def main() -> None:
                         await store.open()
                     try:
                         for what, med, worst, size in await measure(store, config, hours, args.repeat):
-                            print(f"{backend:9} {hours:>7} {what:28} {med:>10.1f} {worst:>8.1f} {size / 1024:>6.0f}")
+                            kib = size / 1024
+                            print(f"{backend:9} {hours:>7} {what:28} {med:>10.1f} {worst:>8.1f} {kib:>6.0f}")
                     finally:
                         await store.close()
     finally:
