@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiohttp import web
 
+from tokwatch import rxwatch
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
 
 SSE = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
@@ -292,3 +293,103 @@ def test_reads_are_stamped_on_uvloop_too() -> None:
     assert name == "uvloop"
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert len(gaps) == 3 and all(g >= 0.03 for g in gaps)  # not all stamped at the headers' time
+
+
+class _PacedSender:
+    """A raw HTTP server on its own thread: sends headers, then `parts` body writes `gap_s` apart, and
+    records when it wrote each (perf_counter: one clock with the client's stamps)."""
+
+    def __init__(self, parts: int, gap_s: float) -> None:
+        self.parts, self.gap_s = parts, gap_s
+        self.written_at: list[float] = []
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await writer.drain()
+            for i in range(self.parts):
+                await asyncio.sleep(self.gap_s)
+                self.written_at.append(time.perf_counter())  # before the write: arrival cannot precede it
+                writer.write(b"6\r\npart-%d\r\n" % i)
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        async def main() -> None:
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            self._ready.set()
+            async with server:
+                await server.serve_forever()
+
+        with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+            loop.run_until_complete(main())
+
+    def __enter__(self) -> _PacedSender:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None
+        for task in asyncio.all_tasks(self._loop):
+            self._loop.call_soon_threadsafe(task.cancel)
+        self._thread.join(10)
+
+
+async def _pieces_while_busy(watch: bool) -> tuple[list[tuple[float, bytes]], list[float], float, int]:
+    """Three parts arrive 60 ms apart while the client's loop is blocked; returns the pieces, the server's
+    write times, when the loop was free again, and the reads the watcher stamped earlier than the loop."""
+    with _PacedSender(parts=3, gap_s=0.06) as server:
+        async with HttpClient(watch_receives=watch) as client:
+            async with client.stream("GET", f"http://127.0.0.1:{server.port}/", timeout=10) as resp:
+                time.sleep(0.4)  # noqa: ASYNC251 - on purpose: the loop is busy while every part arrives
+                unblocked = time.perf_counter()
+                pieces = [(t, data) async for t, data in resp.chunks()]
+            improved = client.watcher.improved_reads if client.watcher is not None else 0
+    return pieces, server.written_at, unblocked, improved
+
+
+def _assert_arrival_stamps(pieces: list[tuple[float, bytes]], written: list[float], unblocked: float) -> None:
+    assert [d for _, d in pieces] == [b"part-0", b"part-1", b"part-2"]  # one read's bytes split per arrival
+    for i, (t, _) in enumerate(pieces):
+        assert written[i] <= t < unblocked  # never before its write, and earlier than the loop could stamp
+        if i + 1 < len(written):
+            assert t < written[i + 1]  # stamped before the next part was even written
+
+
+@pytest.mark.skipif(not rxwatch.available(), reason="the receive watcher needs Linux epoll")
+async def test_reads_that_arrive_while_the_loop_is_busy_keep_their_arrival_times() -> None:
+    """With the receive watcher each part is stamped at its arrival, not when the loop got to read it."""
+    pieces, written, unblocked, improved = await _pieces_while_busy(watch=True)
+    assert improved >= 1
+    _assert_arrival_stamps(pieces, written, unblocked)
+
+
+@pytest.mark.skipif(not rxwatch.available(), reason="the receive watcher needs Linux epoll")
+def test_receive_watcher_on_uvloop_too() -> None:
+    pytest.importorskip("uvloop")
+    from tokwatch.measurement import loop_name, new_loop
+
+    async def main() -> tuple[str, tuple[list[tuple[float, bytes]], list[float], float, int]]:
+        return loop_name(asyncio.get_running_loop()), await _pieces_while_busy(watch=True)
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        name, (pieces, written, unblocked, _) = runner.run(main())
+    assert name == "uvloop"
+    _assert_arrival_stamps(pieces, written, unblocked)
+
+
+async def test_without_the_watcher_a_busy_loop_stamps_late() -> None:
+    """The reference behaviour the watcher fixes: every part gets the time the loop read it."""
+    pieces, _, unblocked, _ = await _pieces_while_busy(watch=False)
+    assert pieces and all(t >= unblocked for t, _ in pieces)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import json
 import ssl
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,6 +23,9 @@ from typing import Any, Literal
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+
+from tokwatch import rxwatch
+from tokwatch.rxwatch import ReceiveWatcher
 
 TransportKind = Literal["connect", "dns", "tls", "timeout", "reset", "too_large", "protocol"]
 Phase = Literal["connect", "response", "body"]
@@ -152,19 +155,85 @@ class _StampingHandler(ResponseHandler):
     """
 
     last_rx: float | None = None
+    watcher: ReceiveWatcher | None = None  # stamps arrivals off the loop (tokwatch.rxwatch), when given
+    _fd: int | None = None
+    _tracked: aiohttp.StreamReader | None = None
+    _marks: deque[tuple[int, float]] | None = None
+
+    def track(self, content: aiohttp.StreamReader) -> deque[tuple[int, float]]:
+        """Record, for every read from now on, (body bytes fed so far, stamp) of the response `content`.
+
+        Body bytes fed before this call came with the headers' read(s): they get the latest read's stamp."""
+        if content is self._tracked and self._marks is not None:
+            return self._marks  # recording since the response's first read
+        self._tracked = content
+        self._marks = deque()
+        if content.total_bytes and self.last_rx is not None:
+            self._marks.append((content.total_bytes, self.last_rx))
+        return self._marks
+
+    def untrack(self) -> None:
+        """Stop recording marks (the response is done with this connection)."""
+        self._tracked = None
+        self._marks = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Register the socket with the receive watcher, if any."""
+        super().connection_made(transport)
+        if self.watcher is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                self._fd = sock.fileno()
+                self.watcher.watch(self._fd)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """Unregister before the fd number can be reused."""
+        if self.watcher is not None and self._fd is not None:
+            self.watcher.forget(self._fd)
+            self._fd = None
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        """Stamp, then hand the bytes to aiohttp."""
-        self.last_rx = time.perf_counter()
+        """Stamp, then hand the bytes to aiohttp (piece by piece when the receive watcher split the read)."""
+        now = time.perf_counter()
+        if not data:  # aiohttp's resume_reading() replays held-back bytes: they keep their read's stamp
+            self._feed(data, self.last_rx if self.last_rx is not None else now)
+            return
+        if self.watcher is None or self._fd is None:
+            self._feed(data, now)
+            return
+        pos = 0
+        for n, t in self.watcher.read_at(self._fd, len(data), now):
+            self._feed(data[pos : pos + n] if n != len(data) else data, t)
+            pos += n
+
+    def _feed(self, data: bytes, stamp: float) -> None:
+        self.last_rx = stamp
         super().data_received(data)
+        # aiohttp's reader of the response now arriving: record marks from its first read on, before the
+        # coroutine waiting for the headers runs (under load that is several reads later).
+        payload = getattr(self, "_payload", None)
+        if isinstance(payload, aiohttp.StreamReader) and payload is not self._tracked:
+            self._tracked, self._marks = payload, deque()
+        if self._tracked is not None and self._marks is not None:
+            fed = self._tracked.total_bytes
+            if not self._marks or fed > self._marks[-1][0]:
+                self._marks.append((fed, stamp))
 
 
 class _StampingConnector(aiohttp.TCPConnector):
-    """A TCPConnector whose connections use `_StampingHandler`."""
+    """A TCPConnector whose connections use `_StampingHandler` (with the client's receive watcher)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, watcher: ReceiveWatcher | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._factory = functools.partial(_StampingHandler, loop=self._loop)  # type: ignore[assignment]
+        loop = self._loop
+
+        def factory() -> _StampingHandler:
+            handler = _StampingHandler(loop=loop)
+            handler.watcher = watcher
+            return handler
+
+        self._factory = factory  # type: ignore[assignment]
 
 
 class StreamResponse:
@@ -197,6 +266,8 @@ class StreamResponse:
         self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
         proto = resp.connection.protocol if resp.connection is not None else None
         self._proto = proto if isinstance(proto, _StampingHandler) else None
+        # Per-read marks, so bytes merged into one `readany()` keep the times of the reads that brought them.
+        self._marks = self._proto.track(resp.content) if self._proto is not None else None
 
     def _expire(self) -> None:
         self._resp.content.set_exception(TransportError("timeout", "body", "timed out reading the response"))
@@ -204,7 +275,10 @@ class StreamResponse:
     def detach(self) -> None:
         """Stop the timer and let go of the connection (before it returns to the pool)."""
         self._timer.cancel()
+        if self._proto is not None:
+            self._proto.untrack()
         self._proto = None
+        self._marks = None
 
     async def chunks(self) -> AsyncIterator[tuple[float, bytes]]:
         """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
@@ -221,16 +295,39 @@ class StreamResponse:
                 raise _wrap(exc, _Attempt(connected=True), "body") from exc
             if not data:
                 return
-            # The latest read on this connection delivered these bytes (or, at the start, the headers too).
-            rx = self._proto.last_rx if self._proto is not None else None
-            now = rx if rx is not None else self.headers_at
-            if self.first_byte_at is None:
-                self.first_byte_at = now
-            self.last_byte_at = now
-            self.bytes_received += len(data)
-            if self.bytes_received > self._max_bytes:
+            if self.bytes_received + len(data) > self._max_bytes:
                 raise TransportError("too_large", "body", f"response body exceeds {self._max_bytes} bytes")
-            yield now, data
+            for t, piece in self._pieces(data):
+                if self.first_byte_at is None:
+                    self.first_byte_at = t
+                self.last_byte_at = t
+                self.bytes_received += len(piece)
+                yield t, piece
+
+    def _pieces(self, data: bytes) -> list[tuple[float, bytes]]:
+        """Split `data` (body bytes from `bytes_received` on) at the reads that delivered them, each piece
+        with its read's stamp; without marks, all of it gets the latest read's stamp (or the headers')."""
+        start, end = self.bytes_received, self.bytes_received + len(data)
+        latest = self._proto.last_rx if self._proto is not None else None
+        fallback = latest if latest is not None else self.headers_at
+        marks = self._marks
+        if not marks:
+            return [(fallback, data)]
+        out: list[tuple[float, bytes]] = []
+        pos = start
+        while marks and pos < end:
+            fed, t = marks[0]
+            if fed <= pos:
+                marks.popleft()  # bytes already yielded
+                continue
+            cut = min(fed, end)
+            out.append((t, data[pos - start : cut - start]))
+            pos = cut
+            if fed <= end:
+                marks.popleft()
+        if pos < end:
+            out.append((fallback, data[pos - start :]))
+        return out
 
     async def read(self) -> bytes:
         """The whole body (bounded by the size cap)."""
@@ -245,9 +342,16 @@ class StreamResponse:
 class HttpClient:
     """Owns one aiohttp session; create and close it inside a running event loop (`async with`)."""
 
-    def __init__(self, *, limit: int = 100, user_agent: str = "tokwatch") -> None:
+    def __init__(
+        self, *, limit: int = 100, user_agent: str = "tokwatch", watch_receives: bool = False
+    ) -> None:
         self._limit = limit
         self._user_agent = user_agent
+        # A thread stamping arrivals independently of this loop's backlog (the bench's many streams).
+        self.watcher: ReceiveWatcher | None = None
+        if watch_receives and rxwatch.available():
+            self.watcher = ReceiveWatcher()
+            self.watcher.start()
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self.stale_resends = 0  # dead pooled connections replaced before a request was sent
@@ -262,14 +366,17 @@ class HttpClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close the pooled connections."""
+        """Close the pooled connections (and stop the receive watcher)."""
         for session in (self._session, self._fresh_session):
             if session is not None:
                 await session.close()
         self._session = self._fresh_session = None
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
 
     def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
-        connector = _StampingConnector(limit=self._limit, force_close=force_close)
+        connector = _StampingConnector(limit=self._limit, force_close=force_close, watcher=self.watcher)
         return aiohttp.ClientSession(
             connector=connector,
             trace_configs=[_trace_config()],

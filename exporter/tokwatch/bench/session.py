@@ -151,7 +151,7 @@ async def run_bench(
 
     interrupted = False
     # limit=0: no connection-pool cap, so no request ever queues inside aiohttp after its send time.
-    async with HttpClient(limit=0, user_agent="tokwatch-bench") as http:
+    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=True) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
             watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
