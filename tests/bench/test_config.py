@@ -54,3 +54,19 @@ def test_bad_bench_files_name_file_line_and_field(tmp_path, text, message):
     f.write_text(text)
     with pytest.raises(ConfigError, match=message):
         options_from_args(_parse(["--bench-file", str(f)]))
+
+
+def test_receive_watcher_defaults_to_closed_loops_only():
+    base = ["--url", "http://127.0.0.1:1/v1", "--model", "m"]
+    closed = options_from_args(_parse([*base, "--concurrency", "8", "--number", "8"]))
+    opened = options_from_args(_parse([*base, "--rate", "100", "--duration", "5s"]))
+    assert closed.receive_watcher == "auto" and closed.watch_receives
+    assert not opened.watch_receives
+    opened_flags = [*base, "--rate", "100", "--duration", "5s"]
+    forced = options_from_args(_parse([*opened_flags, "--receive-watcher", "on"]))
+    assert forced.watch_receives
+    closed_flags = [*base, "--concurrency", "8", "--number", "8"]
+    off = options_from_args(_parse([*closed_flags, "--receive-watcher", "off"]))
+    assert not off.watch_receives
+    with pytest.raises(SystemExit):
+        _parse([*base, "--receive-watcher", "sometimes"])

@@ -26,7 +26,7 @@ _VALUE_FLAGS = (
     "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
     "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
     "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
-    "workers",
+    "workers", "receive_watcher",
 )  # fmt: skip
 
 
@@ -78,6 +78,11 @@ def add_commands(subparsers: Any) -> None:
     ld.add_argument("--warmup", type=int, help="requests sent first and excluded from figures")
     ld.add_argument("--seed", type=int, help="seed for arrivals and workload (0)")
     ld.add_argument("--workers", type=int, help="client processes sharing the load (1)")
+    ld.add_argument(
+        "--receive-watcher",
+        choices=("auto", "on", "off"),
+        help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops)",
+    )
     w = p.add_argument_group("workload")
     w.add_argument("--input-tokens", help="prompt tokens N or MIN:MAX (128)")
     w.add_argument("--output-tokens", help="output tokens N or MIN:MAX (128)")

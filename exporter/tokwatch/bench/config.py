@@ -71,6 +71,9 @@ class BenchOptions(BaseModel):
     plots: bool = True
     fail_fast: int = Field(5, ge=1)
     workers: int = Field(1, ge=1, le=64)
+    # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
+    # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
+    receive_watcher: Literal["auto", "on", "off"] = "auto"
 
     _dur = field_validator(
         "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", mode="before"
@@ -128,6 +131,13 @@ class BenchOptions(BaseModel):
         if self.number is None and self.duration is None:
             return DEFAULT_NUMBER
         return self.number
+
+    @property
+    def watch_receives(self) -> bool:
+        """Whether receive stamps come from the watcher thread (see `receive_watcher`)."""
+        if self.receive_watcher == "auto":
+            return self.rate is None
+        return self.receive_watcher == "on"
 
     @property
     def closed_loop_workers(self) -> int:

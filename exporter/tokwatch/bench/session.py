@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from tokwatch import rxwatch
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
@@ -151,7 +152,7 @@ async def run_bench(
 
     interrupted = False
     # limit=0: no connection-pool cap, so no request ever queues inside aiohttp after its send time.
-    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=True) as http:
+    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=opts.watch_receives) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
             watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
@@ -209,7 +210,7 @@ async def run_bench(
         state.end_s = time.perf_counter() - state.t0
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch)
     if worker_cpu:
-        outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state)
+        outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state, opts.watch_receives)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
     return outcome, out_dir
 
@@ -243,17 +244,18 @@ def _outcome(
         metrics_after=watch.after_text if watch else None,
         perf_t0=state.t0,
     )
-    outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state)
+    outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
     return outcome
 
 
-def _cpu_figures(cpu: float, state: RunState) -> dict[str, Any]:
-    """The client's own CPU seconds (all its processes), per request and per token received."""
+def _cpu_figures(cpu: float, state: RunState, watched: bool) -> dict[str, Any]:
+    """The client's own CPU seconds (all its processes), per request and per token, and how it stamped."""
     tokens = sum(r.generated_tokens for r in state.records)
     return {
         "cpu_s": cpu,
         "cpu_per_request_s": cpu / len(state.records) if state.records else None,
         "event_loop": loop_name(asyncio.get_running_loop()),
+        "receive_stamps": "watcher_thread" if watched and rxwatch.available() else "event_loop",
         "cpu_per_token_s": cpu / tokens if tokens else None,
     }
 

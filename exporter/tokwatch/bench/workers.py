@@ -127,7 +127,7 @@ async def _worker_run(
         return float(start_at.value)
 
     phase = k / opts.rate if opts.rate and opts.arrivals == "constant" else 0.0
-    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=True) as http:
+    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=mine.watch_receives) as http:
         runner = BenchRunner(
             mine,
             target,
