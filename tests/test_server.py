@@ -81,9 +81,12 @@ async def get(r: Running, path: str, **kw: object) -> tuple[int, str]:
 async def test_probe_returns_only_that_runs_metrics(running: Running) -> None:
     status, body = await get(running, "/probe?target=good")
     assert status == 200
-    assert 'tokwatch_probe_success{endpoint="good",team="a"} 1.0' in body
+    assert 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand"} 1.0' in body
     # client_stream, or client_wall when a busy host merged this 8 ms stream into one read
-    tps = r'tokwatch_probe_decode_tokens_per_second\{endpoint="good",source="client_(stream|wall)",team="a"\}'
+    tps = (
+        r'tokwatch_probe_decode_tokens_per_second\{endpoint="good",source="client_(stream|wall)",team="a",'
+        r'trigger="on_demand"\}'
+    )
     assert re.search(tps, body)
     assert "stalled" not in body and "tokwatch_probe_runs_total" not in body
     # the run is also recorded for /metrics
@@ -112,10 +115,10 @@ async def test_probe_debug_shows_log_without_secret(running: Running) -> None:
 async def test_timeout_is_a_status_and_does_not_block_others(running: Running) -> None:
     stalled = asyncio.create_task(get(running, "/probe?target=stalled"))
     status, body = await get(running, "/probe?target=good")  # answers while the other stalls
-    assert status == 200 and 'tokwatch_probe_success{endpoint="good",team="a"} 1.0' in body
+    assert status == 200 and 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand"} 1.0' in body
     assert not stalled.done()
     status, body = await asyncio.wait_for(stalled, 10)
-    assert 'tokwatch_probe_status{endpoint="stalled",status="timeout"} 1.0' in body
+    assert 'tokwatch_probe_status{endpoint="stalled",status="timeout",trigger="on_demand"} 1.0' in body
 
 
 async def test_concurrent_probes_of_one_target_share_one_run(running: Running) -> None:

@@ -336,7 +336,12 @@ def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metri
     labels = LabelSet([ep])
     fams = _Families(labels.names)
     last_run_families(fams, labels.values(ep), result, include_tps=True)
-    return list(fams.all())
+    out = list(fams.all())
+    # trigger="on_demand" on every sample: Prometheus scraping both /metrics and /probe for one endpoint
+    # keeps two distinct series, and the shipped rules read only the scheduled ones (`trigger=""`).
+    for fam in out:
+        fam.samples = [s._replace(labels={**s.labels, "trigger": "on_demand"}) for s in fam.samples]
+    return out
 
 
 _WINDOW_FAMILIES = (

@@ -31,9 +31,28 @@ def _duration_s(text: str) -> float:
 
 
 def test_prometheus_config_is_valid(promtool: str, kit: SimpleNamespace) -> None:
-    out = kit.run_tool([promtool, "check", "config", str(kit.prometheus_yml)])
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 rule files found" in out.stdout
+    for config in (kit.prometheus_yml, kit.prom_dir / "prometheus-probe.yml"):
+        out = kit.run_tool([promtool, "check", "config", str(config)])
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "2 rule files found" in out.stdout
+
+
+def test_scheduled_job_by_default_and_probe_job_as_the_alternative(kit: SimpleNamespace) -> None:
+    default = yaml.safe_load(kit.prometheus_yml.read_text(encoding="utf-8"))
+    assert [j["job_name"] for j in default["scrape_configs"]] == ["tokwatch"]
+    probe = yaml.safe_load((kit.prom_dir / "prometheus-probe.yml").read_text(encoding="utf-8"))
+    jobs = {j["job_name"]: j for j in probe["scrape_configs"]}
+    assert set(jobs) == {"tokwatch", "tokwatch-probe"} and jobs["tokwatch-probe"]["metrics_path"] == "/probe"
+    # every per-endpoint gauge a rule reads is the scheduled series, so a /probe scrape of the same
+    # endpoint (trigger="on_demand") can neither double an alert nor move a recorded figure
+    gauges = ("tokwatch_probe_status", "tokwatch_probe_success", "tokwatch_probe_duration_seconds",
+              "tokwatch_probe_decode_tokens_per_second")  # fmt: skip
+    for path in kit.rule_files:
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            for rule in group["rules"]:
+                for name, selector in re.findall(r"(?<![\w:])(tokwatch_probe_\w+)(\{[^}]*\})?", rule["expr"]):
+                    if name in gauges:
+                        assert 'trigger=""' in selector, f"{rule.get('alert') or rule['record']}: {name}"
 
 
 def test_rule_files_are_valid(promtool: str, kit: SimpleNamespace) -> None:
