@@ -115,7 +115,8 @@ async def test_probe_debug_shows_log_without_secret(running: Running) -> None:
 async def test_timeout_is_a_status_and_does_not_block_others(running: Running) -> None:
     stalled = asyncio.create_task(get(running, "/probe?target=stalled"))
     status, body = await get(running, "/probe?target=good")  # answers while the other stalls
-    assert status == 200 and 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand"} 1.0' in body
+    assert status == 200
+    assert 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand"} 1.0' in body
     assert not stalled.done()
     status, body = await asyncio.wait_for(stalled, 10)
     assert 'tokwatch_probe_status{endpoint="stalled",status="timeout",trigger="on_demand"} 1.0' in body
