@@ -80,7 +80,7 @@ RECENT_FAILURES = f"""SELECT
   r.http_status AS "HTTP",
   r.error_class AS "error class",
   r.error_message AS "error (redacted)",
-  r.e2e_s AS "duration"
+  r.duration_s AS "duration"
 FROM {RUNS}
 WHERE {FILTER} AND r.status <> 'ok'
 ORDER BY r.time DESC

@@ -87,6 +87,17 @@ def test_counters_that_appear_later_count_from_zero(vllm_text: Callable[..., str
     assert fresh.mirrored_totals["output_critical_eviction_events"].total == 0
 
 
+def test_a_mirrored_counter_has_one_name_with_or_without_total(vllm_text: Callable[..., str]) -> None:
+    state = ServerState("ep", mirror=("output_critical_eviction_events_total",))  # as configuration.md shows
+    name = "output_critical_eviction_events_total"
+    extra = f"# TYPE {name} counter\n{name} {{n}}\n"
+    scrape(state, vllm_text() + extra.format(n=1), at=0.0)
+    scrape(state, vllm_text() + extra.format(n=4), at=15.0)
+    # the `metric` label docs/metrics.md's example alert and TokwatchServerEvictions match
+    assert list(state.mirrored_totals) == ["output_critical_eviction_events"]
+    assert state.mirrored_totals["output_critical_eviction_events"].total == 3
+
+
 def test_repeated_identical_failures_log_once_at_warning(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 

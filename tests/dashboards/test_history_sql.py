@@ -55,14 +55,16 @@ def store(pg_dsn: str) -> Iterator[Any]:
         for run_id, endpoint, status, tps, minutes in runs:
             conn.execute(
                 "INSERT INTO runs (time, run_id, endpoint_id, status, tokens_per_second, timing_source, "
-                "ttft_s, itl_p99_s, e2e_s, http_status, error_class, error_message) "
-                "VALUES (%s, %s, %s, %s, %s, 'engine', 0.2, 0.05, 5.0, %s, %s, %s)",
+                "ttft_s, itl_p99_s, e2e_s, duration_s, http_status, error_class, error_message) "
+                "VALUES (%s, %s, %s, %s, %s, 'engine', 0.2, 0.05, %s, %s, %s, %s, %s)",
                 (
                     T0 + timedelta(minutes=minutes),
                     run_id,
                     endpoint,
                     status,
                     tps,
+                    5.0 if status == "ok" else None,  # a failed run has no e2e latency ...
+                    5.0 if status == "ok" else 60.0 if status == "timeout" else 0.3,  # ... but a duration
                     429 if status == "rate_limited" else None,
                     None if status == "ok" else status,
                     None if status == "ok" else f"{status} after retries",
@@ -152,3 +154,4 @@ def test_recent_failures_table(store: Any) -> None:
         ("cloud", "RATE LIMITED", 429),
     ]
     assert rows[1]["error class"] == "rate_limited"
+    assert [r["duration"] for r in rows] == [60.0, 0.3]  # how long tokwatch waited, for failed runs too

@@ -174,7 +174,8 @@ class ServerState:
                 continue
             if is_counter:
                 stamp = min((s.value for s in snap.select(created_name(sample))), default=None)
-                total = self.mirrored_totals.setdefault(name, MonotonicTotal())
+                # One `metric` label whether the config names the counter with or without `_total`.
+                total = self.mirrored_totals.setdefault(name.removesuffix("_total"), MonotonicTotal())
                 if not total.has_baseline and name in self._absent_mirrors:
                     # Labelled counters appear on their first increment: count that one too.
                     total.observe(0.0, stamp)

@@ -44,6 +44,7 @@ class RunRow:
     max_stall_s: float | None = None
     merged_reads: int | None = None
     send_delay_s: float | None = None
+    duration_s: float | None = None  # wall time of the timed run until it completed or failed
 
     @classmethod
     def from_result(
@@ -81,6 +82,7 @@ class RunRow:
             max_stall_s=result.max_stall_s,
             merged_reads=result.merged_reads,
             send_delay_s=result.send_delay_s,
+            duration_s=result.duration_s,
         )
 
     def to_json(self) -> dict[str, Any]:
