@@ -85,7 +85,10 @@ def demo_exporter_config(sim_url: str, listen: str, state_dir: Path) -> Config:
         "listen": listen,
         "probe": {"max_tokens": 64},
         "schedule": {"interval": "20s", "offset": "0s", "window": "1h"},
-        "storage": {"sqlite_path": str(state_dir / "tokwatch.db"), "outbox_path": str(state_dir / "outbox")},
+        "storage": {
+            "sqlite_path": str(state_dir / "tokwatch.db"),
+            "outbox_path": str(state_dir / "outbox.jsonl"),
+        },
         "endpoints": endpoints,
     }
     return validate_yaml(yaml.safe_dump(doc), "<demo config>", Config)

@@ -33,15 +33,19 @@ def _config(tmp_path: Path, storage: str) -> str:
 def test_sqlite_migrate_status_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "state" / "tw.db"
     cfg = _config(tmp_path, f"  sqlite_path: {db}\n  outbox_path: {tmp_path / 'o.jsonl'}")
+    assert _run(["report", "-c", cfg]) == 2  # nothing stored yet (e.g. only `tokwatch probe` was run)
+    err = capsys.readouterr().err
+    assert "holds no tokwatch data yet" in err and "`tokwatch probe` only prints them" in err
+    assert "Traceback" not in err
     assert _run(["db", "status", "-c", cfg]) == 1  # not migrated yet
-    assert "pending migrations 1, 2" in capsys.readouterr().out
+    assert "pending migrations 1, 2, 3, 4" in capsys.readouterr().out
     assert _run(["db", "migrate", "-c", cfg]) == 0
     assert "applied 1, 2" in capsys.readouterr().out
     assert _run(["db", "migrate", "-c", cfg]) == 0
     assert "up to date" in capsys.readouterr().out
     assert _run(["db", "status", "-c", cfg]) == 0
     out = capsys.readouterr().out
-    assert "schema:   version 3" in out and "runs:     0" in out
+    assert "schema:   version 4" in out and "runs:     0" in out
 
     async def seed() -> None:
         store = SQLiteStore(db)

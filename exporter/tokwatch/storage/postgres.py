@@ -36,9 +36,21 @@ from tokwatch.storage.bench_rows import (
     BenchRequestRow,
     BenchRunRow,
 )
-from tokwatch.storage.errors import SchemaTooNewError, StorageError, StoreUnavailableError
+from tokwatch.storage.errors import (
+    SchemaNotReadyError,
+    SchemaTooNewError,
+    StorageError,
+    StoreUnavailableError,
+)
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow, window_filter
-from tokwatch.storage.schema import Flavor, SchemaStatus, known_version, migrations_for, too_new_message
+from tokwatch.storage.schema import (
+    Flavor,
+    SchemaStatus,
+    known_version,
+    migrations_for,
+    not_ready_message,
+    too_new_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +319,7 @@ class PostgresStore(Store):
             raise SchemaTooNewError(too_new_message(st.current, st.known, self.location))
         if st.pending:
             if not self._auto_migrate:
-                raise StorageError(f"database {self.location} needs migrating: run `tokwatch db migrate`")
+                raise SchemaNotReadyError(not_ready_message(st.current, self.location))
             await self.migrate()
         self._ready = True
 

@@ -80,3 +80,14 @@ def too_new_message(current: int, known: int, location: str) -> str:
         f"database {location} has schema version {current}, newer than this tokwatch knows ({known}); "
         "upgrade tokwatch or point storage at another database"
     )
+
+
+def not_ready_message(current: int, location: str) -> str:
+    """The refusal text of a read-only command when the database is not at the current schema."""
+    if current == 0:
+        return (
+            f"database {location} holds no tokwatch data yet: `tokwatch serve` and `tokwatch demo` store "
+            "runs (`tokwatch probe` only prints them); `tokwatch db migrate` creates the schema"
+        )
+    return f"database {location} needs migrating (schema version {current}): run `tokwatch db migrate`"
+

@@ -30,9 +30,9 @@ from tokwatch.storage.bench_rows import (
     BenchRequestRow,
     BenchRunRow,
 )
-from tokwatch.storage.errors import SchemaTooNewError, StorageError
+from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow, window_filter
-from tokwatch.storage.schema import SchemaStatus, migrations_for, too_new_message
+from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
 
 T = TypeVar("T")
 
@@ -194,7 +194,7 @@ class SQLiteStore(Store):
         if st.too_new:
             raise SchemaTooNewError(too_new_message(st.current, st.known, self.location))
         if st.pending:
-            raise StorageError(f"database {self.location} needs migrating: run `tokwatch db migrate`")
+            raise SchemaNotReadyError(not_ready_message(st.current, self.location))
         self._ready = True
 
     # --- endpoints -----------------------------------------------------------------------------------
