@@ -77,3 +77,21 @@ def test_every_exposed_metric_is_documented_and_valid(tmp_path: Path) -> None:
             ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
         )
         assert lint.returncode == 0, (lint.stdout + lint.stderr).decode()
+
+
+def test_readme_figures_follow_the_demo(tmp_path: Path) -> None:
+    """The README's demo interval, window label and port are what `tokwatch demo` configures."""
+    import re
+
+    from tokwatch.demo import DEFAULT_LISTEN, demo_exporter_config
+    from tokwatch.window import window_label
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    config = demo_exporter_config("http://127.0.0.1:1", DEFAULT_LISTEN, tmp_path)
+    intervals = {int(n) for n in re.findall(r"(?:probed|probes them) every (\d+) s", readme)}
+    assert intervals == {int(config.schedule.interval)}
+    windows = set(re.findall(r'tokwatch_window_\w+\{[^}]*window="(\w+)"', readme))
+    assert windows == {window_label(config.schedule.window)}
+    port = DEFAULT_LISTEN.rsplit(":", 1)[1]
+    assert f"http://127.0.0.1:{port}/metrics" in readme and f"http://127.0.0.1:{port}/" in readme
+    assert len(config.endpoints) == 5 and "five endpoints" in readme
