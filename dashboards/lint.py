@@ -137,7 +137,7 @@ class MetricCatalog:
         return False
 
 
-_BACKTICK_METRIC = re.compile(r"`(tokwatch_\w+)`")
+_BACKTICK_METRIC = re.compile(r"`((?:tokwatch|process|python)_\w+)`")
 
 
 def metrics_from_markdown(path: Path) -> MetricCatalog:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.registry import Collector
 
 from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, server_key
@@ -89,6 +89,10 @@ class App:
             ExporterCollector(self.status, lambda: self.runner.in_flight, lambda: self.scheduler_stats)
         )
         self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
+        # process_* and python_* as every Prometheus client exports them, on the app's own registry.
+        self._register(ProcessCollector(registry=None))
+        self._register(PlatformCollector(registry=None))
+        self._register(GCCollector(registry=CollectorRegistry()))  # it insists on registering somewhere
         self._register(WindowCollector(lambda: self._window_snapshot(), export_fleet=self.shard.primary))
         self.store: Store | None = None
         self.writer: RunWriter | None = None

@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokwatch import __version__
@@ -16,6 +17,7 @@ from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
 from tokwatch.storage.errors import StorageError
+from tokwatch.webconfig import WebConfig, load_web_config
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -86,16 +88,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ShardError as exc:
         print(f"tokwatch: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return asyncio.run(_serve(config, args.config, host, port, args.log_filter, shard))
+    web_config = load_web_config(args.web_config) if args.web_config else None
+    return asyncio.run(_serve(config, args.config, host, port, args.log_filter, shard, web_config))
 
 
-async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner, int] | None:
+async def start_exporter(
+    app: App, host: str, port: int, web_config: tuple[WebConfig, Path] | None = None
+) -> tuple[web.AppRunner, int] | None:
     """Start probing and serving; None (after a clear message, app stopped) when the port can't be bound."""
     from tokwatch.server import start_site
 
     await app.start()
     try:
-        return await start_site(app, host, port)
+        return await start_site(app, host, port, web_config)
     except OSError as exc:
         await app.stop()
         print(f"tokwatch: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
@@ -103,7 +108,13 @@ async def start_exporter(app: App, host: str, port: int) -> tuple[web.AppRunner,
 
 
 async def _serve(
-    config: Config, path: str, host: str, port: int, redacting: RedactingFilter, shard: Shard | None = None
+    config: Config,
+    path: str,
+    host: str,
+    port: int,
+    redacting: RedactingFilter,
+    shard: Shard | None = None,
+    web_config: tuple[WebConfig, Path] | None = None,
 ) -> int:
     from tokwatch.app import App
 
@@ -122,13 +133,15 @@ async def _serve(
                 app.shard.label,
             )
     redacting.follow(lambda: app.keys.redactor)
-    started = await start_exporter(app, host, port)
+    started = await start_exporter(app, host, port, web_config)
     if started is None:
         return EXIT_USAGE
     runner, bound = started
+    tls = web_config is not None and web_config[0].tls_server_config is not None
     log.info(
-        "tokwatch %s listening on http://%s:%d/metrics (%d endpoints)",
+        "tokwatch %s listening on %s://%s:%d/metrics (%d endpoints)",
         __version__,
+        "https" if tls else "http",
         host,
         bound,
         len(config.endpoints),
@@ -230,6 +243,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 # --- parser --------------------------------------------------------------------------------------------
 
 
+def add_web_config_option(p: argparse.ArgumentParser) -> None:
+    """`--web-config FILE` (TLS and basic auth, Prometheus exporter-toolkit format)."""
+    p.add_argument(
+        "--web-config",
+        metavar="FILE",
+        help="TLS and basic auth for every route, Prometheus exporter-toolkit format (docs/security.md)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="tokwatch", description=__doc__)
@@ -246,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="probe replica I's share (0-based) of N replicas' endpoints; default from TOKWATCH_SHARD, "
         "or TOKWATCH_SHARD_INDEX (a number or a StatefulSet pod name) with TOKWATCH_SHARD_COUNT",
     )
+    add_web_config_option(p)
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("probe", help="probe endpoints once and print a table; exit 1 if any run was not ok")

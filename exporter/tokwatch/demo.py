@@ -7,11 +7,14 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from tokwatch.config import DEFAULT_LISTEN, Config, parse_listen, validate_yaml
+
+if TYPE_CHECKING:
+    from tokwatch.webconfig import WebConfig
 
 log = logging.getLogger("tokwatch.demo")
 
@@ -98,10 +101,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Start the simulated server and the exporter probing it; print a table after every round."""
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(_demo(args.listen or DEFAULT_LISTEN, state_dir, args.rounds))
+    from tokwatch.webconfig import load_web_config
+
+    web_config = load_web_config(args.web_config) if args.web_config else None
+    return asyncio.run(_demo(args.listen or DEFAULT_LISTEN, state_dir, args.rounds, web_config))
 
 
-async def _demo(listen: str, state_dir: Path, rounds: int | None) -> int:
+async def _demo(
+    listen: str, state_dir: Path, rounds: int | None, web_config: tuple[WebConfig, Path] | None = None
+) -> int:
     from tokwatch.app import App
     from tokwatch.cli import _until_signal, print_results, start_exporter
     from tokwatch.sim.config import load_sim_config_text
@@ -122,12 +130,16 @@ async def _demo(listen: str, state_dir: Path, rounds: int | None) -> int:
                 done.set()
 
         app.after_round = after_round
-        started = await start_exporter(app, host, port)
+        started = await start_exporter(app, host, port, web_config)
         if started is None:
             return 2
         runner, bound = started
-        print(f"tokwatch demo: simulated server at {sim.url}, endpoints probed every 20 s")
-        print(f"tokwatch demo: metrics at http://{host}:{bound}/metrics  (Ctrl-C to stop)")
+        scheme = "https" if web_config is not None and web_config[0].tls_server_config else "http"
+        every = int(config.schedule.interval)
+        print(f"tokwatch demo: simulated server at {sim.url}, endpoints probed every {every} s")
+        base = f"{scheme}://{host}:{bound}"
+        print(f"tokwatch demo: status page at {base}/, metrics at {base}/metrics")
+        print("tokwatch demo: Ctrl-C to stop")
         try:
             stop = asyncio.create_task(_until_signal())
             finished = asyncio.create_task(done.wait())
@@ -166,10 +178,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register `demo` and `sim`."""
+    from tokwatch.cli import add_web_config_option
+
     p = sub.add_parser("demo", help="simulated server + exporter probing it: real numbers within a minute")
     p.add_argument("--listen", help=f"HOST:PORT for the exporter (default {DEFAULT_LISTEN})")
     p.add_argument("--state-dir", default="tokwatch-state", help="where the demo keeps its SQLite history")
     p.add_argument("--rounds", type=int, help="exit after this many probe rounds (default: run until Ctrl-C)")
+    add_web_config_option(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sim", help="run the simulated inference server")

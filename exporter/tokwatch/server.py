@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import html
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 
+from tokwatch import webconfig
 from tokwatch.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
 from tokwatch.metrics import probe_result_families
 from tokwatch.statuspage import Page, StatusPages
+from tokwatch.webconfig import WebConfig
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
     from tokwatch.app import App
 
 log = logging.getLogger("tokwatch.server")
+_GZIP_MIN_BYTES = 1024  # smaller bodies are not worth a thread hop
 APP_KEY = web.AppKey("tokwatch_app", object)
 PAGES_KEY = web.AppKey("tokwatch_pages", StatusPages)
 _SCRAPE_TIMEOUT_OFFSET_S = 0.5  # leave Prometheus time to receive the answer, as blackbox_exporter does
@@ -45,9 +51,29 @@ def _exposition(request: web.Request, registry: CollectorRegistry) -> web.Respon
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Scheduled-probe metrics from pre-rendered pieces; never waits on a probe, network or database."""
+    """Scheduled-probe metrics from pre-rendered pieces; never waits on a probe, network or database.
+
+    Gzipped when the scraper accepts it (Prometheus does), in a thread: zlib releases the interpreter lock,
+    so compressing a large fleet's exposition holds neither the loop nor the probes' thread."""
     body = _app(request).exposition.render()
-    return web.Response(body=body, headers={"Content-Type": EXPOSITION_CONTENT_TYPE})
+    headers = {"Content-Type": EXPOSITION_CONTENT_TYPE}
+    if _accepts_gzip(request) and len(body) > _GZIP_MIN_BYTES:
+        body = await asyncio.to_thread(_gzip, body)
+        headers["Content-Encoding"] = "gzip"
+        headers["Vary"] = "Accept-Encoding"
+    return web.Response(body=body, headers=headers)
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    for part in request.headers.get("Accept-Encoding", "").split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() == "gzip":
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
+
+
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, compresslevel=1, mtime=0)  # level 1: ~5x smaller, several times faster than 6
 
 
 async def probe(request: web.Request) -> web.Response:
@@ -133,9 +159,9 @@ def _html(page: Page) -> web.Response:
     return web.Response(status=page.status, text=page.body, content_type="text/html")
 
 
-def build_web_app(app: App) -> web.Application:
-    """The aiohttp application serving `app`."""
-    web_app = web.Application()
+def build_web_app(app: App, web_config: WebConfig | None = None) -> web.Application:
+    """The aiohttp application serving `app`; `web_config` adds basic auth and headers to every route."""
+    web_app = web.Application(middlewares=[webconfig.middleware(web_config)] if web_config else [])
     web_app[APP_KEY] = app
     web_app[PAGES_KEY] = StatusPages(lambda: app.store, lambda: app.full_config)
     web_app.add_routes(
@@ -152,11 +178,18 @@ def build_web_app(app: App) -> web.Application:
     return web_app
 
 
-async def start_site(app: App, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve on host:port (0 = any free port); returns the runner and the bound port."""
-    runner = web.AppRunner(build_web_app(app), access_log=None, handle_signals=False, shutdown_timeout=2.0)
+async def start_site(
+    app: App, host: str, port: int, web_config: tuple[WebConfig, Path] | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve on host:port (0 = any free port), over TLS when the web config says so; returns the runner and
+    the bound port."""
+    cfg, base = web_config if web_config is not None else (None, None)
+    runner = web.AppRunner(
+        build_web_app(app, cfg), access_log=None, handle_signals=False, shutdown_timeout=2.0
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    ctx = webconfig.ssl_context(cfg, base) if cfg is not None and base is not None else None
+    site = web.TCPSite(runner, host, port, ssl_context=ctx)
     await site.start()
     bound = int(runner.addresses[0][1]) if runner.addresses else port
     return runner, bound

@@ -1,0 +1,217 @@
+"""`--web-config`: real TLS handshakes (server and client certificates), real bcrypt, gzip, process_*."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gzip
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import bcrypt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tokwatch.app import App
+from tokwatch.cli import main
+from tokwatch.config import ConfigError, load_config_text
+from tokwatch.server import start_site
+from tokwatch.webconfig import load_web_config
+
+PASSWORD = "s3cret-scrape-pass"
+CONFIG = "endpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]\n"
+
+
+Issuer = tuple[x509.Name, ec.EllipticCurvePrivateKey]
+
+
+Key = ec.EllipticCurvePrivateKey
+
+
+def _cert(name: str, key: Key, issuer: Issuer | None, *, ca: bool = False) -> x509.Certificate:
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    issuer_name, issuer_key = issuer if issuer else (subject, key)
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@dataclass
+class Pki:
+    dir: Path
+    ca: Path
+    client_cert: Path
+    client_key: Path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+    d = tmp_path_factory.mktemp("pki")
+
+    def write(name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+        (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (d / f"{name}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _cert("tokwatch-test-ca", ca_key, None, ca=True)
+    write("ca", ca, ca_key)
+    for name in ("server", "client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(name, _cert(name, key, (ca.subject, ca_key)), key)
+    return Pki(d, d / "ca.crt", d / "client.crt", d / "client.key")
+
+
+def _web_config(pki: Pki, extra: str = "") -> Path:
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    path = pki.dir / "web.yml"
+    path.write_text(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+        f"{extra}basic_auth_users:\n  prometheus: '{hashed}'\n"
+        "http_server_config:\n  headers: {X-Content-Type-Options: nosniff}\n"
+    )
+    return path
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def _client_ssl(pki: Pki, *, with_cert: bool = False) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if with_cert:
+        ctx.load_cert_chain(pki.client_cert, pki.client_key)
+    return ctx
+
+
+Serve = Callable[[Path], "AsyncIterator[str]"]
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Callable[[Path], object]]:
+    """Start a real exporter with a web config; returns its https URL."""
+    started: list[tuple[App, object]] = []
+
+    async def start(web_yml: Path) -> str:
+        app = App(load_config_text(CONFIG.replace("endpoints", "storage: {enabled: false}\nendpoints")))
+        await app.start(schedule=False, storage=False)
+        runner, port = await start_site(app, "127.0.0.1", 0, load_web_config(web_yml))
+        started.append((app, runner))
+        return f"https://127.0.0.1:{port}"
+
+    try:
+        yield start
+    finally:
+        for app, runner in started:
+            await app.stop()
+            await runner.cleanup()  # type: ignore[attr-defined]
+
+
+async def test_tls_basic_auth_on_every_route_gzip_and_process_metrics(pki: Pki, serve) -> None:  # type: ignore[no-untyped-def]
+    url = await serve(_web_config(pki))
+    good = _basic("prometheus", PASSWORD)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=_client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=20)
+    ) as s:
+        for method, path in (("GET", "/metrics"), ("GET", "/probe?target=a"), ("POST", "/-/reload"),
+                             ("GET", "/-/healthy"), ("GET", "/"), ("GET", "/endpoints/a")):  # fmt: skip
+            for auth in ({}, _basic("prometheus", "wrong"), _basic("nobody", PASSWORD)):
+                async with s.request(method, url + path, headers=auth) as resp:
+                    assert resp.status == 401, (path, auth)
+                    assert resp.headers["WWW-Authenticate"].startswith('Basic realm="tokwatch"')
+        async with s.get(url + "/metrics", headers={**good, "Accept-Encoding": "gzip"}) as resp:
+            assert resp.status == 200 and resp.headers["Content-Encoding"] == "gzip"
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
+            text = await resp.text()  # aiohttp decompresses
+        assert "process_resident_memory_bytes" in text and "python_gc_collections_total" in text
+        assert "tokwatch_build_info" in text
+        async with s.get(url + "/metrics", headers={**good, "Accept-Encoding": "identity"}) as resp:
+            assert "Content-Encoding" not in resp.headers
+            raw = await resp.read()
+        assert raw.startswith(b"# HELP") and len(gzip.compress(raw)) < len(raw)
+        async with s.get(url + "/-/healthy", headers=good) as resp:
+            assert resp.status == 200  # the same credentials again: answered from the check cache
+    # plain HTTP to the TLS port is refused, not served
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+        with pytest.raises(aiohttp.ClientError):
+            async with s.get(url.replace("https", "http") + "/metrics", headers=good) as resp:
+                await resp.read()
+
+
+async def test_client_certificates_are_required_and_verified(pki: Pki, serve) -> None:  # type: ignore[no-untyped-def]
+    extra = "  client_ca_file: ca.crt\n  client_auth_type: RequireAndVerifyClientCert\n"
+    url = await serve(_web_config(pki, extra))
+    good = _basic("prometheus", PASSWORD)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_client_ssl(pki))) as s:
+        with pytest.raises(aiohttp.ClientError):  # no client certificate: the handshake fails
+            async with s.get(url + "/metrics", headers=good) as resp:
+                await resp.read()
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=_client_ssl(pki, with_cert=True))
+    ) as s, s.get(url + "/metrics", headers=good) as resp:
+        assert resp.status == 200
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("basic_auth_users:\n  u: plaintext\n", ":2: basic_auth_users.u: the password must be a bcrypt hash"),
+        (
+            "tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n",
+            "tls_server_config.cert_file: no such file",
+        ),
+        ("tls_sever_config: {}\n", ":1: tls_sever_config: unknown setting"),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+            "  client_auth_type: RequireAndVerifyClientCert\n",
+            "RequireAndVerifyClientCert needs client_ca_file",
+        ),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: ca.crt\n",
+            "cannot load cert_file/key_file",
+        ),
+    ],
+)
+def test_bad_web_configs_name_the_file_and_field(pki: Pki, text: str, message: str) -> None:
+    path = pki.dir / "bad.yml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_web_config(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_serve_with_a_bad_web_config_exits_2_without_traceback(
+    pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(CONFIG)
+    bad = pki.dir / "bad-cli.yml"
+    bad.write_text("basic_auth_users:\n  u: hunter2\n")
+    assert main(["serve", "--config", str(cfg), "--web-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad-cli.yml:2" in err and "bcrypt hash" in err and "Traceback" not in err
+    assert "hunter2" not in err
