@@ -215,3 +215,13 @@ def test_serve_with_a_bad_web_config_exits_2_without_traceback(
     err = capsys.readouterr().err
     assert "bad-cli.yml:2" in err and "bcrypt hash" in err and "Traceback" not in err
     assert "hunter2" not in err
+
+
+def test_the_shipped_example_is_a_valid_web_config() -> None:
+    import yaml
+
+    from tokwatch.webconfig import WebConfig
+
+    example = Path(__file__).resolve().parents[1] / "deploy" / "web-config.example.yml"
+    cfg = WebConfig.model_validate(yaml.safe_load(example.read_text()))
+    assert cfg.tls_server_config is not None and set(cfg.basic_auth_users) == {"prometheus"}
