@@ -13,16 +13,113 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_compose_mounts_and_builds_exist() -> None:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services = compose["services"]
-    assert {"tokwatch", "timescaledb", "prometheus", "alertmanager", "grafana"} <= set(services)
-    assert (ROOT / services["tokwatch"]["build"]["dockerfile"]).is_file()
+COMPOSE = ROOT / "docker-compose.yml"
+STATEFUL = {
+    "tokwatch": "/var/lib/tokwatch",
+    "timescaledb": "/var/lib/postgresql/data",
+    "prometheus": "/prometheus",
+    "alertmanager": "/alertmanager",
+    "grafana": "/var/lib/grafana",
+}
+
+
+def _compose() -> dict[str, object]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_compose_file_follows_the_compose_spec() -> None:
+    """Validated offline against the Compose Specification's JSON schema (tests/data/schemas)."""
+    tool = shutil.which("check-jsonschema")
+    if tool is None:
+        pytest.skip("check-jsonschema not installed (pip install -e '.[test]')")
+    schema = ROOT / "tests" / "data" / "schemas" / "compose-spec.json"
+    proc = subprocess.run(
+        [tool, "--schemafile", str(schema), str(COMPOSE)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compose_images_healthchecks_volumes_and_secrets() -> None:
+    services: dict[str, dict[str, object]] = _compose()["services"]  # type: ignore[assignment]
+    assert {"tokwatch", "sim", "timescaledb", "prometheus", "alertmanager", "alert-sink", "grafana"} <= set(
+        services
+    )
     for name, svc in services.items():
-        for volume in svc.get("volumes", []):
-            host = volume.split(":")[0]
+        image = str(svc.get("image", ""))
+        assert image and not image.endswith(":latest") and ":" in image, (
+            f"{name}: pin the image tag ({image})"
+        )
+        if name != "alert-sink":
+            assert "healthcheck" in svc, f"{name}: no healthcheck"
+        for dep, cond in (svc.get("depends_on") or {}).items():  # type: ignore[union-attr]
+            assert cond["condition"] in ("service_healthy", "service_started"), f"{name} -> {dep}"
+            if "healthcheck" in services[dep]:
+                assert cond["condition"] == "service_healthy", f"{name} waits for {dep} to be healthy"
+    volumes = _compose()["volumes"]
+    for name, path in STATEFUL.items():
+        mounts = [str(v) for v in services[name]["volumes"]]  # type: ignore[union-attr]
+        named = [m for m in mounts if not m.startswith(".") and m.endswith(":" + path)]
+        assert named and named[0].split(":")[0] in volumes, f"{name}: {path} needs a named volume"
+    # secrets come from .env (never committed), never from the compose file
+    text = COMPOSE.read_text()
+    assert "POSTGRES_PASSWORD: tokwatch" not in text and "TOKWATCH_PG_PASSWORD:?" in text
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    example = (ROOT / ".env.example").read_text()
+    for var in ("TOKWATCH_PG_PASSWORD", "GRAFANA_ADMIN_PASSWORD", "TOKWATCH_CONFIG"):
+        assert f"{var}=" in example and "${" + var in text
+    assert services["sim"]["profiles"] == ["demo"]
+    assert "host.docker.internal:host-gateway" in services["tokwatch"]["extra_hosts"]  # type: ignore[operator]
+
+
+def test_compose_mounts_exist_and_are_the_tested_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokwatch.config import load_config
+    from tokwatch.demo import DEMO_SIM, demo_exporter_config
+    from tokwatch.sim.config import load_sim_config
+
+    services: dict[str, dict[str, object]] = _compose()["services"]  # type: ignore[assignment]
+    assert (ROOT / services["tokwatch"]["build"]["dockerfile"]).is_file()  # type: ignore[index]
+    for name, svc in services.items():
+        for volume in svc.get("volumes", []):  # type: ignore[union-attr]
+            host = str(volume).split(":")[0]
             if host.startswith("."):
                 assert (ROOT / host).exists(), f"{name}: mounted path {host} is missing"
+    compose_dir = ROOT / "deploy" / "compose"
+    # the tokwatch configs the service can run, with the variables compose provides
+    monkeypatch.setenv("TOKWATCH_DSN", "postgresql://tokwatch@timescaledb:5432/tokwatch")
+    real = load_config(compose_dir / "tokwatch.yml")
+    assert all("127.0.0.1" not in e.base_url and "localhost" not in e.base_url for e in real.endpoints)
+    demo = load_config(compose_dir / "tokwatch-demo.yml")
+    expected = demo_exporter_config("http://sim:8900", "0.0.0.0:9477", tmp_path)
+    assert [(e.name, e.kind, e.base_url, e.model) for e in demo.endpoints] == [
+        (e.name, e.kind, e.base_url, e.model) for e in expected.endpoints
+    ]
+    assert demo.schedule.interval == expected.schedule.interval
+    # the sim the demo profile starts is the demo's own simulated fleet
+    sim = load_sim_config(compose_dir / "sim.yml")
+    assert sim.listen == "0.0.0.0:8900"
+    assert (compose_dir / "sim.yml").read_text().endswith(DEMO_SIM.lstrip("\n"))
+    # Alertmanager: the tested example, with receivers inside compose
+    shipped = (ROOT / "prometheus" / "alertmanager.yml").read_text()
+    mounted = (compose_dir / "alertmanager.yml").read_text()
+    body = mounted.split("\nglobal:", 1)[1]
+    assert body == shipped.split("\nglobal:", 1)[1].replace(
+        "http://127.0.0.1:5001/", "http://alert-sink:8080/"
+    )
+    assert "127.0.0.1" not in body
+    prom = yaml.safe_load((compose_dir / "prometheus.yml").read_text())
+    assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["tokwatch:9477"]
+
+
+@pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
+def test_compose_alertmanager_config_is_valid() -> None:
+    proc = subprocess.run(
+        ["amtool", "check-config", str(ROOT / "deploy" / "compose" / "alertmanager.yml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(
