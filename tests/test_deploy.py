@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,18 +138,113 @@ def test_compose_prometheus_config_is_valid(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_kubernetes_manifest_config_is_a_valid_tokwatch_config() -> None:
+KUBE = ROOT / "deploy" / "kubernetes"
+
+
+def _kustomize_build() -> list[dict[str, object]]:
+    """The resources `kubectl apply -k deploy/kubernetes/` applies (no kustomize binary here: read them)."""
+    kustomization = yaml.safe_load((KUBE / "kustomization.yaml").read_text())
+    docs: list[dict[str, object]] = []
+    for resource in kustomization["resources"]:
+        docs.extend(d for d in yaml.safe_load_all((KUBE / resource).read_text()) if d)
+    return docs
+
+
+def test_kubernetes_resources_validate_against_their_schemas() -> None:
+    """Built-in kinds with kubernetes-validate; the Prometheus Operator CRDs with their vendored schemas."""
+    import json
+
+    import jsonschema
+
+    tool = shutil.which("kubernetes-validate")
+    if tool is None:
+        pytest.skip("kubernetes-validate not installed (pip install -e '.[test]')")
+    kustomization = yaml.safe_load((KUBE / "kustomization.yaml").read_text())
+    builtin = [
+        str(KUBE / r)
+        for r in kustomization["resources"]
+        if r not in ("servicemonitor.yaml", "prometheusrule.yaml")
+    ]
+    builtin.append(str(KUBE / "sharded" / "statefulset.yaml"))
+    proc = subprocess.run(
+        [tool, "--strict", *builtin], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dashboards = len(list((ROOT / "dashboards" / "json").glob("*.json")))
+    # ConfigMap, StatefulSet, Service, the dashboards; the sharded ConfigMap, Service, StatefulSet
+    assert proc.stdout.count(" passed ") == 3 + dashboards + 3, proc.stdout
+    schemas = ROOT / "tests" / "data" / "schemas"
+    for kind, plural in (("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")):
+        schema = json.loads((schemas / f"{plural}.monitoring.coreos.com-v1.json").read_text())
+        (doc,) = [d for d in _kustomize_build() if d["kind"] == kind]
+        jsonschema.Draft7Validator(schema).validate(doc)
+
+
+def test_kubernetes_stack_is_wired_and_hardened() -> None:
     from tokwatch.config import load_config_text
 
-    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "tokwatch.yaml").read_text()))
-    kinds = {d["kind"] for d in docs}
-    assert kinds == {"ConfigMap", "Deployment", "Service"}
-    cm = next(d for d in docs if d["kind"] == "ConfigMap")
-    cfg = load_config_text(cm["data"]["tokwatch.yml"], "ConfigMap tokwatch")
-    assert cfg.listen == "0.0.0.0:9477"
-    deploy = next(d for d in docs if d["kind"] == "Deployment")
-    probes = deploy["spec"]["template"]["spec"]["containers"][0]
-    assert probes["readinessProbe"]["httpGet"]["path"] == "/-/ready"
+    docs = _kustomize_build()
+    by_kind: dict[str, list[dict[str, object]]] = {}
+    for d in docs:
+        by_kind.setdefault(str(d["kind"]), []).append(d)
+    assert set(by_kind) == {"ConfigMap", "StatefulSet", "Service", "ServiceMonitor", "PrometheusRule"}
+    (config_map,) = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"] == "tokwatch"]  # type: ignore[index]
+    cfg = load_config_text(config_map["data"]["tokwatch.yml"], "ConfigMap tokwatch")  # type: ignore[index]
+    assert cfg.listen == "0.0.0.0:9477" and str(cfg.storage.sqlite_path).startswith("/var/lib/tokwatch/")
+    (sts,) = by_kind["StatefulSet"]
+    spec = sts["spec"]  # type: ignore[index]
+    pod = spec["template"]["spec"]  # type: ignore[index]
+    (container,) = pod["containers"]
+    # history survives restarts: the state directory is a PersistentVolumeClaim, not an emptyDir
+    assert [c["metadata"]["name"] for c in spec["volumeClaimTemplates"]] == ["state"]  # type: ignore[index]
+    assert {"name": "state", "mountPath": "/var/lib/tokwatch"} in container["volumeMounts"]
+    assert all("emptyDir" not in v or v["name"] == "tmp" for v in pod["volumes"])
+    sec = container["securityContext"]
+    assert sec["readOnlyRootFilesystem"] is True and sec["allowPrivilegeEscalation"] is False
+    assert sec["capabilities"] == {"drop": ["ALL"]} and sec["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/-/ready"
+    # the scrape job is named `tokwatch` (the Service's name), as the self-monitoring alerts expect
+    (service,) = by_kind["Service"]
+    (monitor,) = by_kind["ServiceMonitor"]
+    assert service["metadata"]["name"] == "tokwatch" and "jobLabel" not in monitor["spec"]  # type: ignore[index,operator]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()  # type: ignore[index]
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]  # type: ignore[index]
+    alerts = (ROOT / "prometheus" / "rules" / "tokwatch-alerts.yml").read_text()
+    assert 'job="tokwatch"' in alerts
+    dashboards = [c for c in by_kind["ConfigMap"] if c["metadata"]["labels"].get("grafana_dashboard") == "1"]  # type: ignore[index,union-attr]
+    assert len(dashboards) == len(list((ROOT / "dashboards" / "json").glob("*.json")))
+
+
+def test_kubernetes_generated_manifests_match_the_tested_rules_and_dashboards(tmp_path: Path) -> None:
+    """prometheusrule.yaml holds exactly prometheus/rules/*.yml (promtool-checked again from it), and
+    grafana-dashboards.yaml exactly dashboards/json/*.json."""
+    import json
+
+    proc = subprocess.run(
+        [sys.executable, str(KUBE / "generate.py"), "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = _kustomize_build()
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    groups = [
+        g
+        for p in sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+        for g in yaml.safe_load(p.read_text())["groups"]
+    ]
+    assert rule["spec"]["groups"] == groups  # type: ignore[index]
+    if shutil.which("promtool"):
+        extracted = tmp_path / "rules.yml"
+        extracted.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))  # type: ignore[index]
+        check = subprocess.run(
+            ["promtool", "check", "rules", str(extracted)], capture_output=True, text=True, timeout=60
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+    for cm in (
+        d for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]
+    ):  # type: ignore[index,operator]
+        ((name, text),) = cm["data"].items()  # type: ignore[union-attr]
+        assert json.loads(text) == json.loads((ROOT / "dashboards" / "json" / name).read_text())
 
 
 def test_systemd_unit_runs_serve_and_reloads_with_sighup() -> None:
