@@ -19,7 +19,7 @@ test-quick:
 	$(PYTHON) -m pytest -q -m "not llamacpp and not e2e and not timescale"
 
 lint:
-	ruff check exporter tests dashboards benchmarks
+	ruff check exporter tests dashboards benchmarks scripts deploy
 	mypy
 
 dashboards:
