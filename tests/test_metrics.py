@@ -121,8 +121,9 @@ def test_probe_families_for_one_run() -> None:
             return fams
 
     reg.register(C())  # type: ignore[arg-type]
-    labels = {"endpoint": "a", "gpu": "3090"}
+    labels = {"endpoint": "a", "gpu": "3090", "trigger": "on_demand"}  # /probe samples are marked on-demand
     assert reg.get_sample_value("tokwatch_probe_success", labels) == 1
+    assert reg.get_sample_value("tokwatch_probe_success", {"endpoint": "a", "gpu": "3090"}) is None
     assert (
         reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"}) == 50
     )
