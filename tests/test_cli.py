@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tokwatch.storage.devserver import LocalPostgres
+
 SIM = """
 listen: 127.0.0.1:{port}
 seed: 3
@@ -232,3 +234,70 @@ async def test_log_redaction_follows_keys_added_by_a_reload(tmp_path: Path) -> N
     )
     redacting.filter(record)
     assert "sk-second-key-0002" not in record.getMessage() and "***" in record.getMessage()
+
+
+def _runs_total(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        body = resp.read().decode()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in body.splitlines()
+        if line.startswith("tokwatch_probe_runs_total{")
+    )
+
+
+def test_kill_9_of_serve_during_a_database_outage_loses_no_run(
+    sim: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
+) -> None:
+    import psycopg
+
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(f"""
+probe: {{max_tokens: 8}}
+schedule: {{interval: 1s, offset: 0s}}
+storage: {{dsn: '{pg_dsn}', outbox_path: '{tmp_path}/outbox'}}
+endpoints:
+  - {{name: good, kind: openai, base_url: '{sim}/oa/v1', model: m}}
+""")
+
+    def stored(until: float = 2e9) -> list[tuple[str, int]]:
+        with psycopg.connect(pg_dsn, connect_timeout=5) as conn:
+            return conn.execute(
+                "SELECT run_id, count(*) FROM runs WHERE time <= to_timestamp(%s) GROUP BY run_id", (until,)
+            ).fetchall()
+
+    port = free_port()
+    proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready", 30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(stored()) < 2:
+            time.sleep(0.2)
+        assert len(stored()) >= 2
+        pg_server.stop()
+        time.sleep(4.5)  # runs go on while the database is down; kill at an arbitrary moment
+        before_kill = _runs_total(port)
+        killed_at = time.time()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+        pg_server.start()
+    assert before_kill >= 5
+    # Restart: the outbox is replayed into the database that is back.
+    proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/ready", 30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(stored(killed_at)) < before_kill:
+            time.sleep(0.2)
+    finally:
+        code, _out, err = stop(proc)
+    assert code == 0, err
+    rows = stored()
+    assert all(n == 1 for _, n in rows)  # exactly once
+    # Every run the killed process had recorded is stored (one being measured at the kill may be lost).
+    assert len(stored(killed_at)) >= before_kill
+    assert "Traceback" not in err

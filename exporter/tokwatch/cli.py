@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tokwatch import __version__
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
+from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
@@ -46,10 +47,12 @@ class RedactingFilter(logging.Filter):
 
 
 def setup_logging(level: str) -> RedactingFilter:
-    """Log to stderr with timestamps; every record goes through the returned redacting filter."""
+    """Log to stderr with timestamps; repeated warnings throttled; every record goes through the returned
+    redacting filter."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     redacting = RedactingFilter()
+    handler.addFilter(RepeatThrottle())
     handler.addFilter(redacting)
     root = logging.getLogger()
     root.handlers[:] = [handler]

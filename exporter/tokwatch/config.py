@@ -171,9 +171,9 @@ class StorageSettings(_Strict):
     outbox_path: str | None = None
     retention: float = 400 * 86400.0
     enabled: bool = True
-    queue_size: int = Field(10000, ge=1)
+    queue_size: int = Field(10000, ge=1)  # runs held in memory when the outbox cannot be written
     pool_size: int = Field(4, ge=1, le=64)  # PostgreSQL connections
-    write_timeout: float = 5.0  # a write slower than this sends its runs to the outbox
+    write_timeout: float = 5.0  # a write slower than this fails; its runs stay in the outbox
     compress_after: float = 7 * 86400.0  # TimescaleDB: compress chunks older than this
     timescale: bool = True  # use TimescaleDB when the extension is available
     _durations = _duration_fields("retention", "write_timeout", "compress_after")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import resource
+import signal
+from collections.abc import Iterator
+
 import pytest
 
 from tokwatch.result import RunResult, Status, TimingSource
@@ -25,3 +29,17 @@ def _make_run(
 def make_run() -> object:
     """Factory for RunResults: make_run(endpoint, t, tps=50.0, status=Status.OK, **fields)."""
     return _make_run
+
+
+@pytest.fixture
+def file_size_limit() -> Iterator[int]:
+    """This process may not grow a file past 4 KiB (EFBIG instead of SIGXFSZ), like a full disk."""
+    limit = 4096
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)

@@ -206,8 +206,8 @@ async def test_outage_mid_run_every_run_arrives_once(
         during = [make_run("ep", now - 50 + i, status=Status.TIMEOUT, tps=None) for i in range(7)]
         for r in during:
             writer.submit(r)
-        for _ in range(200):  # the writer notices the outage and moves the runs to the outbox
-            if writer.outbox.pending == len(during):
+        for _ in range(200):  # the runs are on disk at once; the writer notices the outage
+            if writer.outbox.pending == len(during) and writer.stats().write_errors_total:
                 break
             await asyncio.sleep(0.05)
         assert writer.outbox.pending == len(during)
@@ -253,3 +253,81 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(pg
             "SELECT triggered_by, timing_disturbed, max_stall_s, merged_reads FROM runs WHERE run_id = 'd'"
         ).fetchone()
     assert row == ("scheduled", True, 0.2, 3)
+
+
+async def _until(predicate: Any, timeout_s: float, step_s: float = 0.1) -> float:
+    """Seconds until `predicate()` held (polled); fails the test at the timeout."""
+    t0 = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - t0 < timeout_s, f"not within {timeout_s:g}s"
+        await asyncio.sleep(step_s)
+    return time.monotonic() - t0
+
+
+async def test_storage_up_is_measured_and_writes_resume_soon_after_a_long_outage(
+    pg_server: LocalPostgres, pg_dsn: str, tmp_path: Path, make_run: Any
+) -> None:
+    # Defaults as shipped (retry backoff, pool), except a faster idle check so the test need not wait 15 s.
+    store = PostgresStore(pg_dsn, timeout_s=2.0)
+    await store.open()
+    outbox = tmp_path / "outbox.jsonl"
+    writer = RunWriter(store, outbox_path=outbox, write_timeout_s=2.0, check_interval_s=1.0)
+    await writer.start()
+    now = time.time()
+    try:
+        writer.submit(make_run("ep", now - 100))
+        assert await writer.flush(15)
+        assert writer.stats().up
+        await asyncio.to_thread(pg_server.stop)
+        # Nothing is written during the outage, yet the gauge falls: it comes from a real round trip.
+        await _until(lambda: not writer.stats().up, 10)
+        # Long enough for psycopg's pool to back off its own reconnects to tens of seconds (issue 9: 122 s).
+        for i in range(8):
+            writer.submit(make_run("ep", now - 60 + i, status=Status.TIMEOUT, tps=None))
+            await asyncio.sleep(5)
+        assert writer.outbox.pending == 8 and not writer.stats().up
+        await asyncio.to_thread(pg_server.start)
+        resumed_after = await _until(lambda: writer.outbox.pending == 0 and writer.stats().up, 30)
+        print(f"writes resumed {resumed_after:.1f}s after PostgreSQL was back")
+    finally:
+        await writer.close()
+        await store.close()
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT run_id, count(*) FROM runs GROUP BY run_id").fetchall()
+    assert len(rows) == 9 and all(n == 1 for _, n in rows)
+
+
+async def test_shards_starting_together_share_one_schema(pg_dsn: str) -> None:
+    stores = [await _store(pg_dsn) for _ in range(4)]
+    try:
+        applied = await asyncio.gather(*(s.migrate() for s in stores))
+        assert sorted(len(a) for a in applied)[:3] == [0, 0, 0]  # one of them migrated, under the lock
+        # Every store then creates next months' partitions and writes at once: no "already exists".
+        now = time.time()
+        await asyncio.gather(*(s.maintain(now + 40 * 86400, 400 * 86400.0) for s in stores))
+        written = await asyncio.gather(
+            *(s.write_runs([_row("a", now + 70 * 86400 + i, run_id=f"r{i}")]) for i, s in enumerate(stores))
+        )
+        assert written == [1, 1, 1, 1]
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_disk_full_runs_in_memory_still_reach_the_database(
+    pg_dsn: str, tmp_path: Path, make_run: Any, file_size_limit: int
+) -> None:
+    store = await _store(pg_dsn)  # the server is another process: the file-size limit is this one's
+    outbox = tmp_path / "outbox.jsonl"
+    outbox.write_bytes(b"\n" * file_size_limit)  # an outbox already at the limit
+    writer = RunWriter(store, outbox_path=outbox, queue_size=100)
+    await writer.start()
+    try:
+        for i in range(5):
+            writer.submit(make_run("a", time.time() + i))
+        await _until(lambda: writer.stats().writes_total == 5, 15)
+    finally:
+        await writer.close()
+        await store.close()
+    s = writer.stats()
+    assert (s.writes_total, s.dropped_total, s.queue_depth) == (5, 0, 0)

@@ -14,6 +14,7 @@ from tokwatch.redact import Redactor
 from tokwatch.result import Status
 from tokwatch.storage import RunWriter
 from tokwatch.storage.devserver import free_port
+from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.sqlite import SQLiteStore
 
@@ -68,10 +69,10 @@ async def test_database_down_then_close_keeps_everything(tmp_path: Path, make_ru
             writer.submit(make_run("a", now + i))
         assert time.perf_counter() - t0 < 1.0  # submit never waits for the database
         for _ in range(100):
-            if writer.outbox.pending == 5:
+            if writer.outbox.pending == 5 and writer.stats().write_errors_total:
                 break
             await asyncio.sleep(0.05)
-        assert writer.outbox.pending == 5
+        assert writer.outbox.pending == 5  # on disk before the database is even tried
         assert writer.stats().write_errors_total >= 1 and not writer.stats().up
         writer.submit(make_run("a", now + 10))
     finally:
@@ -167,3 +168,35 @@ async def test_error_text_is_redacted_before_storage(tmp_path: Path, make_run: A
 
     raw = await asyncio.to_thread(all_bytes)
     assert b"sk-live-abcdef123456" not in raw and b"zzzzzzzzzz" not in raw
+
+
+async def test_disk_full_and_database_down_every_run_is_stored_or_counted(
+    tmp_path: Path, make_run: Any, file_size_limit: int
+) -> None:
+    dead = PostgresStore(f"postgresql://u:p@127.0.0.1:{free_port()}/x", timeout_s=0.3)
+    await dead.open()
+    outbox = tmp_path / "outbox.jsonl"
+    writer = RunWriter(dead, outbox_path=outbox, queue_size=10, write_timeout_s=0.3, retry_min_s=0.05)
+    await writer.start()
+    now = time.time()
+    submitted = 76
+    try:
+        for i in range(submitted):
+            writer.submit(make_run("a", now - 100 + i, status=Status.TIMEOUT, tps=None))
+            await asyncio.sleep(0.005)
+        for _ in range(200):
+            s = writer.stats()
+            if s.outbox_runs + s.queue_depth + s.dropped_total == submitted:
+                break
+            await asyncio.sleep(0.05)
+        s = writer.stats()
+        on_disk = s.outbox_runs
+        assert 0 < on_disk < submitted and outbox.stat().st_size <= file_size_limit
+        assert s.queue_depth == 10  # held in memory, bounded by queue_size
+        assert s.dropped_total == submitted - on_disk - 10
+    finally:
+        await writer.close(timeout_s=2)  # memory cannot reach disk or database: counted, not silent
+        await dead.close()
+    assert writer.stats().dropped_total == submitted - on_disk
+    assert outbox.read_bytes().endswith(b"\n")  # no torn record left behind
+    assert Outbox(outbox).pending == on_disk

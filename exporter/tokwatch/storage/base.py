@@ -165,6 +165,10 @@ class Store(ABC):
         """Rows in the runs table."""
 
     @abstractmethod
+    async def ping(self) -> None:
+        """One round trip to the database (`SELECT 1`); raises StorageError when it does not answer."""
+
+    @abstractmethod
     async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
         """Store a bench run and its requests in one transaction; a run id already stored is left as is.
 

@@ -201,16 +201,9 @@ class PostgresStore(Store):
         self._ready = False
         self._ids: dict[str, int] = {}
         self._partitions: set[str] = set()
-        self._pool = AsyncConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=pool_size,
-            open=False,
-            timeout=timeout_s,
-            kwargs={"autocommit": True},
-            check=AsyncConnectionPool.check_connection,
-            name="tokwatch-storage",
-        )
+        self._pool_size = pool_size
+        self._checked_out = 0
+        self._pool = self._new_pool()
 
     @property
     def backend(self) -> str:  # type: ignore[override]
@@ -221,23 +214,60 @@ class PostgresStore(Store):
         """Start the pool without waiting: a database that is down now is retried in the background."""
         await self._pool.open(wait=False)
 
+    def _new_pool(self) -> AsyncConnectionPool:
+        return AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            timeout=self._timeout,
+            kwargs={"autocommit": True},
+            check=AsyncConnectionPool.check_connection,
+            name="tokwatch-storage",
+        )
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
         try:
-            async with self._pool.connection(timeout=self._timeout) as conn:
+            conn = await self._getconn()
+            self._checked_out += 1
+            pool = self._pool
+            try:
                 yield conn
-        except PoolTimeout:
-            raise StoreUnavailableError(
-                f"database {self.location}: {await self._why_no_connection()}"
-            ) from None
+            finally:
+                self._checked_out -= 1
+                await pool.putconn(conn)
         except psycopg.OperationalError as exc:
             message = self._redact(str(exc)).strip()
             raise StoreUnavailableError(f"database {self.location}: {message}") from None
         except psycopg.Error as exc:
             raise StorageError(f"database {self.location}: {self._redact(str(exc)).strip()}") from None
 
-    async def _why_no_connection(self) -> str:
-        # The pool only says it timed out; one direct attempt names the cause (auth, refused, DNS...).
+    async def _getconn(self) -> AsyncConnection[Any]:
+        try:
+            return await self._pool.getconn(timeout=self._timeout)
+        except PoolTimeout:
+            pass
+        reason = await self._why_no_connection()
+        if reason is None and self._checked_out >= self._pool_size:
+            reason = f"no free pooled connection within {self._timeout:g}s"  # busy, not down
+        if reason is not None:
+            raise StoreUnavailableError(f"database {self.location}: {reason}")
+        # The database answers and not every connection is in use: the pool is still in its own reconnect
+        # backoff (which grows to minutes). A fresh pool connects now: writes resume with the database.
+        log.info("storage: database %s answers again; reconnecting", self.location)
+        old, self._pool = self._pool, self._new_pool()
+        await self._pool.open(wait=False)
+        await old.close(timeout=0)
+        try:
+            return await self._pool.getconn(timeout=self._timeout)
+        except PoolTimeout:
+            raise StoreUnavailableError(
+                f"database {self.location}: no pooled connection within {self._timeout:g}s"
+            ) from None
+
+    async def _why_no_connection(self) -> str | None:
+        """One direct attempt: why the database cannot be reached (auth, refused, DNS...), None if it can."""
         try:
             conn = await asyncio.wait_for(psycopg.AsyncConnection.connect(self._conninfo), self._timeout)
         except psycopg.Error as exc:
@@ -245,7 +275,7 @@ class PostgresStore(Store):
         except (TimeoutError, OSError):
             return f"no connection within {self._timeout:g}s"
         await conn.close()
-        return f"no free pooled connection within {self._timeout:g}s"
+        return None
 
     # --- schema --------------------------------------------------------------------------------------
 
@@ -396,10 +426,14 @@ class PostgresStore(Store):
             if exists is None or exists[0] is None:
                 # DDL takes no bind parameters; the bounds are timestamps this code formatted itself.
                 lo, hi = month.isoformat(), add_months(month, 1).isoformat()
-                await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF runs "
-                    f"FOR VALUES FROM ('{lo}') TO ('{hi}')".encode()
-                )
+                # Another exporter (a shard) may create the same partition at the same moment, and
+                # IF NOT EXISTS does not cover that race: serialise on the schema lock.
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                    await conn.execute(
+                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF runs "
+                        f"FOR VALUES FROM ('{lo}') TO ('{hi}')".encode()
+                    )
                 created.append(name)
             self._partitions.add(name)
         return created
@@ -417,7 +451,9 @@ class PostgresStore(Store):
 
     async def _housekeeping(self, now: float, retention_s: float) -> MaintenanceReport:
         report = MaintenanceReport()
-        async with self._connection() as conn:
+        async with self._connection() as conn, conn.transaction():
+            # Shards share the database and run this at start-up together: one at a time.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             if self._flavor == "timescale":
                 await timescale.ensure_policies(
                     conn, retention_s=retention_s, compress_after_s=self._compress_after_s
@@ -631,6 +667,11 @@ class PostgresStore(Store):
         async with self._connection() as conn:
             row = await (await conn.execute("SELECT count(*) FROM runs")).fetchone()
         return int(row[0]) if row else 0
+
+    async def ping(self) -> None:
+        """`SELECT 1` on a pooled connection."""
+        async with self._connection() as conn:
+            await conn.execute("SELECT 1")
 
     async def close(self) -> None:
         """Close the pool."""

@@ -439,6 +439,10 @@ class SQLiteStore(Store):
         await self.ensure_ready()
         return await self._run(lambda conn: int(conn.execute("SELECT count(*) FROM runs").fetchone()[0]))
 
+    async def ping(self) -> None:
+        """A query against the database file."""
+        await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
+
     # --- bench runs ----------------------------------------------------------------------------------
 
     @staticmethod

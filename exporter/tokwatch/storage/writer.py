@@ -1,8 +1,11 @@
-"""RunWriter: probes hand runs over without waiting; a background task writes them to the store.
+"""RunWriter: probes hand runs over without waiting; a background task makes them durable, then stores them.
 
-Runs wait in a bounded in-memory queue. When the database is down, slow or the queue overflows, they go
-to the durable outbox (fsync'd JSONL) and are replayed in order once the database answers again; the
-store ignores run ids it already holds, so a replay after a crash never stores a run twice.
+Every run goes to the durable outbox (fsync'd, off the event loop) as soon as the writer task sees it, and
+only then is the database tried: a kill -9 at any moment loses at most runs handed over in the last few
+milliseconds, never runs held while the database is slow or down. Runs are written to the database from
+the outbox in order; the store ignores run ids it already holds, so a replay after a crash never stores a
+run twice. When the outbox cannot be written (disk full), runs wait in memory (bounded by `queue_size`)
+and go straight to the database when it answers; beyond the bound they are dropped and counted.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.storage.base import EndpointSpec, Store
 from tokwatch.storage.errors import SchemaTooNewError, StorageError
-from tokwatch.storage.outbox import Outbox, Pending
+from tokwatch.storage.outbox import Outbox, OutboxWriteError, Pending
 from tokwatch.storage.rows import RunRow
 
 log = logging.getLogger(__name__)
+
+
+# How often an idle writer checks that the database still answers, so `tokwatch_storage_up` is measured.
+CHECK_INTERVAL_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +48,7 @@ class WriterStats:
 
 
 class RunWriter:
-    """Bounded queue + outbox + replay in front of a `Store`. `close()` does not close the store."""
+    """Queue -> outbox -> store, with replay and retry. `close()` does not close the store."""
 
     def __init__(
         self,
@@ -52,7 +59,8 @@ class RunWriter:
         batch_size: int = 500,
         write_timeout_s: float = 5.0,
         retry_min_s: float = 1.0,
-        retry_max_s: float = 30.0,
+        retry_max_s: float = 10.0,
+        check_interval_s: float = CHECK_INTERVAL_S,
         retention_s: float = 400 * 86400.0,
         maintenance_interval_s: float = 3600.0,
         instance: str = "",
@@ -61,8 +69,9 @@ class RunWriter:
     ) -> None:
         self._store = store
         self._outbox = Outbox(outbox_path)
-        self._queue: deque[Pending] = deque()
-        self._inflight: list[Pending] = []
+        self._queue: deque[Pending] = deque()  # handed over, not yet on disk
+        self._unsaved: list[Pending] = []  # the outbox could not take them (disk full): memory only
+        self._appending = 0  # runs on their way from the queue to the outbox
         self._queue_size = queue_size
         self._batch_size = batch_size
         self._write_timeout = write_timeout_s
@@ -70,14 +79,18 @@ class RunWriter:
         self._retry_max = retry_max_s
         self._backoff = retry_min_s
         self._retry_at = 0.0  # monotonic time before which the database is not tried again
+        self._check_interval = check_interval_s
+        self._next_check = 0.0  # monotonic; when an idle writer pings the database next
         self._retention_s = retention_s
         self._maintenance_interval = maintenance_interval_s
         self._next_maintenance = 0.0  # monotonic; 0 = at the first opportunity
         self._instance = instance
         self._redact = redactor or Redactor()
         self._clock = clock
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # wakes the database task
+        self._queued = asyncio.Event()  # wakes the outbox task
         self._task: asyncio.Task[None] | None = None
+        self._durable_task: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = False
         self._endpoints: list[EndpointSpec] | None = None
@@ -87,6 +100,7 @@ class RunWriter:
         self._dropped = 0
         self._up = False
         self._failing = False
+        self._outbox_failing = False
 
     @property
     def backend(self) -> str:
@@ -101,27 +115,21 @@ class RunWriter:
     # --- producer side (event loop, never awaits the database) ----------------------------------------
 
     def submit(self, result: RunResult) -> None:
-        """Hand a run over; returns at once. Overflow spills the queue to the outbox (a local fsync)."""
+        """Hand a run over; returns at once (the writer task makes it durable off the event loop)."""
         self.submit_row(RunRow.from_result(result, redactor=self._redact, instance=self._instance))
 
     def submit_row(self, row: RunRow) -> None:
         """`submit` for an already-mapped row."""
         item = Pending(self._clock(), row)
         if self._closed or len(self._queue) >= self._queue_size:
-            # Keep order: the queued runs are older than this one, so they go to the outbox first.
+            # No writer task to take them (closed, or not keeping up): make them durable right here.
             spill = [*self._queue, item]
             self._queue.clear()
-            self._append_outbox_sync(spill)
+            self._make_durable_sync(spill)
+            self._wake.set()
         else:
             self._queue.append(item)
-        self._wake.set()
-
-    def _append_outbox_sync(self, items: list[Pending]) -> None:
-        try:
-            self._outbox.append(items)
-        except StorageError as exc:
-            self._dropped += len(items)
-            log.error("storage: %d runs lost: %s", len(items), exc)
+            self._queued.set()
 
     def sync_endpoints(self, endpoints: Sequence[EndpointSettings]) -> None:
         """Record the configured endpoints; the writer gives them ids (renames keep theirs) before writing."""
@@ -131,78 +139,147 @@ class RunWriter:
 
     def stats(self) -> WriterStats:
         """Current figures; no I/O."""
-        heads = [p.queued_at for p in (self._inflight[:1] + list(self._queue)[:1])]
+        heads = [p.queued_at for p in (self._unsaved[:1] + list(self._queue)[:1])]
         if self._outbox.oldest_queued_at is not None:
             heads.append(self._outbox.oldest_queued_at)
         age = max(0.0, self._clock() - min(heads)) if heads else 0.0
         return WriterStats(
-            queue_depth=len(self._queue) + len(self._inflight),
+            queue_depth=len(self._queue) + self._appending + len(self._unsaved),
             outbox_runs=self._outbox.pending,
             writes_total=self._writes,
             write_errors_total=self._errors,
-            dropped_total=self._dropped,
+            dropped_total=self._dropped + self._outbox.lost_records,
             oldest_unwritten_age_seconds=age,
             up=self._up,
         )
 
+    # --- durability -----------------------------------------------------------------------------------
+
+    def _make_durable_sync(self, items: list[Pending]) -> None:
+        """Append to the outbox (producer side, when no task can); see `_keep_unsaved` for what fails."""
+        try:
+            self._outbox.append(items)
+        except OutboxWriteError as exc:
+            self._keep_unsaved(items[exc.stored :], exc)
+        else:
+            self._outbox_ok()
+
+    def _keep_unsaved(self, rest: list[Pending], exc: StorageError) -> None:
+        # Memory is the only place left: keep up to queue_size runs for the database, drop the newest beyond
+        # (the front of the list is what the database task is writing, so it must not move).
+        room = max(0, self._queue_size - len(self._unsaved))
+        keep, lost = rest[:room], len(rest) - min(room, len(rest))
+        self._unsaved.extend(keep)
+        self._dropped += lost
+        if not self._outbox_failing or lost:
+            log.error(
+                "storage: %s; %d run(s) held in memory until the database takes them%s",
+                exc,
+                len(self._unsaved),
+                f", {lost} dropped (queue_size {self._queue_size})" if lost else "",
+            )
+        self._outbox_failing = True
+        self._wake.set()
+
+    def _outbox_ok(self) -> None:
+        if self._outbox_failing:
+            log.info("storage: outbox %s writable again", self._outbox.path)
+        self._outbox_failing = False
+
+    async def _durable_loop(self) -> None:
+        """Queue -> outbox, apart from the database task: a slow database never holds runs in memory."""
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            items = list(self._queue)
+            self._queue.clear()
+            self._appending = len(items)
+            try:
+                await asyncio.to_thread(self._outbox.append, items)
+            except OutboxWriteError as exc:
+                self._keep_unsaved(items[exc.stored :], exc)
+            else:
+                self._outbox_ok()
+            finally:
+                self._appending = 0
+            self._wake.set()
+
     # --- lifecycle ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the background writer (it replays the outbox first)."""
+        """Start the background tasks (the database task replays the outbox first)."""
         if self._task is None:
+            self._durable_task = asyncio.create_task(self._durable_loop(), name="tokwatch-storage-outbox")
             self._task = asyncio.create_task(self._run(), name="tokwatch-storage-writer")
 
     async def close(self, timeout_s: float = 5.0) -> None:
-        """Flush within `timeout_s`; whatever is not in the database by then is fsync'd to the outbox."""
+        """Flush within `timeout_s`; whatever is not in the database by then stays in the outbox."""
         self._closing = True
+        self._queued.set()
         self._wake.set()
-        if self._task is not None:
+        for task in (self._durable_task, self._task):
+            if task is None:
+                continue
             try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
             except TimeoutError:
-                self._task.cancel()
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-            except Exception:  # the loop never raises, but a close must not fail
+                    await task
+            except Exception:  # the loops never raise, but a close must not fail
                 log.exception("storage writer stopped with an error")
-            self._task = None
-        leftover = [*self._inflight, *self._queue]
-        self._inflight = []
+        self._task = self._durable_task = None
+        leftover = [*self._unsaved, *self._queue]
+        self._unsaved = []
         self._queue.clear()
         if leftover:
-            await asyncio.to_thread(self._append_outbox_sync, leftover)
+            await asyncio.to_thread(self._make_durable_sync, leftover)
+        if self._unsaved:
+            self._dropped += len(self._unsaved)
+            log.error(
+                "storage: %d run(s) lost at shutdown: neither the outbox nor the database took them",
+                len(self._unsaved),
+            )
+            self._unsaved = []
         self._closed = True
 
     async def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until queue and outbox are empty (True) or the timeout passes (False); for tests and tools."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not self._queue and not self._inflight and not self._outbox.pending:
+            if not (self._queue or self._appending or self._unsaved or self._outbox.pending):
                 return True
+            self._queued.set()
             self._wake.set()
             await asyncio.sleep(0.02)
         return False
 
-    # --- background loop ----------------------------------------------------------------------------
+    # --- database task ------------------------------------------------------------------------------
 
     def _has_work(self) -> bool:
+        now = time.monotonic()
         return bool(
-            self._queue
+            self._unsaved
             or self._outbox.pending
             or self._endpoints_dirty
-            or time.monotonic() >= self._next_maintenance
+            or now >= self._next_maintenance
+            or now >= self._next_check
         )
 
     async def _wait(self) -> None:
         now = time.monotonic()
         if now < self._retry_at:
-            if self._queue or self._closing:
+            if self._closing:
                 return
             timeout = self._retry_at - now
         elif self._has_work() or self._closing:
             return
         else:
-            timeout = max(0.0, self._next_maintenance - now)
+            timeout = max(0.0, min(self._next_maintenance, self._next_check) - now)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
@@ -210,26 +287,22 @@ class RunWriter:
     async def _run(self) -> None:
         while True:
             await self._wait()
-            if time.monotonic() < self._retry_at:
-                # The database is known to be down: keep queued runs on disk so kill -9 cannot lose them.
-                await self._spill_queue()
-                if self._closing:
+            if self._closing:
+                if self._durable_task is not None and not self._durable_task.done():
+                    await asyncio.sleep(0.01)  # let the last queued runs reach the outbox first
+                    continue
+                if (not self._unsaved and not self._outbox.pending) or time.monotonic() < self._retry_at:
                     return
+            if time.monotonic() < self._retry_at:
                 continue
-            if self._closing and not self._queue and not self._outbox.pending:
-                return
             try:
                 await self._step()
             except Exception as exc:
                 self._on_failure(exc)
-                if self._closing:
-                    await self._spill_queue()
-                    return
             else:
                 if self._failing:
-                    log.info("storage: database %s is back; outbox replayed", self._store.location)
+                    log.info("storage: database %s answers again; outbox replayed", self._store.location)
                 self._failing = False
-                self._up = True
                 self._backoff = self._retry_min
 
     def _on_failure(self, exc: BaseException) -> None:
@@ -241,23 +314,28 @@ class RunWriter:
             log.error("storage: %s; runs stay in the outbox", exc)
         elif not self._failing:
             detail = str(exc) if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
-            log.warning("storage: write failed, runs go to the outbox: %s", self._redact(detail))
+            if isinstance(exc, TimeoutError):
+                detail = f"no answer within {self._write_timeout:g}s"
+            log.warning("storage: database unavailable, runs wait in the outbox: %s", self._redact(detail))
         self._failing = True
-
-    async def _spill_queue(self) -> None:
-        if not self._queue:
-            return
-        items = list(self._queue)
-        self._queue.clear()
-        await asyncio.to_thread(self._append_outbox_sync, items)
 
     async def _write(self, rows: list[RunRow]) -> None:
         await asyncio.wait_for(self._store.write_runs(rows), self._write_timeout)
         self._writes += len(rows)
+        self._mark_up()
+
+    def _mark_up(self) -> None:
+        # Only ever after a statement the database answered: `up` is measured, not assumed.
+        self._up = True
+        self._next_check = time.monotonic() + self._check_interval
 
     async def _step(self) -> None:
         await asyncio.wait_for(self._store.ensure_ready(), self._write_timeout)
-        self._up = True
+        if time.monotonic() >= self._next_check:
+            # Also the first thing after a failure. Room for the store's own connect timeout and its direct
+            # diagnosis attempt, which is what replaces a pool stuck in its reconnect backoff.
+            await asyncio.wait_for(self._store.ping(), 2 * self._write_timeout + 1.0)
+            self._mark_up()
         if self._endpoints_dirty and self._endpoints is not None:
             await asyncio.wait_for(self._store.sync_endpoints(self._endpoints), self._write_timeout)
             self._endpoints_dirty = False
@@ -265,18 +343,14 @@ class RunWriter:
             await self._store.maintain(self._clock(), self._retention_s)
             self._next_maintenance = time.monotonic() + self._maintenance_interval
         while self._outbox.pending:
-            await self._spill_queue()  # newer than everything in the outbox: keep the order
+            start = self._outbox.offset
             items, end = await asyncio.to_thread(self._outbox.peek, self._batch_size)
             if items:
                 await self._write([p.row for p in items])
             await asyncio.to_thread(self._outbox.commit, end, len(items))
-        while self._queue:
-            n = min(self._batch_size, len(self._queue))
-            self._inflight = [self._queue.popleft() for _ in range(n)]
-            try:
-                await self._write([p.row for p in self._inflight])
-            except Exception:
-                await asyncio.to_thread(self._append_outbox_sync, self._inflight)
-                self._inflight = []
-                raise
-            self._inflight = []
+            if not items and end == start:
+                break  # only a torn record at the end is left; it is counted, and cut off at the next open
+        while self._unsaved:
+            batch = self._unsaved[: self._batch_size]
+            await self._write([p.row for p in batch])
+            del self._unsaved[: len(batch)]
