@@ -26,6 +26,7 @@ _VALUE_FLAGS = (
     "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
     "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
     "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
+    "max_consecutive_failures",
     "workers", "receive_watcher",
 )  # fmt: skip
 
@@ -106,6 +107,11 @@ def add_commands(subparsers: Any) -> None:
     o.add_argument("--no-server-metrics", dest="server_metrics", action="store_false", default=None)
     o.add_argument("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff")
     o.add_argument("--fail-fast", type=int, help="stop after N failures before any success (5)")
+    o.add_argument(
+        "--max-consecutive-failures",
+        type=int,
+        help="after a success, stop when N requests in a row fail (50); exit 3",
+    )
     o.add_argument(
         "--no-store",
         dest="store",

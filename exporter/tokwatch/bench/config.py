@@ -70,6 +70,8 @@ class BenchOptions(BaseModel):
     mirror_metrics: tuple[str, ...] = ()
     plots: bool = True
     fail_fast: int = Field(5, ge=1)
+    # After the first success: stop when this many requests in a row fail (a dead or broken server).
+    max_consecutive_failures: int = Field(50, ge=1)
     workers: int = Field(1, ge=1, le=64)
     # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
     # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.

@@ -34,7 +34,8 @@ class BenchOutcome:
     started_at_unix: float
     wall_s: float
     complete: bool
-    stop_reason: str  # finished, interrupted, all_failed, unreachable, auth_failure, max_tokens_ignored
+    # finished, interrupted, all_failed, failing, unreachable, auth_failure, max_tokens_ignored, ...
+    stop_reason: str
     message: str | None = None
     slos: list[Slo] = field(default_factory=list)
     requested_rate: float | None = None

@@ -30,6 +30,8 @@ from tokwatch.result import Status
 RequestSource = SyntheticWorkload | list[RequestSpec]
 OnRecord = Callable[[RequestRecord], None]
 _IMMEDIATE_STOP = frozenset({Status.AUTH_FAILURE, Status.UNREACHABLE})
+# Pause after a connection error, doubling per consecutive one (closed loops; an open loop keeps its clock).
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
 
 
 class _Stop(Exception):
@@ -49,6 +51,7 @@ class RunState:
     message: str | None = None
     seen_ok: bool = False
     failures_without_ok: int = 0
+    consecutive_failures: int = 0
     cpu_start: float = field(default_factory=time.process_time)
 
 
@@ -91,6 +94,8 @@ class BenchRunner:
             itertools.cycle(requests) if isinstance(requests, list) else None
         )
         self._stopping = asyncio.Event()
+        self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
+        self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
         # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter.
         self.stalls = StallMonitor()
 
@@ -146,24 +151,40 @@ class BenchRunner:
         return record
 
     def _judge(self, record: RequestRecord) -> None:
-        """Fail fast when the target cannot work at all, or ignores max_tokens."""
+        """Fail fast when the target cannot work at all, stops working, or ignores max_tokens."""
         state = self.state
         if record.ok:
             state.seen_ok = True
+            state.consecutive_failures = 0
+            self._backoff_s = 0.0
             return
         if record.error_class == "max_tokens_ignored":
             self._stop("max_tokens_ignored", f"the server ignores max_tokens: {record.error_message}")
             return
-        if state.seen_ok:
+        state.consecutive_failures += 1
+        if record.status is Status.UNREACHABLE:
+            # A dead server refuses in microseconds: without a pause the loop becomes a request storm.
+            self._backoff_s = min(max(2 * self._backoff_s, BACKOFF_MIN_S), BACKOFF_MAX_S)
+            self._resume_at = time.perf_counter() + self._backoff_s
+        last = f"last: {record.status.value} ({record.error_class}): {record.error_message}"
+        if not state.seen_ok:
+            state.failures_without_ok += 1
+            if record.status in _IMMEDIATE_STOP or state.failures_without_ok >= self.options.fail_fast:
+                reason = record.status.value if record.status in _IMMEDIATE_STOP else "all_failed"
+                self._stop(reason, f"no request succeeded ({state.failures_without_ok} failed); {last}")
             return
-        state.failures_without_ok += 1
-        if record.status in _IMMEDIATE_STOP or state.failures_without_ok >= self.options.fail_fast:
-            reason = record.status.value if record.status in _IMMEDIATE_STOP else "all_failed"
+        if state.consecutive_failures >= self.options.max_consecutive_failures:
             self._stop(
-                reason,
-                f"no request succeeded ({state.failures_without_ok} failed); last: {record.status.value}"
-                f" ({record.error_class}): {record.error_message}",
+                "failing",
+                f"{state.consecutive_failures} requests in a row failed after earlier successes; {last}",
             )
+
+    async def _paused(self) -> None:
+        """Wait out the back-off after connection errors (at once when the run is stopped)."""
+        delay = self._resume_at - time.perf_counter()
+        if delay > 0 and not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
 
     def _stop(self, reason: str, message: str) -> None:
         if self.state.stop_reason is None:
@@ -239,6 +260,9 @@ class BenchRunner:
 
         async def worker() -> None:
             while self._may_send(total[0]):
+                await self._paused()
+                if not self._may_send(total[0]):
+                    return
                 total[0] = next(sent) + 1
                 spec = self._next_spec()
                 record = self._new_record(spec, False)
@@ -309,6 +333,7 @@ class BenchRunner:
                 k = next(started)
                 if number is not None and k >= number:
                     return
+                await self._paused()
                 await self._conversation(convs[k % len(convs)], k)
 
         await asyncio.gather(*(worker() for _ in range(self.options.closed_loop_workers)))
