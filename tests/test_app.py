@@ -68,3 +68,39 @@ async def test_window_figures_from_ok_runs(app: App) -> None:
     median = app.registry.get_sample_value("tokwatch_window_decode_tokens_per_second_median", labels)
     assert median == pytest.approx(400, rel=0.1)
     assert app.registry.get_sample_value("tokwatch_window_decode_tokens_per_second_cv_ratio", labels) < 0.1
+
+
+async def test_a_rotated_api_key_file_is_used_without_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sim_cfg = load_sim_config_text("""
+servers:
+  - name: k
+    dialect: openai
+    api_key: sk-rotated-NEW-key-0002
+    models: [{name: m, decode_tps: 2000, prefill_tps: 100000}]
+""")
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-expired-OLD-key-0001\n")
+    async with run_sim(sim_cfg) as sim:
+        cfg = load_config_text(f"""
+probe: {{max_tokens: 8}}
+schedule: {{interval: 1h, window_includes: [timing_disturbed]}}
+storage: {{enabled: false}}
+endpoints:
+  - {{name: k, kind: openai, base_url: '{sim.url}/k/v1', model: m, api_key_file: '{key_file}'}}
+""")
+        app = App(cfg)
+        await app.start(schedule=False)
+        try:
+            before = await app.probe("k")
+            assert before.result.status.value == "auth_failure"
+            assert "sk-expired-OLD-key-0001" not in (before.result.error_message or "")
+            tmp = tmp_path / "key.new"
+            tmp.write_text("sk-rotated-NEW-key-0002\n")
+            tmp.replace(key_file)  # how secret managers rotate: a new file renamed over the old
+            after = await app.probe("k")
+            assert after.result.ok, after.result.error_message
+            assert app.keys.redactor("x sk-rotated-NEW-key-0002 sk-expired-OLD-key-0001") == "x *** ***"
+            key_file.unlink()  # mid-rotation: the last key read stays in use
+            assert (await app.probe("k")).result.ok
+        finally:
+            await app.stop()
