@@ -104,3 +104,25 @@ endpoints:
             assert (await app.probe("k")).result.ok
         finally:
             await app.stop()
+
+
+async def test_kind_openai_with_metrics_url_uses_counter_deltas() -> None:
+    async with run_sim(load_sim_config_text(SIM)) as sim:
+        cfg = load_config_text(f"""
+probe: {{max_tokens: 24}}
+schedule: {{interval: 1h, window_includes: [timing_disturbed]}}
+storage: {{enabled: false}}
+endpoints:
+  - {{name: gw, kind: openai, base_url: '{sim.url}/v/v1', model: m, metrics_url: '{sim.url}/v/metrics'}}
+  - {{name: plain, kind: openai, base_url: '{sim.url}/v/v1', model: m}}
+""")
+        app = App(cfg)
+        await app.start(schedule=False)
+        try:
+            gw = (await app.probe("gw")).result
+            assert gw.ok and gw.source is TimingSource.VLLM_METRICS, gw.candidates
+            assert gw.tokens_per_second == pytest.approx(400, rel=0.1)
+            plain = (await app.probe("plain")).result
+            assert plain.ok and TimingSource.VLLM_METRICS not in plain.candidates
+        finally:
+            await app.stop()

@@ -153,7 +153,9 @@ class HttpProbe(Probe):
         if wants_fixed_output(ctx.endpoint.kind, ctx.settings.fixed_output):
             body.update(fixed_output_fields(ctx.endpoint.kind, plan.max_tokens))
         body = merge_body(body, ctx.endpoint.extra_body)  # the endpoint's own extra_body wins
-        counters = ctx.counters if (timed and self.uses_counters) else None
+        # Kinds that serve /metrics use it by default; any kind does when `metrics_url` is configured.
+        wants_counters = self.uses_counters or ctx.endpoint.metrics_url is not None
+        counters = ctx.counters if (timed and wants_counters) else None
         before = await _snapshot(ctx, counters)
         col = StreamCollector()
         sent_at = end = time.perf_counter()
