@@ -47,8 +47,36 @@ def test_rates_gauges_and_preemptions(vllm_text: Callable[..., str]) -> None:
     scrape(state, vllm_text(generation=50, prompt=20, preemptions=1, created=1800000000.0), at=130.0)
     assert state.view.decode_tps is None
     assert state.preemptions.total == 4
-    # The hit ratio stays at its last defined value through an interval without prompt queries.
+    # The hit ratio is over the last 5 minutes, so an interval without prompt queries keeps it.
     assert state.view.prefix_hit_ratio == pytest.approx(0.6)
+
+
+def _llamacpp(prompt: int, cached: int) -> str:
+    return (
+        f"llamacpp:prompt_tokens_total {prompt}\nllamacpp:prompt_tokens_cached_total {cached}\n"
+        "llamacpp:tokens_predicted_total 10\nllamacpp:tokens_predicted_seconds_total 1\n"
+    )
+
+
+def test_llamacpp_prefix_ratio_is_windowed_and_goes_away_when_idle() -> None:
+    from tokwatch.counters.llamacpp import read_llamacpp
+    from tokwatch.counters.state import PREFIX_WINDOW_S
+
+    state = ServerState("lc")
+
+    def at(t: float, prompt: int, cached: int) -> float | None:
+        snap = parse_metrics(_llamacpp(prompt, cached))
+        state.record(read_llamacpp(snap, None), snap, t, 0.01)
+        return state.view.prefix_hit_ratio
+
+    at(0, 0, 0)
+    # One probe per scrape, each all-miss (40 prompt tokens) or all-hit (40 cached): per scrape 0 or 1.
+    assert at(15, 40, 0) == 0.0
+    assert at(30, 40, 40) == pytest.approx(40 / 80)
+    assert at(45, 80, 40) == pytest.approx(40 / 120)
+    assert at(60, 80, 80) == pytest.approx(80 / 160)  # not the 1.0 of the last interval alone
+    assert at(15 + PREFIX_WINDOW_S - 1, 80, 80) == pytest.approx(0.5)  # idle: still the window's figure
+    assert at(60 + PREFIX_WINDOW_S + 1, 80, 80) is None  # idle for a whole window: no figure, not a stale 1
 
 
 def test_down_server_drops_gauges_and_keeps_counters(vllm_text: Callable[..., str]) -> None:

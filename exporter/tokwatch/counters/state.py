@@ -9,6 +9,7 @@ value, so they only ever grow and `increase()` works across restarts.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,6 +19,9 @@ from tokwatch.counters.reading import CounterReading, created_name, delta, reset
 from tokwatch.redact import redact
 
 log = logging.getLogger("tokwatch.counters")
+
+# The prefix-cache hit ratio is cached / queried prompt tokens over this window (a Prometheus rate ratio).
+PREFIX_WINDOW_S = 300.0
 
 
 class MonotonicTotal:
@@ -92,11 +96,22 @@ class ServerState:
         self.mirrored_totals: dict[str, MonotonicTotal] = {}
         self.model_reloads = 0
         self._last: tuple[CounterReading, float] | None = None
-        self._last_ratio: float | None = None
+        # Prefix-cache (at, hits, queries) deltas over the last PREFIX_WINDOW_S: one llama.cpp request is
+        # all-hit or all-miss, so a per-scrape ratio flips between 0 and 1 and then sticks while idle.
+        self._prefix_deltas: deque[tuple[float, float, float]] = deque()
         self._last_error: str | None = None
         self._last_problem: str | None = None
         self._absent_mirrors: set[str] = set()
         self.revision = 0  # bumped by every record_* call: /metrics re-renders this endpoint's part then
+
+    def _prefix_ratio(self, now: float) -> float | None:
+        """Cached / queried prompt tokens over the last PREFIX_WINDOW_S; None when nothing was queried."""
+        while self._prefix_deltas and self._prefix_deltas[0][0] < now - PREFIX_WINDOW_S:
+            self._prefix_deltas.popleft()
+        queries = sum(q for _, _, q in self._prefix_deltas)
+        if queries <= 0:
+            return None
+        return min(max(sum(h for _, h, _ in self._prefix_deltas) / queries, 0.0), 1.0)
 
     def record_error(self, duration_s: float | None, message: str) -> None:
         """A failed scrape: count it, log it with the endpoint name, drop every gauge (up 0)."""
@@ -109,7 +124,7 @@ class ServerState:
         log.log(level, "endpoint %s: server metrics scrape failed: %s", self.endpoint, message)
         self._last_error = message
         self._last = None
-        self._last_ratio = None
+        self._prefix_deltas.clear()
         self._absent_mirrors = set()
         self.view = ServerView(up=False, scrape_duration_s=duration_s)
 
@@ -121,7 +136,7 @@ class ServerState:
         self.scraped = True
         self._last_error = None
         decode_tps = prefill_tps = None
-        ratio = self._last_ratio
+        ratio: float | None = None
         reset: str | None = None
         if reading is not None:
             if reading.problem and reading.problem != self._last_problem:
@@ -137,9 +152,9 @@ class ServerState:
                     queries = delta(prev.prefix_queries, reading.prefix_queries)
                     hits = delta(prev.prefix_hits, reading.prefix_hits)
                     if queries is not None and hits is not None and queries > 0:
-                        ratio = min(max(hits / queries, 0.0), 1.0)
-            if reading.prefix_queries is None and reading.prefix_hit_ratio is not None:
-                ratio = reading.prefix_hit_ratio
+                        self._prefix_deltas.append((at, hits, queries))
+            # Servers without hit/query counters publish a ratio gauge of their own.
+            ratio = self._prefix_ratio(at) if reading.prefix_queries is not None else reading.prefix_hit_ratio
             if reading.preemptions is not None:
                 self.has_preemptions = True
                 if not self.preemptions.has_baseline and self._last is not None:
@@ -147,7 +162,6 @@ class ServerState:
                     self.preemptions.observe(0.0)
                 self.preemptions.observe(reading.preemptions, reset=reset is not None)
             self._last = (reading, at)
-        self._last_ratio = ratio
         self.view = ServerView(
             up=True,
             scrape_duration_s=duration_s,
