@@ -97,6 +97,11 @@ def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path
     )
     assert proc.returncode == 1, proc.stderr
     assert "good" in proc.stdout and "ok" in proc.stdout and "rate_limited" in proc.stdout
+    # Below the table, each failed run with its error message (the table has only the class).
+    assert any(
+        line.startswith("limited: rate_limited (http_429): ") and len(line) > 40
+        for line in proc.stdout.splitlines()
+    ), proc.stdout
     proc = subprocess.run(
         [sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg), "good"],
         capture_output=True,
@@ -301,3 +306,47 @@ endpoints:
     # Every run the killed process had recorded is stored (one being measured at the kill may be lost).
     assert len(stored(killed_at)) >= before_kill
     assert "Traceback" not in err
+
+
+def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            body = b"vllm:generation_tokens_total 1\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cfg = write_config(tmp_path, sim)
+        other = f"http://127.0.0.1:{server.server_address[1]}"
+        cfg.write_text(
+            cfg.read_text()
+            + f"  - {{name: other, kind: vllm, base_url: '{other}/v1', model: m,"
+            "     api_key_env: TW_UNSET_KEY}\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg), "good"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if k != "TW_UNSET_KEY"},
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    # `other` is neither probed nor scraped, and its missing key does not stop probing `good`.
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert hits == []

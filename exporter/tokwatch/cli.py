@@ -172,8 +172,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if not names:
         print(f"tokwatch: {args.config}: no enabled endpoints to probe", file=sys.stderr)
         return EXIT_USAGE
-    results = asyncio.run(_probe_once(config, args.config, names, args.log_filter))
+    # Only the named endpoints: their keys, their servers' counters; nothing else is touched.
+    only = config.model_copy(update={"endpoints": tuple(e for e in config.endpoints if e.name in names)})
+    results = asyncio.run(_probe_once(only, args.config, names, args.log_filter))
     print_results(results)
+    for r in results:
+        if not r.ok:
+            detail = f" ({r.error_class})" if r.error_class else ""
+            message = f": {r.error_message}" if r.error_message else ""  # redacted by the probe
+            print(f"{r.endpoint}: {r.status.value}{detail}{message}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
