@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import signal
 from collections.abc import Iterator
@@ -31,15 +32,27 @@ def make_run() -> object:
     return _make_run
 
 
-@pytest.fixture
-def file_size_limit() -> Iterator[int]:
-    """This process may not grow a file past 4 KiB (EFBIG instead of SIGXFSZ), like a full disk."""
+class FileSizeLimit:
+    """While `active()`: this process may not grow a file past `limit` bytes (EFBIG instead of SIGXFSZ),
+    like a full disk. Only around the writes under test: the limit is process-wide, so pytest's own
+    report (a CI log file far past 4 KiB) must not be written while it holds."""
+
     limit = 4096
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield limit
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[int]:
+        """Apply the limit for the block; restored on exit."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limit, hard))
+        try:
+            yield self.limit
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, previous)
+
+
+@pytest.fixture
+def disk_full() -> FileSizeLimit:
+    """A full disk for this process, applied with `with disk_full.active():` around the writes only."""
+    return FileSizeLimit()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,18 +68,18 @@ def test_plain_json_lines_from_before_framing_are_read(tmp_path: Path) -> None:
     assert [i.row.run_id for i in box.peek(10)[0]] == ["old", "r1"]
 
 
-def test_disk_full_append_keeps_whole_records_and_says_how_many(tmp_path: Path, file_size_limit: int) -> None:
+def test_disk_full_append_keeps_whole_records_and_says_how_many(tmp_path: Path, disk_full: Any) -> None:
     path = tmp_path / "o.jsonl"
     box = Outbox(path)
     batch = [_p(i) for i in range(100)]  # about 9 KiB: cut short at 4 KiB
-    with pytest.raises(OutboxWriteError) as err:
+    with disk_full.active(), pytest.raises(OutboxWriteError) as err:
         box.append(batch)
     stored = err.value.stored
     assert 0 < stored < 100 and "File too large" in str(err.value)
-    assert path.stat().st_size <= file_size_limit
+    assert path.stat().st_size <= disk_full.limit
     assert path.read_bytes().endswith(b"\n")  # cut back to the last whole record: no torn line left
     assert box.pending == stored
-    with pytest.raises(OutboxWriteError) as again:  # still full: nothing more fits, nothing is torn
+    with disk_full.active(), pytest.raises(OutboxWriteError) as again:  # still full: nothing more fits
         box.append([_p(100)])
     assert again.value.stored == 0
     reopened = Outbox(path)

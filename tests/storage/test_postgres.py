@@ -315,17 +315,18 @@ async def test_shards_starting_together_share_one_schema(pg_dsn: str) -> None:
 
 
 async def test_disk_full_runs_in_memory_still_reach_the_database(
-    pg_dsn: str, tmp_path: Path, make_run: Any, file_size_limit: int
+    pg_dsn: str, tmp_path: Path, make_run: Any, disk_full: Any
 ) -> None:
     store = await _store(pg_dsn)  # the server is another process: the file-size limit is this one's
     outbox = tmp_path / "outbox.jsonl"
-    outbox.write_bytes(b"\n" * file_size_limit)  # an outbox already at the limit
+    outbox.write_bytes(b"\n" * disk_full.limit)  # an outbox already at the limit
     writer = RunWriter(store, outbox_path=outbox, queue_size=100)
     await writer.start()
     try:
-        for i in range(5):
-            writer.submit(make_run("a", time.time() + i))
-        await _until(lambda: writer.stats().writes_total == 5, 15)
+        with disk_full.active():
+            for i in range(5):
+                writer.submit(make_run("a", time.time() + i))
+            await _until(lambda: writer.stats().writes_total == 5, 15)
     finally:
         await writer.close()
         await store.close()

@@ -171,7 +171,7 @@ async def test_error_text_is_redacted_before_storage(tmp_path: Path, make_run: A
 
 
 async def test_disk_full_and_database_down_every_run_is_stored_or_counted(
-    tmp_path: Path, make_run: Any, file_size_limit: int
+    tmp_path: Path, make_run: Any, disk_full: Any
 ) -> None:
     dead = PostgresStore(f"postgresql://u:p@127.0.0.1:{free_port()}/x", timeout_s=0.3)
     await dead.open()
@@ -181,21 +181,23 @@ async def test_disk_full_and_database_down_every_run_is_stored_or_counted(
     now = time.time()
     submitted = 76
     try:
-        for i in range(submitted):
-            writer.submit(make_run("a", now - 100 + i, status=Status.TIMEOUT, tps=None))
-            await asyncio.sleep(0.005)
-        for _ in range(200):
+        with disk_full.active():
+            for i in range(submitted):
+                writer.submit(make_run("a", now - 100 + i, status=Status.TIMEOUT, tps=None))
+                await asyncio.sleep(0.005)
+            for _ in range(200):
+                s = writer.stats()
+                if s.outbox_runs + s.queue_depth + s.dropped_total == submitted:
+                    break
+                await asyncio.sleep(0.05)
             s = writer.stats()
-            if s.outbox_runs + s.queue_depth + s.dropped_total == submitted:
-                break
-            await asyncio.sleep(0.05)
-        s = writer.stats()
-        on_disk = s.outbox_runs
-        assert 0 < on_disk < submitted and outbox.stat().st_size <= file_size_limit
-        assert s.queue_depth == 10  # held in memory, bounded by queue_size
-        assert s.dropped_total == submitted - on_disk - 10
+            on_disk = s.outbox_runs
+            assert 0 < on_disk < submitted and outbox.stat().st_size <= disk_full.limit
+            assert s.queue_depth == 10  # held in memory, bounded by queue_size
+            assert s.dropped_total == submitted - on_disk - 10
+            await writer.close(timeout_s=2)  # memory cannot reach disk or database: counted, not silent
     finally:
-        await writer.close(timeout_s=2)  # memory cannot reach disk or database: counted, not silent
+        await writer.close(timeout_s=2)
         await dead.close()
     assert writer.stats().dropped_total == submitted - on_disk
     assert outbox.read_bytes().endswith(b"\n")  # no torn record left behind
