@@ -89,6 +89,9 @@ async def test_auth_failure_key_redacted_and_sent_as_bearer(serve, make_ctx) -> 
 
 async def test_server_ignoring_stream_answers_json(serve, make_ctx) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
+        # A real server takes a while: 4 tokens answered in well under a millisecond on an idle machine
+        # are above the plausibility ceiling (20,000 tok/s) and rightly not ok.
+        await asyncio.sleep(0.02)
         return web.json_response(
             {
                 "choices": [{"message": {"content": "a b c d"}, "finish_reason": "length"}],
@@ -100,6 +103,7 @@ async def test_server_ignoring_stream_answers_json(serve, make_ctx) -> None:
     r = await OpenAIProbe().run_once(make_ctx(url, max_tokens=4), timed=True)
     assert r.status is Status.OK and r.source is TimingSource.CLIENT_WALL and not r.streamed
     assert r.output_tokens == 4 and r.ttft_s is None
+    assert r.tokens_per_second is not None and r.tokens_per_second < 4 / 0.02
 
 
 async def test_error_object_with_200_json(serve, make_ctx) -> None:
