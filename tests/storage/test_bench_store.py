@@ -39,6 +39,7 @@ def _record(i: int, *, ok: bool = True, warmup: bool = False) -> RequestRecord:
         r.output_tokens, r.think_tokens, r.prompt_tokens = 4, 0, 100
         r.tokens_source = "usage"
         r.fluidity_index = 1.0
+        r.decode_tokens_per_s = 50.0 + i
         r.completed_at_s = sent + r.e2e_s
     else:
         r.status = Status.PROVIDER_ERROR
@@ -84,6 +85,9 @@ def test_rows_from_an_outcome() -> None:
     assert [r.request_id for r in requests] == list(range(1, 10))  # warm-up excluded
     assert requests[0].sent_at == pytest.approx(T0 + 0.1)
     assert requests[0].tbt_p50_s == pytest.approx(0.02)
+    assert requests[0].tbt_s == (0.01, 0.02, 0.03) and requests[-1].tbt_s == ()  # a failure: no gaps
+    assert requests[0].normalized_latency_s == pytest.approx((0.11 + 0.06) / 4)
+    assert run.generated_tokens_per_s == pytest.approx(32 / (2.0 - 0.1))  # 8 ok x 4 tokens, first send 0.1
     assert requests[-1].status == "provider_error" and SECRET not in (requests[-1].error_class or "")
     no_slo, _ = bench_rows(_outcome(slos=False))
     assert no_slo.all_slos_met is None
@@ -106,6 +110,20 @@ async def _roundtrip(store: Store) -> None:
     assert next(r for r in got if r.id == "bench-2").complete is False
     assert await store.bench_runs(T0 + 10) == []
     assert await store.count_runs() == 0  # never in the probe runs table
+    # Read back by id for `bench compare`: every per-request figure, gap lists exact (empty stays empty).
+    assert await store.bench_run_ids("bench-") == ["bench-1", "bench-2"]
+    assert await store.bench_run_ids("bench-2") == ["bench-2"]
+    assert await store.bench_run_ids("bench_") == []  # `_` is no wildcard
+    assert await store.bench_run("bench-9") is None
+    stored = await store.bench_run("bench-1")
+    assert stored is not None
+    stored_run, stored_requests = stored
+    assert stored_run.generated_tokens_per_s == run.generated_tokens_per_s
+    assert [r.request_id for r in stored_requests] == list(range(1, 10))
+    assert [r.tbt_s for r in stored_requests] == [r.tbt_s for r in requests]
+    assert [r.normalized_latency_s for r in stored_requests] == [r.normalized_latency_s for r in requests]
+    assert [r.decode_tokens_per_s for r in stored_requests] == [r.decode_tokens_per_s for r in requests]
+    assert stored_requests[0].sent_at == pytest.approx(requests[0].sent_at)
 
 
 async def test_sqlite_bench_roundtrip_idempotent(tmp_path: Path) -> None:
@@ -131,7 +149,7 @@ async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> No
     store = SQLiteStore(path)
     try:
         assert (await store.schema_status()).current == 1
-        assert await store.migrate() == [2, 3, 4]
+        assert await store.migrate() == [2, 3, 4, 5]
         assert await store.migrate() == []
         assert await store.count_runs() == 1
         await store.write_runs([RunRow(run_id="r2", time=time.time(), endpoint="a", status="ok")])
@@ -142,11 +160,39 @@ async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> No
         await store.close()
 
 
+async def test_sqlite_bench_rows_from_version_4_keep_their_data(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    run, requests = bench_rows(_outcome())
+    later = {"normalized_latency_s", "decode_tokens_per_s", "tbt_s", "generated_tokens_per_s"}
+    with sqlite3.connect(path) as conn:  # a database as tokwatch with schema 4 left it, with a bench run
+        conn.execute("CREATE TABLE tokwatch_schema (version INTEGER PRIMARY KEY, name TEXT, applied_at REAL)")
+        for m in migrations_for("sqlite")[:4]:
+            conn.executescript(m.sql)
+            conn.execute("INSERT INTO tokwatch_schema VALUES (?, ?, 0)", (m.version, m.name))
+        for table, rows in (("bench_runs", [run]), ("bench_requests", requests)):
+            columns = [c for c in type(rows[0]).__dataclass_fields__ if c not in later]
+            conn.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                [tuple(getattr(r, c) for c in columns) for r in rows],
+            )
+    store = SQLiteStore(path)
+    try:
+        assert await store.migrate() == [5]
+        stored = await store.bench_run("bench-1")
+        assert stored is not None
+        old_run, old_requests = stored
+        assert old_run.generated_tokens_per_s is None and old_run.requests_ok == 8
+        assert len(old_requests) == 9 and all(r.tbt_s is None for r in old_requests)
+        assert old_requests[0].ttft_s == requests[0].ttft_s  # what was stored is untouched
+    finally:
+        await store.close()
+
+
 async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> None:
     store = PostgresStore(pg_dsn, timeout_s=10)
     await store.open()
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
         await _roundtrip(store)
         await store.write_runs([RunRow(run_id="r1", time=time.time(), endpoint="a", status="ok")])
     finally:
@@ -167,7 +213,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
     try:
         assert (await store.schema_status()).current == 2
         await store.ensure_ready()  # auto-migrates, as the exporter and `tokwatch bench` do
-        assert (await store.schema_status()).current == 5
+        assert (await store.schema_status()).current == 6
         assert await store.count_runs() == 1
         assert await store.bench_runs(0) == []
         run, requests = bench_rows(_outcome())

@@ -1,8 +1,10 @@
 """`tokwatch bench compare RUN_A RUN_B`: headline figures side by side with bootstrap confidence intervals,
 and a gate that fails (exit 1) when B is worse than A beyond a threshold on chosen figures.
 
-A run is a result directory (`request_level_metrics.jsonl`, `throughput.json`). Confidence intervals come
-from a request-level bootstrap: requests are resampled with replacement (a request's per-token gaps stay
+A run is a result directory (`request_level_metrics.jsonl`, `throughput.json`) or a run stored with
+`--config` (tokwatch.bench.compare_store); either way requests are taken in request-id order, so a run
+compares the same from its directory and from the store. Confidence intervals come from a request-level
+bootstrap: requests are resampled with replacement (a request's per-token gaps stay
 together, since they are not independent), the statistic is recomputed, and the 2.5th and 97.5th
 percentiles of the resampled statistic bound it. A figure regresses when B is worse than A by more than
 the threshold *and* the bootstrap interval of the difference B - A excludes zero, so noise alone does not
@@ -45,6 +47,7 @@ class Run:
     name: str
     values: dict[str, list[list[float]]]
     generated_tokens_per_s: float | None
+    missing: tuple[str, ...] = ()  # figures the run's source does not hold (stored before they were)
 
     def count(self) -> int:
         """Requests in the run's figures."""
@@ -87,8 +90,13 @@ def load_run(path: str | Path) -> Run:
     root = Path(path)
     jsonl = root / "request_level_metrics.jsonl"
     if not jsonl.is_file():
-        raise CompareError(f"{jsonl}: not found (is {root} a `tokwatch bench` result directory?)")
-    values: dict[str, list[list[float]]] = {f: [] for f in FIGURES}
+        hint = (
+            f"is {root} a `tokwatch bench` result directory?"
+            if root.is_dir()
+            else f"no directory {root}; a stored run id needs --config tokwatch.yml"
+        )
+        raise CompareError(f"{jsonl}: not found ({hint})")
+    requests: list[tuple[tuple[int, int], dict[str, Any]]] = []
     with jsonl.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -101,12 +109,17 @@ def load_run(path: str | Path) -> Run:
                 raise CompareError(f"{jsonl}:{lineno}: expected an object per line")
             if rec.get("status") != "ok" or rec.get("warmup"):
                 continue
-            for figure, (key, is_list, _) in FIGURES.items():
-                raw = rec.get(key)
-                if is_list and isinstance(raw, list):
-                    values[figure].append([float(v) for v in raw])
-                elif not is_list and isinstance(raw, int | float):
-                    values[figure].append([float(raw)])
+            # The file is in completion order; the bootstrap depends on order, and the store reads by id.
+            rid = rec.get("request_id")
+            requests.append(((0, rid) if isinstance(rid, int) else (1, 0), rec))
+    values: dict[str, list[list[float]]] = {f: [] for f in FIGURES}
+    for _, rec in sorted(requests, key=lambda item: item[0]):
+        for figure, (key, is_list, _) in FIGURES.items():
+            raw = rec.get(key)
+            if is_list and isinstance(raw, list):
+                values[figure].append([float(v) for v in raw])
+            elif not is_list and isinstance(raw, int | float):
+                values[figure].append([float(raw)])
     throughput = None
     thr_path = root / "throughput.json"
     if thr_path.is_file():
@@ -197,6 +210,14 @@ def render_table(a: Run, b: Run, rows: Sequence[Row], threshold: float) -> str:
         "| figure | stat | A | A 95 % CI | B | B 95 % CI | change | gate |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
+    notes = [
+        f"{label} {run.name}: {', '.join(run.missing)} not stored for this run (stored before schema "
+        "SQLite v5 / PostgreSQL v6); compare its result directory for them"
+        for label, run in (("A", a), ("B", b))
+        if run.missing
+    ]
+    if notes:
+        lines[1:1] = notes
     for r in rows:
         if r.a is None and r.b is None:
             continue
@@ -239,6 +260,15 @@ def _pct(change: float | None) -> str:
     return "-" if change is None else f"{change:+.1%}"
 
 
+def _run_doc(run: Run) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "requests": run.count(),
+        "generated_tokens_per_s": run.generated_tokens_per_s,
+        "missing": list(run.missing),
+    }
+
+
 def run_compare(
     path_a: str,
     path_b: str,
@@ -248,18 +278,30 @@ def run_compare(
     resamples: int,
     seed: int,
     as_json: bool,
+    config: str | None = None,
 ) -> tuple[int, str]:
-    """The `bench compare` command: (exit code, text); 0 no gated regression, 1 regression."""
-    a, b = load_run(path_a), load_run(path_b)
+    """The `bench compare` command: (exit code, text); 0 no gated regression, 1 regression.
+
+    A run is a result directory or, with `config` (a tokwatch.yml), a run stored in its store."""
+    from tokwatch.bench.compare_store import load_runs  # here: compare_store imports this module
+
+    gated = parse_gate(gate)
+    a, b = load_runs([path_a, path_b], config)
     for run in (a, b):
         if run.count() == 0:
             raise CompareError(f"{run.name}: no measured ok request to compare")
-    rows = compare(a, b, threshold=threshold, gate=parse_gate(gate), resamples=resamples, seed=seed)
+        lost = sorted({f for f, _ in gated} & set(run.missing))
+        if lost:  # a gate that cannot see its figure must not pass silently
+            raise CompareError(
+                f"{run.name}: gated figure {', '.join(lost)} not stored for this run (stored before schema "
+                "SQLite v5 / PostgreSQL v6): compare its result directory, or gate on other figures"
+            )
+    rows = compare(a, b, threshold=threshold, gate=gated, resamples=resamples, seed=seed)
     code = 1 if regressions(rows) else 0
     if as_json:
         doc = {
-            "a": {"name": a.name, "requests": a.count(), "generated_tokens_per_s": a.generated_tokens_per_s},
-            "b": {"name": b.name, "requests": b.count(), "generated_tokens_per_s": b.generated_tokens_per_s},
+            "a": _run_doc(a),
+            "b": _run_doc(b),
             "threshold": threshold,
             "rows": [r.to_dict() for r in rows],
             "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],

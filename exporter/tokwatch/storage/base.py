@@ -180,6 +180,14 @@ class Store(ABC):
         """Bench runs started at or after `since` (unix seconds), newest first."""
 
     @abstractmethod
+    async def bench_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        """Ids of stored bench runs starting with `prefix` (at most `limit`, sorted)."""
+
+    @abstractmethod
+    async def bench_run(self, run_id: str) -> tuple[BenchRunRow, list[BenchRequestRow]] | None:
+        """A stored bench run and its requests in request-id order; None when no run has that id."""
+
+    @abstractmethod
     async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
         """Partitions ahead, retention, policies: the periodic housekeeping of this backend."""
 

@@ -46,6 +46,7 @@ class BenchRunRow:
     token_throughput: float | None
     request_throughput_steady: float | None
     token_throughput_steady: float | None
+    generated_tokens_per_s: float | None  # usage-based (throughput.json `overall`); None before schema v5/v6
     goodput_ratio: float | None
     goodput_per_s: float | None
     all_slos_met: bool | None  # None when the run had no SLOs
@@ -87,6 +88,10 @@ class BenchRequestRow:
     fluidity_index: float | None
     scheduling_lag_s: float | None
     queue_time_s: float | None
+    # For `tokwatch bench compare`; None on rows stored before schema v5 (SQLite) / v6 (PostgreSQL).
+    normalized_latency_s: float | None
+    decode_tokens_per_s: float | None
+    tbt_s: tuple[float, ...] | None  # every per-token gap, as request_level_metrics.jsonl has it
 
 
 # Column order shared by every backend's INSERT.
@@ -126,7 +131,7 @@ def _concurrency(options: dict[str, Any]) -> int | None:
 
 
 def request_row(run_id: str, started_at: float, r: RequestRecord, redact: Redactor) -> BenchRequestRow:
-    """One request's row; TBT p50/p99 are the request's own per-token percentiles."""
+    """One request's row; TBT p50/p99 are the request's own per-token percentiles, `tbt_s` all its gaps."""
     tbt = r.tbt_s
     return BenchRequestRow(
         bench_run_id=run_id,
@@ -147,6 +152,9 @@ def request_row(run_id: str, started_at: float, r: RequestRecord, redact: Redact
         fluidity_index=r.fluidity_index,
         scheduling_lag_s=r.scheduling_lag_s,
         queue_time_s=r.queue_time_s,
+        normalized_latency_s=r.normalized_latency_s,
+        decode_tokens_per_s=r.decode_tokens_per_s,
+        tbt_s=tuple(tbt),
     )
 
 
@@ -182,6 +190,7 @@ def bench_rows(
         token_throughput=_num(overall.get("tokens_per_s")),
         request_throughput_steady=_num(steady.get("requests_per_s")),
         token_throughput_steady=_num(steady.get("tokens_per_s")),
+        generated_tokens_per_s=_num(overall.get("generated_tokens_per_s")),
         goodput_ratio=_num(good.get("goodput_ratio")),
         goodput_per_s=_num(good.get("goodput_requests_per_s")),
         all_slos_met=bool(outcome.slo_results()["all_slos_met"]) if outcome.slos else None,

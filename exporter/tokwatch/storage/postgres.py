@@ -113,13 +113,20 @@ _BENCH_RUN_SQL = (
     f"({', '.join('%s::jsonb' if c == 'summary' else '%s' for c in BENCH_RUN_COLUMNS)}) "
     "ON CONFLICT (id) DO NOTHING"
 )
+# The cast types an empty gap list, for which psycopg cannot infer an array type.
+_BENCH_REQUEST_VALUES = ", ".join(
+    "%s::double precision[]" if c == "tbt_s" else "%s" for c in BENCH_REQUEST_COLUMNS
+)
 _BENCH_REQUEST_SQL = (
     f"INSERT INTO bench_requests ({', '.join(BENCH_REQUEST_COLUMNS)}) "
-    f"VALUES ({', '.join('%s' for _ in BENCH_REQUEST_COLUMNS)}) ON CONFLICT DO NOTHING"
+    f"VALUES ({_BENCH_REQUEST_VALUES}) ON CONFLICT DO NOTHING"
 )
-_BENCH_SELECT_SQL = (
-    f"SELECT {', '.join('summary::text' if c == 'summary' else c for c in BENCH_RUN_COLUMNS)} "
-    "FROM bench_runs WHERE started_at >= %s ORDER BY started_at DESC"
+_BENCH_RUN_SELECT = "SELECT " + ", ".join("summary::text" if c == "summary" else c for c in BENCH_RUN_COLUMNS)
+_BENCH_SELECT_SQL = _BENCH_RUN_SELECT + " FROM bench_runs WHERE started_at >= %s ORDER BY started_at DESC"
+_BENCH_ONE_SQL = _BENCH_RUN_SELECT + " FROM bench_runs WHERE id = %s"
+_BENCH_REQUESTS_SQL = (
+    f"SELECT {', '.join(BENCH_REQUEST_COLUMNS)} FROM bench_requests "
+    "WHERE bench_run_id = %s ORDER BY request_id"
 )
 _PARTITION_RE = re.compile(r"^runs_p(\d{4})_(\d{2})$")
 PARTITIONS_AHEAD = 2  # months created beyond the current one
@@ -632,7 +639,25 @@ class PostgresStore(Store):
 
     @staticmethod
     def _bench_params(row: BenchRunRow | BenchRequestRow, columns: Sequence[str]) -> tuple[Any, ...]:
-        return tuple(ts(getattr(row, c)) if c in _BENCH_TIMES else getattr(row, c) for c in columns)
+        out = []
+        for c in columns:
+            value = getattr(row, c)
+            if c in _BENCH_TIMES:
+                value = ts(value)
+            elif c == "tbt_s" and value is not None:
+                value = list(value)  # psycopg adapts a list, not a tuple, to an array
+            out.append(value)
+        return tuple(out)
+
+    @staticmethod
+    def _bench_values(values: Sequence[Any], columns: Sequence[str]) -> dict[str, Any]:
+        """A selected row as field values: times as unix seconds, the gap array as a tuple."""
+        d = dict(zip(columns, values, strict=True))
+        for key in _BENCH_TIMES & d.keys():
+            d[key] = d[key].timestamp()
+        if d.get("tbt_s") is not None:
+            d["tbt_s"] = tuple(d["tbt_s"])
+        return d
 
     async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
         """INSERT .. ON CONFLICT DO NOTHING of the run, then its requests, in one transaction."""
@@ -653,13 +678,30 @@ class PostgresStore(Store):
         await self.ensure_ready()
         async with self._connection() as conn:
             rows = await (await conn.execute(_BENCH_SELECT_SQL.encode(), (ts(since),))).fetchall()
-        out = []
-        for values in rows:
-            d = dict(zip(BENCH_RUN_COLUMNS, values, strict=True))
-            for key in _BENCH_TIMES & d.keys():
-                d[key] = d[key].timestamp()
-            out.append(BenchRunRow(**d))
-        return out
+        return [BenchRunRow(**self._bench_values(values, BENCH_RUN_COLUMNS)) for values in rows]
+
+    async def bench_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        """Ids starting with `prefix` (substr, not LIKE: `_` and `%` in a prefix are plain characters)."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM bench_runs WHERE substr(id, 1, %s) = %s ORDER BY id LIMIT %s",
+                (len(prefix), prefix, limit),
+            )
+            return [str(r[0]) for r in await cur.fetchall()]
+
+    async def bench_run(self, run_id: str) -> tuple[BenchRunRow, list[BenchRequestRow]] | None:
+        """The run and its requests in request-id order (written in one transaction, so never half there)."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            run = await (await conn.execute(_BENCH_ONE_SQL.encode(), (run_id,))).fetchone()
+            if run is None:
+                return None
+            rows = await (await conn.execute(_BENCH_REQUESTS_SQL.encode(), (run_id,))).fetchall()
+        return (
+            BenchRunRow(**self._bench_values(run, BENCH_RUN_COLUMNS)),
+            [BenchRequestRow(**self._bench_values(r, BENCH_REQUEST_COLUMNS)) for r in rows],
+        )
 
     async def count_runs(self) -> int:
         """Rows in runs."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import threading
 import time
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -57,6 +59,43 @@ _BENCH_REQUEST_SQL = (
     f"VALUES ({', '.join('?' for _ in BENCH_REQUEST_COLUMNS)})"
 )
 _BENCH_BOOLS = ("complete", "all_slos_met")  # INTEGER 0/1 in SQLite
+
+
+def pack_floats(values: Sequence[float]) -> bytes:
+    """Per-token gaps as the `tbt_s` BLOB: little-endian float64, 8 bytes each (exact, unlike JSON text)."""
+    a = array("d", values)
+    if sys.byteorder == "big":  # the file format is little-endian on every machine
+        a.byteswap()
+    return a.tobytes()
+
+
+def unpack_floats(blob: bytes) -> tuple[float, ...]:
+    """The inverse of pack_floats."""
+    a = array("d")
+    a.frombytes(blob)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return tuple(a)
+
+
+def _bench_run_row(values: Sequence[Any]) -> BenchRunRow:
+    d = dict(zip(BENCH_RUN_COLUMNS, values, strict=True))
+    for key in _BENCH_BOOLS:
+        d[key] = None if d[key] is None else bool(d[key])
+    return BenchRunRow(**d)
+
+
+def _bench_request_params(row: BenchRequestRow) -> tuple[Any, ...]:
+    return tuple(
+        (None if row.tbt_s is None else pack_floats(row.tbt_s)) if c == "tbt_s" else getattr(row, c)
+        for c in BENCH_REQUEST_COLUMNS
+    )
+
+
+def _bench_request_row(values: Sequence[Any]) -> BenchRequestRow:
+    d = dict(zip(BENCH_REQUEST_COLUMNS, values, strict=True))
+    d["tbt_s"] = None if d["tbt_s"] is None else unpack_floats(d["tbt_s"])
+    return BenchRequestRow(**d)
 
 
 def tps_aggregates(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -453,9 +492,7 @@ class SQLiteStore(Store):
         cur = conn.execute(_BENCH_RUN_SQL, tuple(getattr(run, c) for c in BENCH_RUN_COLUMNS))
         new = cur.rowcount == 1
         if new:  # a run stored before keeps the requests it was stored with
-            conn.executemany(
-                _BENCH_REQUEST_SQL, [tuple(getattr(r, c) for c in BENCH_REQUEST_COLUMNS) for r in requests]
-            )
+            conn.executemany(_BENCH_REQUEST_SQL, [_bench_request_params(r) for r in requests])
         conn.execute("COMMIT")
         return new
 
@@ -474,13 +511,39 @@ class SQLiteStore(Store):
                 "ORDER BY started_at DESC",
                 (since,),
             )
-            out = []
-            for values in cur.fetchall():
-                d = dict(zip(BENCH_RUN_COLUMNS, values, strict=True))
-                for key in _BENCH_BOOLS:
-                    d[key] = None if d[key] is None else bool(d[key])
-                out.append(BenchRunRow(**d))
-            return out
+            return [_bench_run_row(values) for values in cur.fetchall()]
+
+        return await self._run(query)
+
+    async def bench_run_ids(self, prefix: str, limit: int = 10) -> list[str]:
+        """Ids starting with `prefix` (substr, not LIKE: `_` and `%` in a prefix are plain characters)."""
+        await self.ensure_ready()
+
+        def query(conn: sqlite3.Connection) -> list[str]:
+            cur = conn.execute(
+                "SELECT id FROM bench_runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT ?",
+                (len(prefix), prefix, limit),
+            )
+            return [str(r[0]) for r in cur.fetchall()]
+
+        return await self._run(query)
+
+    async def bench_run(self, run_id: str) -> tuple[BenchRunRow, list[BenchRequestRow]] | None:
+        """The run and its requests in request-id order (written in one transaction, so never half there)."""
+        await self.ensure_ready()
+
+        def query(conn: sqlite3.Connection) -> tuple[BenchRunRow, list[BenchRequestRow]] | None:
+            run = conn.execute(
+                f"SELECT {', '.join(BENCH_RUN_COLUMNS)} FROM bench_runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            requests = conn.execute(
+                f"SELECT {', '.join(BENCH_REQUEST_COLUMNS)} FROM bench_requests "
+                "WHERE bench_run_id = ? ORDER BY request_id",
+                (run_id,),
+            ).fetchall()
+            if run is None:
+                return None
+            return _bench_run_row(run), [_bench_request_row(r) for r in requests]
 
         return await self._run(query)
 
