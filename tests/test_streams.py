@@ -63,7 +63,8 @@ def test_sse_capture_values() -> None:
     col = StreamCollector()
     col.add(_feed_split((SAMPLES / "sse_sample.txt").read_bytes(), [], OpenAIStreamParser()))
     assert col.done
-    assert col.usage == Usage(col.usage.t, 35, 22, None) if col.usage else False
+    # prompt_tokens_details.cached_tokens: 7 of the 35 prompt tokens came from llama-server's prompt cache
+    assert col.usage == Usage(col.usage.t, 35, 22, None, 7) if col.usage else False
     assert col.timings is not None
     assert col.timings.predicted_n == 22
     assert col.timings.predicted_ms == pytest.approx(191.11)

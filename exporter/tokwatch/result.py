@@ -100,10 +100,10 @@ class RunResult:
 
     @property
     def normalized_latency_s(self) -> float | None:
-        """E2E seconds divided by output tokens."""
-        if self.e2e_s is None or not self.output_tokens:
-            return None
-        return self.e2e_s / self.output_tokens
+        """E2E seconds per generated token, reasoning tokens included (`timing.normalized_latency`)."""
+        from tokwatch.timing import normalized_latency  # timing imports this module
+
+        return normalized_latency(self.e2e_s, (self.output_tokens or 0) + (self.think_tokens or 0))
 
     def itl_percentile(self, q: float) -> float | None:
         """Percentile (0-100) of the per-token inter-token latency, None without a stream."""

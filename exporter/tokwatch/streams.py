@@ -57,6 +57,7 @@ class Usage:
     prompt_tokens: int | None
     completion_tokens: int | None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: prompt served from cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +316,9 @@ def _usage(u: Any, t: float) -> Usage:
         raise StreamProtocolError("bad_shape", f"usage is {type(u).__name__}, expected an object")
     details = u.get("completion_tokens_details")
     reasoning = _int(details, "reasoning_tokens") if isinstance(details, dict) else None
-    return Usage(t, _int(u, "prompt_tokens"), _int(u, "completion_tokens"), reasoning)
+    prompt_details = u.get("prompt_tokens_details")
+    cached = _int(prompt_details, "cached_tokens") if isinstance(prompt_details, dict) else None
+    return Usage(t, _int(u, "prompt_tokens"), _int(u, "completion_tokens"), reasoning, cached)
 
 
 def _timings(d: Any, t: float) -> LlamaTimings | None:

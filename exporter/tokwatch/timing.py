@@ -153,6 +153,13 @@ def tpot(e2e_s: float | None, ttft_s: float | None, n_tokens: int) -> float | No
     return max(e2e_s - ttft_s, 0.0) / (n_tokens - 1)
 
 
+def normalized_latency(e2e_s: float | None, generated_tokens: int | None) -> float | None:
+    """E2E / every generated token (reasoning included), seconds per token (seed 004); None without tokens."""
+    if e2e_s is None or not generated_tokens:
+        return None
+    return e2e_s / generated_tokens
+
+
 def client_stream_tps(events: Sequence[TokenEvent], n_tokens: int | None = None) -> float | None:
     """Decode tok/s over the first->last token window: (N - k1) / (t_last - t_first)."""
     if len(events) < 2:

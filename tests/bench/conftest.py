@@ -45,6 +45,24 @@ def make_record() -> Callable[..., RequestRecord]:
     return _record
 
 
+@pytest.fixture
+def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny byte-level BPE tokenizer.json trained here on three sentences (never downloaded): few common
+    words are one token, so exact lengths need the tokenizer itself."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    corpus = ["the water is long and the way is little", "people find time to use words", "which one of them"]
+    tok.train_from_iterator(corpus * 5, trainer)
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
+
+
 # --- a small real streaming server on 127.0.0.1 ------------------------------------------------------------
 
 
@@ -80,7 +98,8 @@ async def _chat(request: web.Request) -> web.StreamResponse:
             await asyncio.sleep(st.gap)
             delta = {"content": f"r{turn}w{i} "}
             await resp.write(f"data: {json.dumps({'choices': [{'index': 0, 'delta': delta}]})}\n\n".encode())
-        usage = {"prompt_tokens": 5, "completion_tokens": n}
+        prompt = sum(len(m["content"].split()) for m in body["messages"])  # one token a word
+        usage = {"prompt_tokens": prompt, "completion_tokens": n}
         await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
         return resp
     finally:

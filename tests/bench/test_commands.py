@@ -167,3 +167,18 @@ async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_pa
     failed = summary["requests"]["total"] - summary["requests"]["ok"]
     print(f"{summary['requests']['ok']} ok, then {failed} failed before the stop")
     assert failed < 2000  # was 63,167 in 12 s
+
+
+def test_bad_extra_body_and_tokenizer_exit_2(tmp_path, capsys):
+    base = ["--url", "http://127.0.0.1:9/v1", "--model", "m", "--output-dir", str(tmp_path / "run")]
+    assert _cmd([*base, "--extra-body", '{"top_k": }']) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "extra_body" in err and "invalid JSON" in err and "Traceback" not in err
+    assert _cmd([*base, "--tokenizer", str(tmp_path / "missing.json")]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert ("missing.json" in err or "tokenizers package" in err) and "Traceback" not in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"turns": [{"prompt_tokens": 5}]}\n')
+    assert _cmd([*base, "--dataset", str(bad)]) == ExitCode.USAGE
+    assert f"{bad}:2: turns[0]: output_tokens must be a positive integer" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # nothing was sent, nothing written

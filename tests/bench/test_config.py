@@ -70,3 +70,35 @@ def test_receive_watcher_defaults_to_closed_loops_only():
     assert not off.watch_receives
     with pytest.raises(SystemExit):
         _parse([*base, "--receive-watcher", "sometimes"])
+
+
+def test_dataset_flags_become_options(tmp_path):
+    base = ["--url", "http://127.0.0.1:1/v1", "--model", "m"]
+    opts = options_from_args(
+        _parse([*base, "--dataset", "random-multi-turn", "--multi-turn", "--min-turns", "2",
+                "--max-turns", "5", "--dataset-offset", "7", "--tokenizer", "/models/tokenizer.json",
+                "--extra-body", '{"top_k": 20, "chat_template_kwargs": {"enable_thinking": false}}'])
+    )  # fmt: skip
+    assert (opts.min_turns, opts.max_turns, opts.dataset_offset) == (2, 5, 7)
+    assert opts.tokenizer == "/models/tokenizer.json"
+    assert opts.extra_body == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}}
+    f = tmp_path / "bench.yml"
+    f.write_text("url: http://x/v1\nmodel: m\nextra_body:\n  top_k: 5\ndataset_offset: 2\nmin_turns: 1\n")
+    from_file = options_from_args(_parse(["--bench-file", str(f)]))
+    assert from_file.extra_body == {"top_k": 5} and from_file.dataset_offset == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--extra-body", "{top_k: 1}"], r"command line: extra_body: .*invalid JSON"),
+        (["--extra-body", "[1, 2]"], r"extra_body: .*must be a JSON object"),
+        (["--dataset", "random-multi-turn", "--multi-turn"], r"random-multi-turn needs max_turns"),
+        (["--dataset", "random-multi-turn", "--max-turns", "3"], r"random-multi-turn needs multi_turn"),
+        (["--min-turns", "4", "--max-turns", "3"], r"min_turns 4 is above max_turns 3"),
+        (["--dataset-offset", "-1"], r"dataset_offset: Input should be greater than or equal to 0"),
+    ],
+)
+def test_bad_dataset_flags_are_usage_errors(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        options_from_args(_parse(["--url", "http://127.0.0.1:1/v1", "--model", "m", *flags]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tokwatch.bench.health import _client_timing
+from tokwatch.bench.health import Check, _client_timing, _prompt_length
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.streams import OpenAIStreamParser, StreamCollector
 
@@ -38,3 +38,30 @@ def test_merged_reads_are_counted_per_read() -> None:
     assert col.merged_reads == 0
     col.add(parser.feed(chunk("c") + chunk("d") + chunk("e"), 1.2))  # three chunks in one read
     assert col.merged_reads == 1 and len(col.deltas) == 5
+
+
+def _prompt_check(records: list[RequestRecord]) -> Check:
+    (check,) = _prompt_length(records)
+    return check
+
+
+def _prompted(make_record, pairs: list[tuple[int, int]]) -> list[RequestRecord]:
+    out = []
+    for i, (target, counted) in enumerate(pairs):
+        r = make_record(i)
+        r.prompt_tokens_target, r.prompt_tokens = target, counted
+        out.append(r)
+    return out
+
+
+def test_prompt_length_sets_the_chat_template_apart(make_record) -> None:
+    # A correct 128-token prompt counted with a 31-token template (ratio 1.24) is not a wrong prompt ...
+    check = _prompt_check(_prompted(make_record, [(128, 159)] * 20))
+    assert check.verdict == "PASS" and "1.24" in check.detail and "excess of 31 tokens" in check.detail
+    # ... but prompts twice as long as asked are, whatever the template.
+    assert _prompt_check(_prompted(make_record, [(128, 290)] * 20)).verdict == "WARN"
+    # With several lengths the template is the intercept and the slope must be 1.
+    check = _prompt_check(_prompted(make_record, [(t, t + 30) for t in (64, 128, 256, 512)] * 5))
+    assert check.verdict == "PASS" and "1.00 x target + 30" in check.detail
+    check = _prompt_check(_prompted(make_record, [(t, 2 * t + 30) for t in (64, 128, 256, 512)] * 5))
+    assert check.verdict == "WARN" and "2.00 x target" in check.detail

@@ -11,6 +11,16 @@ def test_record_lifecycle_figures_and_run_result(make_record):
     assert round(r.queue_time_s, 6) == 0.398
     assert round(r.connect_s, 6) == 0.1
     assert r.normalized_latency_s == r.e2e_s / 5
+    # seed 004: per generated token, so a reasoning request is divided by its think tokens too, and one
+    # that spent its whole budget thinking still has a value.
+    r.think_tokens = 15
+    assert r.normalized_latency_s == r.e2e_s / 20
+    assert r.to_run_result("e", run_started_unix=0.0).normalized_latency_s == r.e2e_s / 20
+    r.output_tokens = 0
+    assert r.normalized_latency_s == r.e2e_s / 15
+    r.think_tokens = 0
+    assert r.normalized_latency_s is None
+    r.output_tokens, r.think_tokens = 5, 0
     assert [round(t, 6) for t in r.token_times_s()] == [2.2, 2.21, 2.22, 2.23, 2.24]
     d = r.to_dict()
     assert d["queue_time_s"] == r.queue_time_s and "reply_text" not in d

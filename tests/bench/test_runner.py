@@ -3,6 +3,7 @@
 import asyncio
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -12,6 +13,9 @@ from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
 from tokwatch.config import ConfigError
 from tokwatch.result import Status
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
+TRACE = DATA / "trace.jsonl"
 
 
 def _opts(url, **kw):
@@ -180,3 +184,156 @@ async def test_fixed_length_is_claimed_only_where_it_is_asked_for(tmp_path, stre
     vllm, _ = await _bench(tmp_path / "vllm", stream_server.url, kind="vllm", concurrency=1, number=2)
     assert all(r.fixed_output for r in vllm.records)
     assert stream_server.bodies[-1]["ignore_eos"] is True
+
+
+def _conversations_file(tmp_path, n, turns):
+    data = tmp_path / "convs.jsonl"
+    lines = [json.dumps([{"role": "user", "content": f"c{c} t{t}"} for t in range(turns)]) for c in range(n)]
+    data.write_text("\n".join(lines) + "\n")
+    return data
+
+
+async def test_duration_lets_conversations_in_flight_run_all_their_turns(tmp_path, stream_server):
+    stream_server.gap = 0.01  # 5 tokens: about 50 ms a turn, 200 ms a conversation of 4 turns
+    data = _conversations_file(tmp_path, 6, 4)
+    outcome, _ = await _bench(tmp_path, stream_server.url, dataset=str(data), multi_turn=True, parallel=2,
+                              duration=0.12, output_tokens="5")  # fmt: skip
+    by_conv = {}
+    for r in outcome.records:
+        by_conv.setdefault(r.conversation_id, []).append(r)
+    start = min(r.sent_at_s for r in outcome.records)
+    assert len(by_conv) >= 2
+    for turns in by_conv.values():
+        assert [r.turn for r in turns] == [0, 1, 2, 3] and all(r.ok for r in turns)  # none abandoned
+        assert turns[0].sent_at_s < start + 0.12 + 0.05  # no conversation starts after the deadline
+    # ... but turns of conversations in flight were sent after it (seed 003's soft exit)
+    assert max(r.sent_at_s for r in outcome.records) > start + 0.12
+    assert outcome.complete
+
+
+async def test_trace_replay_waits_between_turns_outside_latency(tmp_path, stream_server):
+    stream_server.gap = 0.002
+    outcome, out_dir = await _bench(tmp_path, stream_server.url, kind="vllm", dataset=str(TRACE),
+                                    multi_turn=True, parallel=2, number=2)  # fmt: skip
+    assert all(r.ok for r in outcome.records) and len(outcome.records) == 5
+    waits = {0: [0.3, 0.2], 1: [0.1]}  # tests/data/datasets/trace.jsonl
+    for cid, expected in waits.items():
+        turns = sorted((r for r in outcome.records if r.conversation_id == cid), key=lambda r: r.turn)
+        for (prev, nxt), wait in zip(itertools.pairwise(turns), expected, strict=True):
+            assert nxt.wait_before_s == wait
+            assert nxt.sent_at_s - prev.completed_at_s >= wait  # the pause happened ...
+            assert nxt.e2e_s < wait  # ... and is not in the next turn's latency
+    first = sorted((r for r in outcome.records if r.conversation_id == 0), key=lambda r: r.turn)
+    assert [r.max_tokens for r in first] == [8, 6, 5] and [r.output_tokens for r in first] == [8, 6, 5]
+    assert all(r.fixed_output for r in first)
+    assert all(b["ignore_eos"] is True and b["min_tokens"] == b["max_tokens"] for b in stream_server.bodies)
+    assert [r.prompt_tokens_target - r.history_tokens for r in first] == [60, 20, 15]
+    traces = json.loads((out_dir / "trace_summary.json").read_text())
+    assert [t["wait_s"] for t in traces["traces"]] == [pytest.approx(0.5), pytest.approx(0.1)]
+
+
+async def test_tokenizer_gives_exact_prompt_lengths(tmp_path, stream_server, tokenizer_json):
+    from tokwatch.bench.tokens import HFTokenizer
+
+    tok = HFTokenizer(tokenizer_json)
+    outcome, _ = await _bench(tmp_path / "a", stream_server.url, concurrency=2, number=6, input_tokens="37",
+                              tokenizer=tokenizer_json)  # fmt: skip
+    assert [tok.count(b["messages"][0]["content"]) for b in stream_server.bodies] == [37] * 6
+    assert all(r.prompt_tokens_target == 37 for r in outcome.records)
+    stream_server.bodies.clear()
+    await _bench(tmp_path / "b", stream_server.url, dataset=str(TRACE), multi_turn=True, parallel=1, number=1,
+                 tokenizer=tokenizer_json)  # fmt: skip
+    users = [b["messages"][-1]["content"] for b in stream_server.bodies]
+    assert [tok.count(u) for u in users] == [60, 20, 15]
+
+
+async def test_extra_body_from_flag_and_endpoint_reaches_the_server(tmp_path, stream_server):
+    await _bench(
+        tmp_path / "a", stream_server.url, number=1, extra_body='{"top_k": 20, "stream_options": {"x": 1}}'
+    )
+    body = stream_server.bodies[-1]
+    assert body["top_k"] == 20
+    assert body["stream_options"] == {"include_usage": True, "x": 1}  # nested objects merge key by key
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "endpoints:\n  - name: local\n    kind: openai\n"
+        f"    base_url: {stream_server.url}\n    model: served\n"
+        "    extra_body: {top_k: 5, temperature: 0.7, chat_template_kwargs: {enable_thinking: false}}\n"
+    )
+    opts = build_options({"endpoint": "local", "config": str(cfg), "number": 1, "plots": False,
+                          "live_interval": 60, "extra_body": {"top_k": 40}})  # fmt: skip
+    await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "b")
+    body = stream_server.bodies[-1]
+    assert body["top_k"] == 40  # the flag wins over the endpoint
+    assert body["temperature"] == 0.7 and body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+async def test_dataset_offset_skips_the_first_entries(tmp_path, stream_server):
+    await _bench(tmp_path, stream_server.url, dataset=str(DATA / "prompts.jsonl"), dataset_offset=1, number=2)
+    assert [b["messages"][-1]["content"] for b in stream_server.bodies] == [
+        "Hi",
+        "What is the capital of France?",
+    ]
+
+
+async def test_random_multi_turn_conversations(tmp_path, stream_server):
+    outcome, out_dir = await _bench(tmp_path, stream_server.url, dataset="random-multi-turn",
+                                    multi_turn=True, min_turns=2, max_turns=3, parallel=2, number=6,
+                                    input_tokens="12")  # fmt: skip
+    by_conv = {}
+    for r in outcome.records:
+        by_conv.setdefault(r.conversation_id, []).append(r)
+    assert len(by_conv) == 6 and {len(v) for v in by_conv.values()} <= {2, 3}
+    assert all(r.turns == r.turn + 1 and r.conversation_turns == len(by_conv[r.conversation_id])
+               for r in outcome.records)  # fmt: skip
+    assert all(len(b["messages"][-1]["content"].split()) == 12 for b in stream_server.bodies)
+    assert json.loads((out_dir / "trace_summary.json").read_text())["conversations"]["completed"] == 6
+
+
+async def test_connection_errors_after_a_success_back_off_doubling(tmp_path, serve):
+    from aiohttp import web
+
+    from tokwatch.bench.runner import BACKOFF_MAX_S, BACKOFF_MIN_S
+
+    first_done = asyncio.Event()
+    answered = 0
+
+    async def dies_after_one_answer(request):
+        nonlocal answered
+        body = await request.json()
+        if answered == 0:  # the one success: a proper stream
+            answered = 1
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(body["max_tokens"]):
+                await asyncio.sleep(0.002)
+                event = {"choices": [{"delta": {"content": f"w{i} "}}]}
+                await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+            await resp.write(b"data: [DONE]\n\n")
+            first_done.set()
+            return resp
+        if not first_done.is_set():  # sent together with the first: fail only once it was judged ok
+            await first_done.wait()
+            await asyncio.sleep(0.1)
+        assert request.transport is not None
+        request.transport.abort()  # closed at once, before any response byte: unreachable
+        await asyncio.sleep(1)
+        return web.Response()
+
+    url = await serve({"/v1/chat/completions": dies_after_one_answer})
+    outcome, _ = await _bench(tmp_path, url + "/v1", concurrency=2, number=10, output_tokens="4",
+                              max_consecutive_failures=1000)  # fmt: skip
+    ok = [r for r in outcome.records if r.ok]
+    failed = sorted((r for r in outcome.records if not r.ok), key=lambda r: r.completed_at_s)
+    assert len(ok) == 1 and len(failed) == 9 and outcome.complete  # the budget ended it, not a stop
+    assert {(r.status, r.error_class) for r in failed} == {(Status.UNREACHABLE, "reset")}
+    assert ok[0].completed_at_s < failed[0].completed_at_s
+    # The k-th failure in a row pauses every worker's next send by 50 ms doubling per failure, up to 2 s:
+    # the worker that got it sends next exactly that long after it (the other one may still be waiting).
+    pauses = [min(BACKOFF_MIN_S * 2**k, BACKOFF_MAX_S) for k in range(len(failed))]
+    planned = sorted((f.completed_at_s + p, p) for f, p in zip(failed, pauses, strict=True))
+    sends = sorted(r.dispatched_at_s for r in outcome.records if r.dispatched_at_s > failed[0].completed_at_s)
+    assert len(sends) == 7  # 10 sent: 2 at the start, 1 right after the success, then one per pause
+    for send, (at, pause) in zip(sends, planned, strict=False):
+        assert at - 0.005 <= send <= at + 0.1 + pause / 2, (sends, planned)
+    assert [p for _, p in planned[: len(sends)]] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0]

@@ -1,14 +1,6 @@
-import json
-
 import pytest
 
-from tokwatch.bench.workload import (
-    LengthRange,
-    SyntheticWorkload,
-    WorkloadError,
-    load_conversations,
-    load_prompts,
-)
+from tokwatch.bench.workload import LengthRange, SyntheticConversations, SyntheticWorkload, WorkloadError
 
 
 def test_length_range_parsing():
@@ -41,70 +33,17 @@ def test_synthetic_lengths_mix_and_determinism():
     assert len({s.messages[0]["content"] for s in chat}) == len(chat)
 
 
-def test_single_turn_dataset_formats(tmp_path):
-    p = tmp_path / "d.jsonl"
-    p.write_text(
-        "\n".join(
-            [
-                json.dumps({"prompt": "hello there", "max_tokens": 7}),
-                json.dumps(
-                    {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
-                ),
-                "",
-                json.dumps([{"role": "user", "content": "array form"}]),
-            ]
+def test_random_multi_turn_conversations_are_seeded_and_in_range():
+    def make(seed=5, offset=0):
+        return SyntheticConversations(
+            LengthRange(20, 30), LengthRange(8, 12), LengthRange(2, 4), seed, offset=offset
         )
-    )
-    specs = load_prompts(p, LengthRange(16, 16), seed=0)
-    assert [s.max_tokens for s in specs] == [7, 16, 16]
-    assert specs[1].messages[0]["role"] == "system"
-    assert specs[2].messages == ({"role": "user", "content": "array form"},)
 
-
-@pytest.mark.parametrize(
-    ("line", "message"),
-    [
-        ("{not json", r"d.jsonl:2: invalid JSON"),
-        ('{"foo": 1}', r"d.jsonl:2: expected a prompt or messages"),
-        ('[{"role": "bot", "content": "x"}]', r"d.jsonl:2: message 0 has role 'bot'"),
-        ('[{"role": "assistant", "content": "x"}]', r"d.jsonl:2: needs at least one user message"),
-        ('{"prompt": "x", "max_tokens": 0}', r"d.jsonl:2: max_tokens must be a positive integer"),
-    ],
-)
-def test_bad_dataset_lines_name_file_and_line(tmp_path, line, message):
-    p = tmp_path / "d.jsonl"
-    p.write_text('{"prompt": "ok"}\n' + line + "\n")
-    with pytest.raises(WorkloadError, match=message):
-        load_prompts(p, LengthRange(8, 8), seed=0)
-
-
-def test_missing_and_empty_dataset(tmp_path):
-    with pytest.raises(WorkloadError, match="no such dataset file"):
-        load_prompts(tmp_path / "nope.jsonl", LengthRange(8, 8), seed=0)
-    (tmp_path / "e.jsonl").write_text("\n\n")
-    with pytest.raises(WorkloadError, match="empty"):
-        load_prompts(tmp_path / "e.jsonl", LengthRange(8, 8), seed=0)
-
-
-def test_conversations_keep_only_user_turns(tmp_path):
-    p = tmp_path / "c.jsonl"
-    p.write_text(
-        json.dumps(
-            [
-                {"role": "user", "content": "Hello"},
-                {"role": "assistant", "content": "dataset reply, never sent"},
-                {"role": "user", "content": "Write me a poem"},
-                {"role": "assistant", "content": "..."},
-                {"role": "user", "content": "Another"},
-            ]
-        )
-        + "\n"
-        + json.dumps(
-            {"conversation": [{"human": "Hi", "assistant": "x"}, {"human": "Bye", "assistant": "y"}]}
-        )
-        + "\n"
-    )
-    convs = load_conversations(p, LengthRange(32, 32), seed=0, max_turns=2)
-    assert convs[0].user_turns == ("Hello", "Write me a poem")
-    assert convs[1].user_turns == ("Hi", "Bye")
-    assert [c.conversation_id for c in convs] == [0, 1]
+    convs = [make()[k] for k in range(200)]
+    assert {len(c.turns) for c in convs} == {2, 3, 4}
+    assert all(20 <= t.tokens <= 30 and len(t.text.split()) == t.tokens for c in convs for t in c.turns)
+    assert all(8 <= t.max_tokens <= 12 and t.fixed_output for c in convs for t in c.turns)
+    assert make()[7] == convs[7] and make(seed=6)[7] != convs[7]
+    assert make(offset=3)[0] == convs[3]  # --dataset-offset skips conversations
+    texts = [t.text for c in convs for t in c.turns]
+    assert len(set(texts)) == len(texts)  # random words: no prefix cache can serve a turn whole

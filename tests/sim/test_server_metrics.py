@@ -111,6 +111,24 @@ async def test_prefix_cache_counters(http: aiohttp.ClientSession) -> None:
     assert _sum(after, "vllm:prefix_cache_hits_total") == 48  # three full 16-token blocks on the repeat
 
 
+async def test_a_conversations_next_turn_reuses_the_previous_prompt(http: aiohttp.ClientSession) -> None:
+    async with run_sim(sim_config(CFG)) as sim:
+        url = f"{sim.url}/dp/v1/chat/completions"
+        turn1 = [{"role": "user", "content": " ".join(["word"] * 40)}]  # 52 prompt tokens
+        turn2 = [*turn1, {"role": "assistant", "content": "reply " * 10}, {"role": "user", "content": "more"}]
+        other = [{"role": "user", "content": " ".join(["word"] * 39)}]  # not a message prefix of turn1
+        hits = []
+        for messages in (turn1, turn2, other):
+            body = chat_body(max_tokens=2, stream=False)
+            body["messages"] = messages
+            async with http.post(url, json=body) as resp:
+                assert resp.status == 200
+            after, _ = await _scrape(http, f"{sim.url}/dp/metrics")
+            hits.append(_sum(after, "vllm:prefix_cache_hits_total"))
+    # turn 2 starts with turn 1's message: its 52 tokens are reused in full 16-token blocks (48)
+    assert hits == [0, 48, 48]
+
+
 async def test_preemption_under_kv_pressure(http: aiohttp.ClientSession) -> None:
     async with run_sim(sim_config(CFG)) as sim:
         # 150 ms per request at 200 tok/s, so the three overlap even on a loaded machine.

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokwatch import status as status_mod
 from tokwatch import timing
 from tokwatch.bench.fluidity import fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.workload import Message, estimate_tokens
+from tokwatch.bench.tokens import CharEstimate, TokenCounter
+from tokwatch.bench.workload import Message
 from tokwatch.config import server_root
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
+from tokwatch.probes.openai import merge_body
 from tokwatch.redact import Redactor
 from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields
 from tokwatch.result import Status
@@ -36,6 +38,8 @@ class Target:
     api_key: str | None
     timeout_s: float
     metrics_url: str | None = None
+    # Merged into every body last (the endpoint's `extra_body`, then --extra-body): its keys win.
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -48,7 +52,11 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
-        """The JSON body for one streamed request."""
+        """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key)."""
+        body = self._base_body(messages, max_tokens, fixed_output)
+        return merge_body(body, dict(self.extra_body)) if self.extra_body else body
+
+    def _base_body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
         if self.kind == "ollama":
             return {
                 "model": self.model,
@@ -191,6 +199,7 @@ def _fill_figures(
     prompt = None
     if c.usage is not None:
         prompt = c.usage.prompt_tokens
+        record.cached_tokens = c.usage.cached_tokens
     elif c.ollama is not None:
         prompt = c.ollama.prompt_eval_count
     elif c.timings is not None:
@@ -212,6 +221,8 @@ def _fill_figures(
         )
 
 
-def estimate_prompt_tokens(messages: Sequence[Message]) -> int:
-    """Client estimate of a prompt's tokens (used only when the server reports none)."""
-    return sum(estimate_tokens(m["content"]) for m in messages)
+def estimate_prompt_tokens(messages: Sequence[Message], counter: TokenCounter | None = None) -> int:
+    """Client count of a prompt's tokens (used only when the server reports none): the --tokenizer's, else
+    about 4 characters per token."""
+    counter = counter or CharEstimate()
+    return sum(counter.count(m["content"]) for m in messages)

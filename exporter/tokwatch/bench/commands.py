@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -26,8 +27,10 @@ _VALUE_FLAGS = (
     "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
     "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
     "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
-    "max_consecutive_failures",
-    "workers", "receive_watcher",
+    "max_consecutive_failures", "workers", "receive_watcher", "sweep", "search", "search_start",
+    "search_max_rate", "search_tolerance", "search_max_points", "search_max_time", "fluid_index",
+    "fluid_fraction",
+    "min_turns", "dataset_offset", "tokenizer", "extra_body",
 )  # fmt: skip
 
 
@@ -38,11 +41,18 @@ def add_commands(subparsers: Any) -> None:
         help="benchmark an endpoint: load generator, latency percentiles, SLOs, report",
         description="Benchmark one endpoint. Exit codes: 0 complete and all SLOs met, 1 an SLO missed, "
         "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded. "
-        "`tokwatch bench compare RUN_A RUN_B` compares two result directories instead (exit 1 when B is "
+        "`tokwatch bench compare RUN_A RUN_B` compares two runs instead, each a result directory or (with "
+        "--config) a stored run id or `store:ID` (exit 1 when B is "
         "worse than A beyond --threshold on a gated figure).",
     )
-    p.add_argument("action", nargs="?", choices=["compare"], help="compare two result directories")
-    p.add_argument("runs", nargs="*", metavar="RUN", help="with compare: RUN_A RUN_B (result directories)")
+    p.add_argument("action", nargs="?", choices=["compare"], help="compare two runs")
+    p.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="with compare: RUN_A RUN_B, each a result directory or, with --config, a stored run id "
+        "(a unique prefix will do; store:ID to prefer the store over a directory of that name)",
+    )
     c = p.add_argument_group("compare")
     c.add_argument("--threshold", default="5%", help="relative change that counts as worse (5%%)")
     c.add_argument(
@@ -60,7 +70,7 @@ def add_commands(subparsers: Any) -> None:
         "--config",
         "-c",
         help="tokwatch.yml defining --endpoint; its store (storage:) also receives the run. Without "
-        "--config nothing is stored",
+        "--config nothing is stored. With compare: the store that stored run ids are read from",
     )
     t.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000/v1")
     t.add_argument("--kind", choices=["openai", "vllm", "llamacpp", "ollama", "sglang"], help="API dialect")
@@ -91,14 +101,36 @@ def add_commands(subparsers: Any) -> None:
     w.add_argument("--reasoning-tokens", help="think tokens MIN:MAX of reasoning requests (600:6000)")
     w.add_argument("--no-fixed-output", dest="fixed_output", action="store_false", default=None,
                    help="do not send ignore_eos/min_tokens")  # fmt: skip
-    w.add_argument("--dataset", help="JSONL prompts or (with --multi-turn) conversations")
+    w.add_argument(
+        "--dataset",
+        help="JSONL or JSON-array file of prompts, conversations (OpenAI messages, ShareGPT) or token-length "
+        "traces (docs/datasets.md), or random-multi-turn (synthetic, with --multi-turn)",
+    )
     w.add_argument("--multi-turn", action="store_true", default=None, help="conversations with real replies")
     w.add_argument("--parallel", type=int, help="concurrent conversations with --multi-turn")
     w.add_argument("--max-turns", type=int, help="truncate conversations to N user turns")
+    w.add_argument("--min-turns", type=int, help="random-multi-turn: at least N user turns (1)")
+    w.add_argument("--dataset-offset", type=int, help="skip the first N dataset entries (0)")
+    w.add_argument("--tokenizer", help="local HuggingFace tokenizer.json: exact synthetic prompt lengths")
+    w.add_argument("--extra-body", help="JSON object merged into every request body, e.g. '{\"top_k\": 20}'")
     f = p.add_argument_group("figures and SLOs")
     f.add_argument("--slo", action="append", default=[], help="e.g. ttft:p99<=0.5 (repeatable)")
     f.add_argument("--fluidity-prefill-deadline", help="fluidity-index prefill deadline (1s)")
     f.add_argument("--fluidity-decode-deadline", help="fluidity-index decode deadline (50ms)")
+    c = p.add_argument_group("capacity (one run per load point; capacity.json and capacity.png)")
+    c.add_argument("--sweep", help="rate=1,2,4,8 or concurrency=1,4,16,64: one run per value")
+    c.add_argument(
+        "--search",
+        choices=("fluid", "slo"),
+        help="highest rate that stays fluid (seed 004) or meets every --slo: bracket, then bisect",
+    )
+    c.add_argument("--search-start", type=float, help="first rate tried, req/s (1)")
+    c.add_argument("--search-max-rate", type=float, help="highest rate tried, req/s (1000)")
+    c.add_argument("--search-tolerance", type=float, help="stop when the bracket is within this share (0.1)")
+    c.add_argument("--search-max-points", type=int, help="at most this many runs (16)")
+    c.add_argument("--search-max-time", help="stop searching after this long (1h)")
+    c.add_argument("--fluid-index", type=float, help="a request is fluid at fluidity-index >= this (0.9)")
+    c.add_argument("--fluid-fraction", type=float, help="a rate is fluid when this share is fluid (0.99)")
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)")
     o.add_argument("--live-interval", help="seconds between live lines (5)")
@@ -146,7 +178,11 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
 def cmd_compare(args: argparse.Namespace) -> int:
     """`tokwatch bench compare RUN_A RUN_B`: 0 no gated regression, 1 regression, 2 bad input."""
     if len(args.runs) != 2:
-        print("tokwatch bench compare: needs exactly two result directories, RUN_A RUN_B", file=sys.stderr)
+        print(
+            "tokwatch bench compare: needs exactly two runs, RUN_A RUN_B (result directories or stored "
+            "run ids)",
+            file=sys.stderr,
+        )
         return 2
     try:
         raw = args.threshold.strip()
@@ -160,6 +196,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             resamples=max(50, args.resamples),
             seed=args.seed or 0,
             as_json=args.format == "json",
+            config=args.config,
         )
     except (CompareError, ValueError) as exc:
         print(f"tokwatch bench compare: {exc}", file=sys.stderr)
@@ -177,6 +214,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         opts = options_from_args(args)
         # Read before anything is sent, so a bad storage section is a usage error, not a lost run.
         store_config = _store_config(opts) if getattr(args, "store", True) else None
+        if opts.sweep is not None or opts.search is not None:
+            return _capacity(opts, console, store_config)
         with asyncio.Runner(loop_factory=new_loop) as runner:  # uvloop when installed
             outcome, out_dir = runner.run(_main(opts, console))
     except (ConfigError, WorkloadError, SloError) as exc:
@@ -189,6 +228,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if store_config is not None:
         _store(outcome, store_config, opts, console)
     return int(outcome.exit_code())
+
+
+def _capacity(opts: BenchOptions, console: Console, store_config: Config | None) -> int:
+    """`--sweep`/`--search`: every point a full run in its own directory, then capacity.json/png and a table.
+
+    Exit codes: 0 done (a search found a rate), 2 bad input, 3 interrupted, 4 no point passed (search)."""
+    from tokwatch.bench.capacity import parse_sweep, run_capacity, table_lines, write_capacity
+    from tokwatch.bench.outputs import default_output_dir
+    from tokwatch.bench.session import resolve_target, run_bench
+
+    if opts.sweep is not None:
+        parse_sweep(opts.sweep)  # bad values are a usage error before anything is sent
+    model = resolve_target(opts).target.model
+    out_dir = Path(opts.output_dir) if opts.output_dir else default_output_dir(model)
+    outcomes: list[BenchOutcome] = []
+
+    async def point(point_opts: BenchOptions, sub: Path) -> tuple[BenchOutcome, Path]:
+        console.print(f"[bold]{sub.name}[/bold]", highlight=False)
+        outcome, directory = await run_bench(point_opts, console=console, out_dir=sub)
+        print_result(outcome, str(directory), console)
+        outcomes.append(outcome)
+        if outcome.stop_reason == "interrupted":
+            raise asyncio.CancelledError
+        return outcome, directory
+
+    async def main() -> Any:
+        task = asyncio.create_task(run_capacity(opts, out_dir, point))
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await task
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            cap = runner.run(main())
+    except asyncio.CancelledError:
+        console.print(f"capacity run interrupted after {len(outcomes)} point(s); results in {out_dir}")
+        return ExitCode.INCOMPLETE
+    write_capacity(cap, out_dir, plots_enabled=opts.plots)
+    for line in table_lines(cap):
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"capacity.json in {out_dir}", highlight=False)
+    if store_config is not None:
+        for outcome in outcomes:
+            _store(outcome, store_config, opts, console)
+    if cap.mode != "sweep" and cap.result_rate is None:
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def _store_config(opts: BenchOptions) -> Config | None:

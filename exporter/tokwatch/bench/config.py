@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from tokwatch.config import (
 
 Kind = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
 DEFAULT_NUMBER = 100
+RANDOM_MULTI_TURN = "random-multi-turn"  # --dataset name of seed 003's synthetic conversations
 
 
 class BenchOptions(BaseModel):
@@ -57,6 +59,10 @@ class BenchOptions(BaseModel):
     multi_turn: bool = False
     parallel: int | None = Field(None, ge=1)
     max_turns: int | None = Field(None, ge=1)
+    min_turns: int = Field(1, ge=1)  # dataset random-multi-turn: user turns per conversation, at least
+    dataset_offset: int = Field(0, ge=0)  # skip the first N dataset entries (conversations or prompts)
+    tokenizer: str | None = None  # local HuggingFace tokenizer.json: exact prompt lengths and counts
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request body
     # figures
     fluidity_prefill_deadline: float = Field(1.0, gt=0)
     fluidity_decode_deadline: float = Field(0.05, gt=0)
@@ -70,6 +76,18 @@ class BenchOptions(BaseModel):
     mirror_metrics: tuple[str, ...] = ()
     plots: bool = True
     fail_fast: int = Field(5, ge=1)
+    # capacity (tokwatch.bench.capacity): a sweep over load points, or a search for the highest good rate
+    sweep: str | None = None  # "rate=1,2,4" or "concurrency=1,4,16"
+    search: Literal["fluid", "slo"] | None = None
+    search_start: float = Field(1.0, gt=0, allow_inf_nan=False)  # first rate tried (req/s)
+    search_max_rate: float = Field(1000.0, gt=0, allow_inf_nan=False)
+    # bisect until (lowest fail - highest pass) <= this x highest pass
+    search_tolerance: float = Field(0.1, gt=0, lt=1)
+    search_max_points: int = Field(16, ge=2, le=200)
+    search_max_time: float = Field(3600.0, gt=0)
+    # seed 004: a request is fluid at fluidity-index >= fluid_index, a rate when fluid_fraction of them are
+    fluid_index: float = Field(0.9, gt=0, le=1)
+    fluid_fraction: float = Field(0.99, gt=0, le=1)
     # After the first success: stop when this many requests in a row fail (a dead or broken server).
     max_consecutive_failures: int = Field(50, ge=1)
     workers: int = Field(1, ge=1, le=64)
@@ -78,7 +96,8 @@ class BenchOptions(BaseModel):
     receive_watcher: Literal["auto", "on", "off"] = "auto"
 
     _dur = field_validator(
-        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", mode="before"
+        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", "search_max_time",
+        mode="before",
     )(lambda v: v if v is None else parse_duration(v))
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
@@ -90,6 +109,18 @@ class BenchOptions(BaseModel):
         except WorkloadError as exc:
             raise ValueError(str(exc).removeprefix("range: ")) from None
         return text
+
+    @field_validator("extra_body", mode="before")
+    @classmethod
+    def _extra_body(cls, v: Any) -> Any:
+        if isinstance(v, str):  # --extra-body '{"top_k": 20}'
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(v, dict):
+            raise ValueError("must be a JSON object, e.g. '{\"top_k\": 20}'")
+        return v
 
     @field_validator("listen")
     @classmethod
@@ -110,6 +141,29 @@ class BenchOptions(BaseModel):
             raise ValueError("multi_turn needs a dataset of conversations")
         if self.multi_turn and self.rate is not None:
             raise ValueError("multi_turn runs conversations in a closed loop: use parallel, not rate")
+        if self.max_turns is not None and self.min_turns > self.max_turns:
+            raise ValueError(f"min_turns {self.min_turns} is above max_turns {self.max_turns}")
+        if self.dataset == RANDOM_MULTI_TURN:
+            if not self.multi_turn:
+                raise ValueError(f"dataset {RANDOM_MULTI_TURN} needs multi_turn")
+            if self.max_turns is None:
+                raise ValueError(f"dataset {RANDOM_MULTI_TURN} needs max_turns (turns are min..max)")
+        if self.sweep is not None and self.search is not None:
+            raise ValueError("give either sweep or search, not both")
+        if self.sweep is not None:
+            dimension = self.sweep.partition("=")[0].strip()
+            if (dimension == "rate" and self.concurrency is not None) or (
+                dimension == "concurrency" and self.rate is not None
+            ):
+                other = "concurrency" if dimension == "rate" else "rate"
+                raise ValueError(f"sweep over {dimension}: leave out {other}")
+        if self.search is not None:
+            if self.concurrency is not None or self.multi_turn:
+                raise ValueError(
+                    "search varies the request rate (open loop): leave out concurrency and multi_turn"
+                )
+            if self.search == "slo" and not self.slos:
+                raise ValueError("search slo needs at least one slo")
         return self
 
     @property

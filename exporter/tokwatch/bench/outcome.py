@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from tokwatch.bench import conversations
 from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
@@ -58,13 +59,18 @@ class BenchOutcome:
         out["complete"] = self.complete
         return out
 
+    @property
+    def multi_turn(self) -> bool:
+        """True when the run sent conversations (summary `multi_turn`, trace_summary.json)."""
+        return conversations.is_multi_turn(self.records)
+
     def summary(self) -> dict[str, Any]:
         """summary.json content: counts, status classes, every metric's statistics, goodput."""
         measured = self.measured
         ok = [r for r in measured if r.ok]
         sends = [r.sent_at_s for r in measured]
         span = (max(sends) - min(sends)) if len(sends) > 1 else 0.0
-        return {
+        out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
             "complete": self.complete,
@@ -86,8 +92,17 @@ class BenchOutcome:
             "metrics": all_summaries(self.records),
             "goodput": goodput(self.slos, self.records, self.wall_s),
             "server": self.server,
-            "client": self.client,
+            # perf_counter_origin_s: the run's t0, so `*_at_s` + origin compares with another process's
+            # time.perf_counter() on the same host (CLOCK_MONOTONIC on Linux), e.g. a reference server's log.
+            "client": {**self.client, "perf_counter_origin_s": self.perf_t0},
         }
+        if self.multi_turn:
+            out["multi_turn"] = conversations.turn_summary(self.records)
+        return out
+
+    def trace_summary(self) -> dict[str, Any]:
+        """trace_summary.json content (multi-turn runs): per-conversation figures and their statistics."""
+        return conversations.trace_summary(self.records, SCHEMA_VERSION)
 
     def throughput(self) -> dict[str, Any]:
         """throughput.json content."""

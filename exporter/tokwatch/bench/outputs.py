@@ -62,9 +62,14 @@ def write_run(outcome: BenchOutcome, out_dir: Path, *, plots_enabled: bool = Tru
             w.writerows((c, "" if stats[c] is None else stats[c]) for c in CSV_COLUMNS)
         written.append(csv_path)
 
+    traces = outcome.trace_summary() if outcome.multi_turn else None
+    if traces is not None:
+        _write_json(out_dir / "trace_summary.json", traces)
+        written.append(out_dir / "trace_summary.json")
+
     checks = health.run_checks(outcome)
     (out_dir / "health_checks.txt").write_text(health.render(checks), encoding="utf-8")
-    (out_dir / "report.md").write_text(report.render(summary, thr, slo, checks), encoding="utf-8")
+    (out_dir / "report.md").write_text(report.render(summary, thr, slo, checks, traces), encoding="utf-8")
     written += [out_dir / "health_checks.txt", out_dir / "report.md"]
 
     snapshots = (

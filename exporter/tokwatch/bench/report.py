@@ -10,6 +10,15 @@ _TIME_METRICS = ("ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2
 _COUNT_METRICS = ("prompt_tokens", "think_tokens", "output_tokens", "fluidity_index")
 _SEND_METRICS = ("scheduling_lag", "queue_time", "connect")
 _COLS = ("p50", "p90", "p95", "p99", "mean", "std", "min", "max")
+# trace_summary.json figure -> (report label, scale, digits)
+_TRACE_LABELS = {
+    "latency_s": ("latency (s)", 1.0, 3),
+    "first_turn_ttft_s": ("first-turn TTFT (s)", 1.0, 3),
+    "ttfat_s": ("TTFAT (s)", 1.0, 3),
+    "decode_tokens_per_s": ("decode tok/s", 1.0, 1),
+    "cache_hit_rate": ("cache hit rate (%)", 100.0, 1),
+    "eligible_cache_hit_rate": ("eligible cache hit rate (%)", 100.0, 1),
+}
 
 
 def _fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
@@ -31,10 +40,54 @@ def _table(summary: dict[str, Any], names: tuple[str, ...], scale: float, digits
     return lines
 
 
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def _conversations(multi: dict[str, Any], traces: dict[str, Any] | None) -> list[str]:
+    """Seed 003's multi-turn figures: per request, then per conversation (trace)."""
+    out = [
+        "",
+        "## Conversations",
+        "",
+        f"- turns per request (mean): {_fmt(multi['turns_per_request_mean'])}",
+        f"- KV-cache hit estimate (history / prompt tokens): {_pct(multi['history_hit_estimate'])}",
+        f"- cache hit rate (server cached_tokens / prompt tokens): {_pct(multi['cache_hit_rate'])}; "
+        f"eligible (cached / history tokens, turns > 1): {_pct(multi['eligible_cache_hit_rate'])}"
+        + ("" if multi["requests_reporting_cached_tokens"] else " — the server reported no cached_tokens"),
+        "",
+        "| TTFT (ms) | n | p50 | p99 | mean |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, key in (("first turn", "ttft_first_turn"), ("later turns", "ttft_later_turns")):
+        s = multi[key]
+        out.append(f"| {label} | {s['count']} | {_fmt(s['p50'], 1e3)} | {_fmt(s['p99'], 1e3)} | "
+                   f"{_fmt(s['mean'], 1e3)} |")  # fmt: skip
+    if traces is None:
+        return out
+    c = traces["conversations"]
+    out += [
+        "",
+        f"Per conversation ({c['completed']} completed of {c['started']} started; trace_summary.json):",
+        "",
+        "| figure | n | mean | p50 | p90 | p99 | max |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in traces["figures"].items():
+        label, scale, digits = _TRACE_LABELS.get(name, (name, 1.0, 3))
+        cells = " | ".join(_fmt(s[k], scale, digits) for k in ("mean", "p50", "p90", "p99", "max"))
+        out.append(f"| {label} | {s['count']} | {cells} |")
+    return out
+
+
 def render(
-    summary: dict[str, Any], throughput: dict[str, Any], slo_results: dict[str, Any], checks: list[Check]
+    summary: dict[str, Any],
+    throughput: dict[str, Any],
+    slo_results: dict[str, Any],
+    checks: list[Check],
+    traces: dict[str, Any] | None = None,
 ) -> str:
-    """The Markdown report."""
+    """The Markdown report; `traces` is trace_summary.json of a multi-turn run."""
     opts = summary["options"]
     req = summary["requests"]
     out = [
@@ -61,6 +114,8 @@ def render(
         out.append(
             f"| {key} | {span:.1f} | {_fmt(w['requests_per_s'])} | {_fmt(w['tokens_per_s'], digits=1)} |"
         )
+    if summary.get("multi_turn"):
+        out += _conversations(summary["multi_turn"], traces)
     errors = {k: v for k, v in req["by_status"].items() if v and k != "ok"}
     out += ["", "## Errors", "", ", ".join(f"{k}: {v}" for k, v in errors.items()) or "none"]
     out += ["", "## SLOs", ""]

@@ -12,7 +12,7 @@ from itertools import accumulate
 from typing import Any
 
 from tokwatch.result import RunResult, Status, TimingSource
-from tokwatch.timing import TokensSource
+from tokwatch.timing import TokensSource, normalized_latency
 
 # Scalar per-request figures, in seconds unless named otherwise; list figures are per token or chunk.
 SCALAR_METRICS = (
@@ -74,7 +74,15 @@ class RequestRecord:
     decode_tokens_per_s: float | None = None  # timing.client_stream_tps: first-to-last token window
     merged_reads: int | None = None  # socket reads that carried two or more content chunks
     max_stall_s: float | None = None  # the client loop's largest stall while this request streamed
-    history_tokens: int | None = None  # multi-turn: estimated tokens of earlier turns in the prompt
+    # Multi-turn (seed 003): user turns carried in the prompt (turn + 1), the conversation's user turns,
+    # tokens of the prompt the previous turn already sent (its prompt plus the model's reply; server-counted
+    # when reported, else client-counted), and the client pause before this turn (trace replay `wait_s`;
+    # not part of any latency).
+    turns: int | None = None
+    conversation_turns: int | None = None
+    history_tokens: int | None = None
+    wait_before_s: float | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it
     reply_text: str = ""  # the model's answer; used for multi-turn history, never written out
 
     @property
@@ -97,10 +105,8 @@ class RequestRecord:
 
     @property
     def normalized_latency_s(self) -> float | None:
-        """E2E divided by output (non-reasoning) tokens, as `RunResult.normalized_latency_s`."""
-        if self.e2e_s is None or not self.output_tokens:
-            return None
-        return self.e2e_s / self.output_tokens
+        """E2E per generated token, reasoning included (seed 004), as `RunResult.normalized_latency_s`."""
+        return normalized_latency(self.e2e_s, self.generated_tokens)
 
     @property
     def generated_tokens(self) -> int:

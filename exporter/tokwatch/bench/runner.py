@@ -3,8 +3,9 @@
 Latency starts at the actual send. Before it, an open-loop request may be late against its planned
 arrival (scheduling lag: the client could not keep pace) and may wait for a `max_concurrency` slot
 (queue time); both are recorded separately. Stopping: `number` and/or `duration` stop new sends and let
-in-flight requests finish (soft exit); cancellation (Ctrl-C) cancels in-flight requests and the run is
-returned marked incomplete.
+in-flight requests finish (soft exit): for conversations, no new conversation starts after the deadline but
+those in flight run all their remaining turns (seed 003). Cancellation (Ctrl-C) cancels in-flight requests
+and the run is returned marked incomplete.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.bench.arrivals import arrival_offsets, sleep_until
 from tokwatch.bench.client import Deadlines, Target, estimate_prompt_tokens, execute
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, estimate_tokens
+from tokwatch.bench.tokens import token_counter
+from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
@@ -65,7 +67,7 @@ class BenchRunner:
         http: HttpClient,
         *,
         requests: RequestSource | None = None,
-        conversations: list[Conversation] | None = None,
+        conversations: Sequence[Conversation] | None = None,
         on_record: OnRecord | None = None,
         on_start: OnRecord | None = None,
         t0: float | None = None,
@@ -90,6 +92,8 @@ class BenchRunner:
         self._redactor = Redactor([target.api_key])
         self._deadlines = Deadlines(options.fluidity_prefill_deadline, options.fluidity_decode_deadline)
         self._ids = itertools.count(worker[0], worker[1])
+        self._worker = worker
+        self._counter = token_counter(options.tokenizer)
         self._dataset_cycle: Iterator[RequestSpec] | None = (
             itertools.cycle(requests) if isinstance(requests, list) else None
         )
@@ -119,8 +123,11 @@ class BenchRunner:
             max_tokens=spec.max_tokens if spec else None,
             # Claimed only where ignore_eos/min_tokens is actually sent, so the output-length health check
             # never blames a server that was not asked for a fixed length.
-            fixed_output=bool(spec and spec.fixed_output) and self.target.kind in FIXED_LENGTH_KINDS,
+            fixed_output=self._fixed(bool(spec and spec.fixed_output)),
         )
+
+    def _fixed(self, wanted: bool) -> bool:
+        return wanted and self.target.kind in FIXED_LENGTH_KINDS
 
     async def _send(
         self, record: RequestRecord, messages: tuple[Message, ...] | list[Message]
@@ -143,7 +150,7 @@ class BenchRunner:
         finally:
             state.in_flight -= 1
         if record.prompt_tokens is None and record.ok:
-            record.prompt_tokens = estimate_prompt_tokens(messages)
+            record.prompt_tokens = estimate_prompt_tokens(messages, self._counter)
         state.records.append(record)
         if self._on_record is not None:
             self._on_record(record)
@@ -244,8 +251,11 @@ class BenchRunner:
                 if self._conversations is not None:
                     conv = self._conversations[0]
                     record = self._new_record(None, True, "dataset")
-                    record.max_tokens = conv.max_tokens
-                    messages: tuple[Message, ...] = ({"role": "user", "content": conv.user_turns[0]},)
+                    record.max_tokens = conv.turns[0].max_tokens
+                    messages: tuple[Message, ...] = (
+                        *_system(conv),
+                        {"role": "user", "content": conv.turns[0].text},
+                    )
                 else:
                     spec = self._next_spec()
                     record, messages = self._new_record(spec, True), spec.messages
@@ -325,39 +335,72 @@ class BenchRunner:
         assert convs
         number, _ = self._budget()
         started = itertools.count()
+        k, n = self._worker  # worker k of n runs conversations k, k+n, ...: no two workers share one
 
         async def worker() -> None:
             while True:
+                # The deadline only stops new conversations: one in flight runs all its turns (seed 003).
                 if not self._may_send(0):
                     return
-                k = next(started)
-                if number is not None and k >= number:
+                i = next(started)
+                if number is not None and i >= number:
                     return
                 await self._paused()
-                await self._conversation(convs[k % len(convs)], k)
+                index = i * n + k
+                await self._conversation(convs[index % len(convs)], index)
 
         await asyncio.gather(*(worker() for _ in range(self.options.closed_loop_workers)))
 
     async def _conversation(self, conv: Conversation, run_index: int) -> None:
-        """Seed 003: each turn sends the whole history with the model's real replies; a failure ends it."""
-        history: list[Message] = []
+        """Seed 003: each turn sends the whole history with the model's real replies; a failure ends it.
+
+        `history_tokens` of turn n is what turn n-1 already sent plus its reply (prompt and output tokens,
+        server-counted when reported): the prefix a server's cache could hold."""
+        history: list[Message] = list(_system(conv))
         history_tokens = 0
-        for turn, user_text in enumerate(conv.user_turns):
+        wait_before: float | None = None
+        last = len(conv.turns) - 1
+        for index, turn in enumerate(conv.turns):
             if self._stopping.is_set():
                 return
-            _, end = self._budget()
-            if end is not None and self._now_s() >= end:
-                return
-            history.append({"role": "user", "content": user_text})
-            record = self._new_record(None, False)
-            record.conversation_id = run_index
-            record.turn = turn
-            record.max_tokens = conv.max_tokens
-            record.history_tokens = history_tokens
-            record.prompt_tokens_target = history_tokens + estimate_tokens(user_text)
+            history.append({"role": "user", "content": turn.text})
+            record = self._turn_record(conv, turn, index, run_index, history_tokens)
+            record.wait_before_s = wait_before
             record.dispatched_at_s = self._now_s()
             await self._send(record, list(history))
             if not record.ok:
                 return
             history.append({"role": "assistant", "content": record.reply_text})
-            history_tokens = record.prompt_tokens_target + record.generated_tokens
+            # Server-counted where reported (the units of cached_tokens), else the client's counts.
+            reply = record.output_tokens
+            if reply is None:
+                reply = self._counter.count(record.reply_text)
+            history_tokens = (record.prompt_tokens or record.prompt_tokens_target or 0) + reply
+            wait_before = turn.wait_s if turn.wait_s > 0 and index < last else None
+            if wait_before is not None:
+                await self._pause(wait_before)
+
+    def _turn_record(
+        self, conv: Conversation, turn: Turn, index: int, run_index: int, history_tokens: int
+    ) -> RequestRecord:
+        record = self._new_record(None, False)
+        record.conversation_id = run_index
+        record.turn = index
+        record.turns = index + 1
+        record.conversation_turns = len(conv.turns)
+        record.max_tokens = turn.max_tokens
+        record.fixed_output = self._fixed(turn.fixed_output)
+        record.history_tokens = history_tokens
+        new = turn.tokens if turn.tokens is not None else self._counter.count(turn.text)
+        before = history_tokens if index else sum(self._counter.count(m["content"]) for m in _system(conv))
+        record.prompt_tokens_target = before + new
+        return record
+
+    async def _pause(self, seconds: float) -> None:
+        """A trace's wait before the next turn (a tool call, the user typing); ends early when stopped."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+def _system(conv: Conversation) -> tuple[Message, ...]:
+    return ({"role": "system", "content": conv.system},) if conv.system else ()

@@ -7,7 +7,7 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,23 +16,26 @@ from rich.console import Console
 
 from tokwatch import rxwatch
 from tokwatch.bench.client import Target
-from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.config import RANDOM_MULTI_TURN, BenchOptions
+from tokwatch.bench.datasets import load_conversations, load_prompts
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
+from tokwatch.bench.tokens import token_counter
 from tokwatch.bench.workers import effective_workers, run_workers
 from tokwatch.bench.workload import (
     Conversation,
+    LengthRange,
     RequestSpec,
+    SyntheticConversations,
     SyntheticWorkload,
-    load_conversations,
-    load_prompts,
 )
 from tokwatch.config import ConfigError, load_config, parse_listen, server_root
 from tokwatch.measurement import loop_name
+from tokwatch.probes.openai import merge_body
 from tokwatch.redact import Redactor
 
 
@@ -60,6 +63,7 @@ def resolve_target(opts: BenchOptions) -> Resolved:
             api_key=ep.resolve_api_key(),
             timeout_s=opts.timeout,
             metrics_url=opts.metrics_url or ep.effective_metrics_url,
+            extra_body=merge_body(ep.extra_body, opts.extra_body),  # --extra-body keys win
         )
         return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
     assert opts.url is not None
@@ -73,18 +77,37 @@ def resolve_target(opts: BenchOptions) -> Resolved:
     metrics_url = opts.metrics_url
     if metrics_url is None and opts.kind in ("vllm", "llamacpp", "sglang"):
         metrics_url = f"{server_root(opts.url)}/metrics"
-    target = Target(opts.kind, opts.url.rstrip("/"), opts.model, api_key, opts.timeout, metrics_url)
+    target = Target(
+        opts.kind, opts.url.rstrip("/"), opts.model, api_key, opts.timeout, metrics_url, opts.extra_body
+    )
     return Resolved(target, tuple(opts.mirror_metrics))
 
 
 def build_workload(
     opts: BenchOptions,
-) -> tuple[SyntheticWorkload | list[RequestSpec] | None, list[Conversation] | None]:
-    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn)."""
+) -> tuple[SyntheticWorkload | list[RequestSpec] | None, Sequence[Conversation] | None]:
+    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn).
+
+    Raises WorkloadError naming the file and line of a bad dataset entry, or a tokenizer that cannot load.
+    """
+    counter = token_counter(opts.tokenizer)
+    if opts.dataset == RANDOM_MULTI_TURN:
+        assert opts.max_turns is not None  # checked by BenchOptions
+        turns = LengthRange(opts.min_turns, opts.max_turns)
+        return None, SyntheticConversations(
+            opts.input_range, opts.output_range, turns, opts.seed,
+            fixed_output=opts.fixed_output, counter=counter, offset=opts.dataset_offset,
+        )  # fmt: skip
     if opts.dataset is not None and opts.multi_turn:
-        return None, load_conversations(opts.dataset, opts.output_range, opts.seed, opts.max_turns)
+        return None, load_conversations(
+            opts.dataset, opts.output_range, opts.seed, opts.max_turns,
+            counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
+        )  # fmt: skip
     if opts.dataset is not None:
-        return load_prompts(opts.dataset, opts.output_range, opts.seed), None
+        return load_prompts(
+            opts.dataset, opts.output_range, opts.seed,
+            counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
+        ), None  # fmt: skip
     return (
         SyntheticWorkload(
             opts.input_range,
@@ -93,6 +116,7 @@ def build_workload(
             reasoning_ratio=opts.reasoning_ratio,
             reasoning_tokens=opts.reasoning_range,
             fixed_output=opts.fixed_output,
+            counter=counter,
         ),
         None,
     )

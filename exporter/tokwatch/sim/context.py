@@ -87,7 +87,6 @@ def open_request(
     if server.settings.dialect == "ollama" and cold_draw < profile.cold_load_probability:
         load_seconds = profile.cold_load_duration
     prompt_tokens = count_prompt_tokens(prompt_texts)
-    prompt_key = hashlib.sha256("\x00".join(prompt_texts).encode()).hexdigest()
     engine = server.engine_for(seq)
     rec = RequestTruth(
         request_id=request_id,
@@ -105,7 +104,7 @@ def open_request(
         background=background,
         fault=fault,
         cold=load_seconds > profile.warm_load_duration,
-        cached_tokens=server.cached_tokens(prompt_key, prompt_tokens),
+        cached_tokens=server.cached_tokens(prompt_texts, prompt_tokens),
     )
     if not background:
         server.truth.add(rec)

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.sim.config import FaultSettings, ModelProfile, ServerSettings, SimConfig
 from tokwatch.sim.engine import Engine, EngineObserver
 from tokwatch.sim.server_metrics import MetricsBackend, make_metrics
+from tokwatch.sim.text import PROMPT_TOKENS_PER_WORD
 from tokwatch.sim.truth import TruthStore
 
-PREFIX_CACHE_ENTRIES = 1024
+PREFIX_CACHE_ENTRIES = 4096  # message prefixes remembered (least recently used dropped first)
 VLLM_BLOCK = 16
+
+
+def message_prefixes(texts: Sequence[str]) -> list[tuple[str, int]]:
+    """(key, prompt tokens) of every leading run of messages: [m1], [m1, m2], ..., the whole prompt."""
+    digest = hashlib.sha256()
+    words = 0
+    out = []
+    for text in texts:
+        digest.update(b"\x00" + text.encode())
+        words += len(text.split())
+        out.append((digest.hexdigest(), max(1, round(words * PROMPT_TOKENS_PER_WORD))))
+    return out
 
 
 @dataclass
@@ -67,21 +82,26 @@ class ServerState:
             return self.models.get(alt)
         return None
 
-    def cached_tokens(self, prompt_key: str, prompt_tokens: int) -> int:
-        """Prompt tokens served from the prefix cache: a repeated prompt reuses all full blocks (vLLM) or all
-        but the last token (llama.cpp, Ollama); a new prompt is remembered for next time."""
+    def cached_tokens(self, prompt_texts: Sequence[str], prompt_tokens: int) -> int:
+        """Prompt tokens served from the prefix cache. The longest run of leading messages that an earlier
+        prompt also started with (the whole prompt when repeated; the previous turn's prompt in a
+        conversation) is reused: its full blocks (vLLM) or all of it but the prompt's last token (llama.cpp,
+        Ollama). Every message prefix of the prompt is remembered for next time."""
         if not self.settings.prefix_caching:
             return 0
-        hit = prompt_key in self._prefix
-        self._prefix[prompt_key] = prompt_tokens
-        self._prefix.move_to_end(prompt_key)
+        prefixes = message_prefixes(prompt_texts)
+        hit = next((tokens for key, tokens in reversed(prefixes) if key in self._prefix), 0)
+        for key, tokens in prefixes:
+            self._prefix[key] = tokens
+            self._prefix.move_to_end(key)
         while len(self._prefix) > PREFIX_CACHE_ENTRIES:
             self._prefix.popitem(last=False)
-        if not hit:
+        reusable = min(hit, prompt_tokens - 1)
+        if reusable <= 0:
             return 0
         if self.settings.dialect in ("llamacpp", "ollama"):
-            return max(0, prompt_tokens - 1)
-        return ((prompt_tokens - 1) // VLLM_BLOCK) * VLLM_BLOCK
+            return reusable
+        return (reusable // VLLM_BLOCK) * VLLM_BLOCK
 
     def restart(self) -> None:
         """What a process restart does to observable state: fresh counters and an empty prefix cache."""
