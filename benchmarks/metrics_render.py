@@ -5,7 +5,11 @@ vLLM server figures (from the simulator's own vLLM /metrics), then times:
 - full render: prometheus_client's `generate_latest` over the registry (what every scrape cost before);
 - cold scrape: the exposition with every endpoint's part still to render (first scrape after start/reload);
 - steady scrape: nothing changed since the last scrape (the common case at an hourly cadence);
-- one changed: one endpoint completed a run since the last scrape.
+- one changed: one endpoint completed a run since the last scrape;
+- counters moved: every endpoint's server counters were scraped since the last /metrics scrape (a vLLM
+  fleet at the default 15 s), rendered by the scrape itself, and after the app's background pass
+  (`Exposition.prerender`, every second) had rendered them: what the scrape then costs, and what the
+  background pass cost.
 
     python benchmarks/metrics_render.py [--endpoints 100,1000] [--repeat 20]
 """
@@ -71,7 +75,7 @@ def vllm_text() -> str:
     return rendered[0].decode() if isinstance(rendered[0], bytes) else str(rendered[0])
 
 
-def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics]:
+def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics, Callable[[], None]]:
     """Registry and exposition over the same collectors, filled for n endpoints."""
     eps = endpoints(n)
     probe = ProbeMetrics()
@@ -79,12 +83,23 @@ def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics]:
     for ep in eps:
         probe.record(run(ep.name, 1000.0))
     snap = parse_metrics(vllm_text())
+    reading = read_counters(snap, "vllm", "m")
     servers = ServerCollector()
+    states = []
     for ep in eps:
         state = ServerState(ep.name, ep.labels)
-        state.record(read_counters(snap, "vllm", "m"), snap, 1.0, 0.01)
-        state.record(read_counters(snap, "vllm", "m"), snap, 16.0, 0.01)
+        state.record(reading, snap, 1.0, 0.01)
+        state.record(reading, snap, 16.0, 0.01)
         servers.add(state)
+        states.append(state)
+    clock = [16.0]
+
+    def counters_scraped() -> None:
+        """Every endpoint's server counters scraped once more (every 15 s by default)."""
+        clock[0] += 15.0
+        for state in states:
+            state.record(reading, snap, clock[0], 0.01)
+
     figures = {ep.name: WindowFigures(ep.name, "24h", 24, 24, 50.0, 1.0, 0.02, 1.0) for ep in eps}
     window = WindowSnapshot(figures, None, 0.0, {ep.name: dict(ep.labels) for ep in eps})
     windows = WindowCollector(lambda: window)
@@ -93,7 +108,7 @@ def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics]:
     for c in (probe, servers, windows):
         registry.register(c)
         exposition.register(c)
-    return registry, exposition, probe
+    return registry, exposition, probe, counters_scraped
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -114,11 +129,12 @@ def main() -> None:
     args = ap.parse_args()
     print(
         "| endpoints | body MB | bytes/endpoint | full render ms | cold scrape ms | steady scrape ms "
-        "| one changed ms | full / steady |"
+        "| one changed ms | counters moved ms | same, prerendered: scrape ms | background pass ms "
+        "| full / steady |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.endpoints:
-        registry, exposition, probe = build(n)
+        registry, exposition, probe, counters_scraped = build(n)
         full = timed(lambda: generate_latest(registry), max(3, args.repeat // 5))  # noqa: B023
         t0 = time.perf_counter()
         body = exposition.render()
@@ -132,9 +148,24 @@ def main() -> None:
             exposition.render()  # noqa: B023
 
         changed = timed(one_changed, args.repeat)
+        moved, ready, background = [], [], []
+        for _ in range(max(3, args.repeat // 5)):
+            counters_scraped()
+            t0 = time.perf_counter()
+            exposition.render()
+            moved.append(time.perf_counter() - t0)
+            counters_scraped()
+            t0 = time.perf_counter()
+            exposition.prerender()
+            t1 = time.perf_counter()
+            exposition.render()
+            background.append(t1 - t0)
+            ready.append(time.perf_counter() - t1)
         print(
             f"| {n} | {len(body) / 1e6:.2f} | {len(body) // n} | {full * 1e3:.1f} | {cold * 1e3:.1f} "
-            f"| {steady * 1e3:.2f} | {changed * 1e3:.2f} | {full / steady:.0f}x |"
+            f"| {steady * 1e3:.2f} | {changed * 1e3:.2f} | {statistics.median(moved) * 1e3:.1f} "
+            f"| {statistics.median(ready) * 1e3:.2f} | {statistics.median(background) * 1e3:.1f} "
+            f"| {full / steady:.0f}x |"
         )
 
 

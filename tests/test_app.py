@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tokwatch.app import App
@@ -126,3 +128,54 @@ endpoints:
             assert plain.ok and TimingSource.VLLM_METRICS not in plain.candidates
         finally:
             await app.stop()
+
+
+async def test_skipped_rounds_reach_the_registry() -> None:
+    # 16 tokens at 8 tok/s: each round takes about 2 s against an interval of 1 s, so slots are skipped.
+    sim_cfg = load_sim_config_text("""
+servers:
+  - name: s
+    dialect: openai
+    models: [{name: m, decode_tps: 8, prefill_tps: 100000}]
+""")
+    async with run_sim(sim_cfg) as sim:
+        cfg = load_config_text(f"""
+probe: {{max_tokens: 16, warmup: false}}
+schedule: {{interval: 1s, offset: 0s, run_on_start: true}}
+storage: {{enabled: false}}
+endpoints:
+  - {{name: slow, kind: openai, base_url: '{sim.url}/s/v1', model: m, timeout: 10s}}
+""")
+        app = App(cfg)
+        await app.start()
+        try:
+            for _ in range(200):  # bounded: 10 s
+                stats = app.scheduler_stats
+                if stats is not None and stats.skipped_slots >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            stats = app.scheduler_stats
+            assert stats is not None and stats.skipped_slots >= 1
+            skipped = app.registry.get_sample_value("tokwatch_scheduler_skipped_rounds_total")
+            assert skipped == stats.skipped_slots
+            # ... and /metrics serves the same sample
+            served = app.exposition.render().decode()
+            assert f"tokwatch_scheduler_skipped_rounds_total {float(stats.skipped_slots)}" in served
+        finally:
+            await app.stop()
+
+
+async def test_changed_metrics_parts_are_rendered_before_a_scrape(app: App) -> None:
+    app.exposition.render()
+    await app.probe("vllm")  # the probe's part and (scrape_interval 1 s) the server counters' part change
+    before = app.exposition.parts_rendered
+    for _ in range(60):  # bounded: 3 s, the background pass runs every second
+        await asyncio.sleep(0.05)
+        if app.exposition.parts_rendered > before:
+            break
+    assert app.exposition.parts_rendered > before  # rendered without any scrape
+    app.exposition.prerender()  # catch up with a counter scrape that landed in between
+    rendered = app.exposition.parts_rendered
+    body = app.exposition.render()
+    assert app.exposition.parts_rendered == rendered  # the scrape joined ready bytes
+    assert b'tokwatch_probe_decode_tokens_per_second{endpoint="vllm"' in body

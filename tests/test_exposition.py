@@ -46,6 +46,17 @@ def test_only_changed_endpoints_are_rendered_again() -> None:
     assert b'tokwatch_probe_decode_tokens_per_second{endpoint="a"' in body
 
 
+def test_prerender_leaves_a_scrape_nothing_to_render() -> None:
+    pm, exposition = probe_metrics()
+    assert exposition.prerender() == 2  # both endpoints' parts, in the background
+    assert exposition.prerender() == 0  # nothing changed since
+    pm.record(ok_run("b", 20.0))
+    assert exposition.prerender() == 1
+    body = exposition.render()
+    assert exposition.parts_rendered == 3  # the scrape rendered nothing itself
+    assert samples(body) == samples(generate_latest(pm))  # type: ignore[arg-type]
+
+
 def test_each_family_header_appears_once_and_removed_endpoints_vanish() -> None:
     pm, exposition = probe_metrics()
     pm.record(ok_run("a"))

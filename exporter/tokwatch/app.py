@@ -30,9 +30,11 @@ from tokwatch.runner import ProbeOutcome, ProbeRunner
 from tokwatch.scheduler import RoundPlan, Scheduler, SchedulerStats
 from tokwatch.shard import Shard
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
+from tokwatch.storage.writer import resume_bound
 from tokwatch.window import MemoryWindows, WindowSnapshot
 
 log = logging.getLogger("tokwatch")
+PRERENDER_INTERVAL_S = 1.0  # changed /metrics parts are rendered this often in the background
 W = TypeVar("W", ServerCounters, OllamaSignals)
 
 
@@ -175,6 +177,7 @@ class App:
         gc.collect()
         gc.freeze()
         self._started = True
+        self._tasks.add(asyncio.create_task(self._prerender_loop(), name="tokwatch-prerender"))
         if schedule:
             await self._start_scheduler()
 
@@ -191,6 +194,16 @@ class App:
         )
         self._tasks.add(asyncio.create_task(self._scheduler.supervise(), name="tokwatch-scheduler"))
 
+    async def _prerender_loop(self) -> None:
+        """Render changed /metrics parts each second, so a scrape joins ready bytes (docs/methodology.md,
+        "Measurement isolation"); a render error is logged and the scrape renders that part itself."""
+        while True:
+            await asyncio.sleep(PRERENDER_INTERVAL_S)
+            try:
+                self.exposition.prerender()
+            except Exception:
+                log.exception("pre-rendering /metrics failed")
+
     @property
     def ready(self) -> bool:
         """Started, and the scheduler (when there is one) running rather than restarting after a crash."""
@@ -199,7 +212,9 @@ class App:
     async def _open_storage(self) -> None:
         settings = self.config.storage
         self.store = await open_store(settings, instance=self.instance)
-        self.writer = make_writer(self.store, settings, instance=self.instance)
+        self.writer = make_writer(
+            self.store, settings, instance=self.instance, interval_s=self.config.schedule.interval
+        )
         self.writer.sync_endpoints(self.config.endpoints)
         await self.writer.start()
         self._register(StorageCollector(self.writer))
@@ -259,6 +274,7 @@ class App:
         self.windows.configure(config.endpoints, config.schedule.window)
         if self.writer is not None:
             self.writer.sync_endpoints(config.endpoints)
+            self.writer.resume_within(resume_bound(config.schedule.interval))
         if self._window_cache is not None:
             self._window_cache.configure(config.endpoints, fleet=self.full_config.endpoints)
         self.status.interval_s = config.schedule.interval

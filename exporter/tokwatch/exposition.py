@@ -127,6 +127,27 @@ class Exposition:
         elif collector in self._plain:
             self._plain.remove(collector)
 
+    def _part(self, collector: PartitionedCollector, key: Hashable, revision: Hashable) -> _Rendered:
+        ck = (id(collector), key)
+        cached = self._cache.get(ck)
+        if cached is None or cached.revision != revision:
+            h, s = render_families(collector.collect_part(key))
+            cached = self._cache[ck] = _Rendered(revision, h, s)
+            self.parts_rendered += 1
+        return cached
+
+    def prerender(self) -> int:
+        """Render the parts that changed since they were last rendered, without building a body.
+
+        Called in the background (every second by the app), so a scrape finds almost every part ready: a
+        fleet whose server counters all move every 15 s would otherwise re-render them all in one scrape.
+        Returns how many parts were rendered."""
+        before = self.parts_rendered
+        for collector in self._partitioned:
+            for key, revision in collector.parts():
+                self._part(collector, key, revision)
+        return self.parts_rendered - before
+
     def render(self) -> bytes:
         """The whole exposition; parts whose revision is unchanged are not rendered again."""
         headers: dict[str, bytes] = {}
@@ -135,13 +156,8 @@ class Exposition:
         for collector in self._partitioned:
             cid = id(collector)
             for key, revision in collector.parts():
-                ck = (cid, key)
-                live.add(ck)
-                cached = self._cache.get(ck)
-                if cached is None or cached.revision != revision:
-                    h, s = render_families(collector.collect_part(key))
-                    cached = self._cache[ck] = _Rendered(revision, h, s)
-                    self.parts_rendered += 1
+                live.add((cid, key))
+                cached = self._part(collector, key, revision)
                 for name, lines in cached.samples.items():
                     if name not in headers:
                         headers[name] = cached.headers[name]
