@@ -22,7 +22,6 @@ from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import write_run
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.bench.slo import parse_slo
-from tokwatch.result import Status
 from tokwatch.stats import percentile_sorted
 
 
@@ -32,7 +31,7 @@ def records(n: int, tokens: int, seed: int = 0) -> list[RequestRecord]:
     out = []
     for i in range(n):
         sent = i / 1000.0
-        r = RequestRecord(i, "chat", sent_at_s=sent, started_at_s=sent, dispatched_at_s=sent, status=Status.OK)
+        r = RequestRecord(i, "chat", sent_at_s=sent, started_at_s=sent, dispatched_at_s=sent)
         r.intended_at_s = sent
         r.ttft_s = 0.05 + rng.random() * 0.05
         r.tbt_s = [0.01 + rng.random() * 0.002 for _ in range(tokens - 1)]
@@ -77,11 +76,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     slos = [parse_slo("ttft:p99<=0.5"), parse_slo("tbt:p90<=50ms")]
-    print(f"{'requests':>9} {'figures s':>10} {'files s':>8} {'µs/request':>11} {'old percentiles s':>18} {'ratio':>6}")
+    print(f"{'requests':>9} {'figures s':>10} {'files s':>8} {'µs/request':>11} "
+          f"{'old percentiles s':>18} {'ratio':>6}")  # fmt: skip
     for n in (int(x) for x in args.requests.split(",")):
         recs = records(n, args.tokens)
-        outcome = BenchOutcome(options={}, records=recs, started_at_unix=0.0, wall_s=n / 1000.0 + 1.0,
-                               complete=True, stop_reason="finished", slos=slos, requested_rate=1000.0)  # fmt: skip
+        outcome = BenchOutcome(
+            options={}, records=recs, started_at_unix=0.0, wall_s=n / 1000.0 + 1.0, complete=True,
+            stop_reason="finished", slos=slos, requested_rate=1000.0,
+        )  # fmt: skip
 
         def figures(o: BenchOutcome = outcome) -> None:
             o.summary(), o.throughput(), o.slo_results(), o.prefill()
