@@ -97,3 +97,24 @@ def test_readme_figures_follow_the_demo(tmp_path: Path) -> None:
     port = DEFAULT_LISTEN.rsplit(":", 1)[1]
     assert f"http://127.0.0.1:{port}/metrics" in readme and f"http://127.0.0.1:{port}/" in readme
     assert len(config.endpoints) == 5 and "five endpoints" in readme
+
+
+def test_every_bench_stop_reason_is_documented() -> None:
+    """docs/bench.md's `stop_reason` list for summary.json names every reason the bench code can set."""
+    import re
+
+    from tokwatch.bench.runner import _IMMEDIATE_STOP
+
+    bench = ROOT / "exporter" / "tokwatch" / "bench"
+    code = "\n".join(p.read_text(encoding="utf-8") for p in sorted(bench.glob("*.py")))
+    produced = set(re.findall(r'\b_stop\(\s*"(\w+)"', code))  # runner: max_tokens_ignored, failing
+    produced |= set(re.findall(r'stop_reason(?:, state\.message)? = "(\w+)"', code))  # client_error, ...
+    for rhs in re.findall(r"^\s*reason = (.*)$", code, re.MULTILINE):  # all_failed, interrupted, finished
+        produced |= set(re.findall(r'"(\w+)"', rhs))
+    produced |= {s.value for s in _IMMEDIATE_STOP}  # unreachable, auth_failure: the status itself
+    assert {"finished", "interrupted", "failing", "all_failed", "worker_failed"} <= produced  # parse works
+    docs = (ROOT / "docs" / "bench.md").read_text(encoding="utf-8")
+    listed = re.search(r"`summary\.json` \| .*?`stop_reason` \(([^)]*)\)", docs)
+    assert listed is not None, "the summary.json row no longer lists stop_reason values"
+    documented = set(re.findall(r"`(\w+)`", listed.group(1)))
+    assert produced == documented, f"undocumented: {produced - documented}, stale: {documented - produced}"

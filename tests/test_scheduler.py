@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Callable
 
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tokwatch.metrics import ExporterCollector, ExporterStatus
 from tokwatch.scheduler import RoundPlan, Scheduler, next_round_time, run_round
 
 
@@ -110,19 +115,25 @@ async def test_an_overrunning_round_skips_the_missed_slots_and_counts_them() -> 
     sched = Scheduler(
         lambda: (0.05, 0.0, plan({"s": ["x"]})), probe, lambda p, s, f: starts.append(p), run_on_start=False
     )
+    # The self-metrics collector as the app registers it (App: ExporterCollector(..., scheduler_stats)).
+    registry = CollectorRegistry()
+    registry.register(ExporterCollector(ExporterStatus(), lambda: 0, lambda: sched.stats))
     task = asyncio.create_task(sched.run())
     try:
         await _until(lambda: sched.rounds >= 3)
     finally:
         task.cancel()
     assert sched.stats.skipped_slots >= 4  # at least two per overrun round
+    # ... and exported as the counter that docs/metrics.md and the scaling guide point at
+    assert registry.get_sample_value("tokwatch_scheduler_skipped_rounds_total") == sched.stats.skipped_slots
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # never back to back: the next round waits for a slot after the overrun, on the aligned grid
     assert all(g >= 0.15 - 1e-6 for g in gaps)
     assert all(abs(p / 0.05 - round(p / 0.05)) < 1e-6 for p in starts)
 
 
-async def test_a_crashed_scheduler_is_counted_and_restarted() -> None:
+async def test_a_crashed_scheduler_is_counted_and_restarted(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tokwatch.scheduler")
     calls = 0
     probed: list[str] = []
 
@@ -146,3 +157,32 @@ async def test_a_crashed_scheduler_is_counted_and_restarted() -> None:
     finally:
         task.cancel()
     assert sched.stats.running and probed
+    # The crash is logged once, as an error naming it, with the exception and its traceback.
+    crashes = [r for r in caplog.records if r.getMessage().startswith("the scheduler crashed")]
+    assert len(crashes) == 1
+    record = crashes[0]
+    assert record.levelno == logging.ERROR and record.name == "tokwatch.scheduler"
+    assert record.getMessage().startswith("the scheduler crashed (restart 1 in ")
+    assert record.exc_info is not None and isinstance(record.exc_info[1], ValueError)
+    assert str(record.exc_info[1]) == "interval went bad"
+    assert "ValueError: interval went bad" in caplog.text  # the traceback reaches the log output
+
+
+async def test_each_round_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tokwatch.scheduler")
+
+    async def probe(name: str) -> None:
+        await asyncio.sleep(0.001)
+
+    servers = plan({"a:1": ["a1", "a2"], "b:2": ["b1"]})
+    sched = Scheduler(lambda: (0.05, 0.0, servers), probe, lambda *a: None, run_on_start=True)
+    task = asyncio.create_task(sched.run())
+    try:
+        await _until(lambda: sched.rounds >= 3)
+    finally:
+        task.cancel()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("round ")]
+    assert len(lines) == sched.rounds >= 3  # one line per round, no more
+    for n, line in enumerate(lines, 1):
+        assert line.startswith(f"round {n}: 3 endpoints on 2 servers in "), line
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.getMessage().startswith("round "))

@@ -8,9 +8,11 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from tokwatch.app import App
 from tokwatch.config import load_config_text
@@ -192,13 +194,43 @@ async def test_reload_applies_and_bad_reload_keeps_config(running: Running, tmp_
     assert "tokwatch_config_last_reload_successful 1.0" in metrics
 
 
+ECHOED_KEY = "tw-echoed-Key-7781"  # not credential-shaped: only the known-secret redaction can mask it
+
+
 async def test_a_failed_run_is_logged_once_with_its_class_and_message(
-    running: Running, caplog: pytest.LogCaptureFixture
+    running: Running, caplog: pytest.LogCaptureFixture, serve: Any
 ) -> None:
+    async def rejects(request: web.Request) -> web.Response:
+        # As OpenAI does: the 401 body quotes the key it was given.
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        message = f"Incorrect API key provided: {key}. Check it."
+        return web.json_response({"error": {"message": message, "code": "invalid_api_key"}}, status=401)
+
+    echo_url = await serve({"/v1/chat/completions": rejects})
+    cfg = Path(running.app.config_path or "")
+    cfg.write_text(
+        exporter_config(
+            running.sim_url,
+            f"  - {{name: echo, kind: openai, base_url: '{echo_url}/v1', model: m, api_key: {ECHOED_KEY}}}",
+        )
+    )
+    async with running.session.post(running.url + "/-/reload") as resp:
+        assert resp.status == 200, await resp.text()
     caplog.set_level(logging.INFO, logger="tokwatch")
     await get(running, "/probe?target=stalled")
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("endpoint stalled:")]
-    assert len(lines) == 1 and "timeout" in lines[0]
+    await get(running, "/probe?target=echo")
+
+    def lines(name: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"endpoint {name}:")]
+
+    stalled = lines("stalled")
+    assert len(stalled) == 1, stalled
+    assert stalled[0].startswith("endpoint stalled: timeout (read_timeout): "), stalled[0]
+    echo = lines("echo")
+    assert len(echo) == 1, echo
+    assert echo[0].startswith("endpoint echo: auth_failure (http_401): HTTP 401: "), echo[0]
+    assert "Incorrect API key provided: ***. Check it." in echo[0]  # the message, with the key masked
+    assert ECHOED_KEY not in caplog.text
 
 
 async def test_ready_is_503_while_the_scheduler_restarts_after_a_crash(running: Running) -> None:

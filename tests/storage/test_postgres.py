@@ -332,3 +332,49 @@ async def test_disk_full_runs_in_memory_still_reach_the_database(
         await store.close()
     s = writer.stats()
     assert (s.writes_total, s.dropped_total, s.queue_depth) == (5, 0, 0)
+
+
+async def test_writes_resume_within_the_probe_interval_after_postgres_returns(
+    pg_server: LocalPostgres, pg_dsn: str, tmp_path: Path, make_run: Any
+) -> None:
+    # The exporter as shipped, with a 10 s probe interval: writes must resume within min(30 s, 10 s).
+    from tokwatch.app import App
+    from tokwatch.config import load_config_text
+    from tokwatch.storage.writer import resume_bound
+
+    cfg = load_config_text(f"""
+schedule: {{interval: 10s, offset: 0s}}
+storage: {{dsn: '{pg_dsn}', outbox_path: '{tmp_path / "outbox.jsonl"}'}}
+endpoints:
+  - {{name: ep, kind: openai, base_url: 'http://127.0.0.1:9/v1', model: m}}
+""")
+    bound = resume_bound(cfg.schedule.interval)
+    assert bound == 10.0
+    app = App(cfg)
+    await app.start(schedule=False)
+    writer = app.writer
+    assert writer is not None
+    now = time.time()
+    try:
+        writer.submit(make_run("ep", now - 100))
+        assert await writer.flush(15)
+        await asyncio.to_thread(pg_server.stop)
+        for i in range(3):
+            writer.submit(make_run("ep", now - 60 + i, status=Status.TIMEOUT, tps=None))
+        # Down long enough for the writer's back-off to reach its cap (1 s, 2 s, then 10/3 s; it was 10 s) and
+        # the pool's own reconnect back-off to grow; PostgreSQL comes back right after a failed attempt, the
+        # worst moment: the whole back-off is still ahead.
+        await _until(lambda: writer.stats().write_errors_total >= 5, 40, step_s=0.01)
+        assert writer.outbox.pending == 3 and not writer.stats().up
+        await asyncio.to_thread(pg_server.start)
+        resumed_after = await _until(lambda: writer.outbox.pending == 0, 30, step_s=0.02)
+        print(f"writes resumed {resumed_after:.1f}s after PostgreSQL was back (bound {bound:g}s)")
+        assert resumed_after < bound
+        assert writer.stats().up
+    finally:
+        await app.stop()
+        if not pg_server.running:
+            await asyncio.to_thread(pg_server.start)
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT run_id, count(*) FROM runs GROUP BY run_id").fetchall()
+    assert len(rows) == 4 and all(n == 1 for _, n in rows)

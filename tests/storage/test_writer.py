@@ -202,3 +202,40 @@ async def test_disk_full_and_database_down_every_run_is_stored_or_counted(
     assert writer.stats().dropped_total == submitted - on_disk
     assert outbox.read_bytes().endswith(b"\n")  # no torn record left behind
     assert Outbox(outbox).pending == on_disk
+
+
+def test_retry_timings_follow_the_resume_bound() -> None:
+    from tokwatch.storage.writer import RetryTimings, resume_bound
+
+    assert resume_bound(3600.0) == 30.0 and resume_bound(10.0) == 10.0
+    assert RetryTimings.for_resume_within(30.0) == RetryTimings(1.0, 10.0, 15.0)  # a long interval
+    ten = RetryTimings.for_resume_within(resume_bound(10.0))
+    assert (ten.retry_min_s, round(ten.retry_max_s, 3), ten.check_interval_s) == (1.0, 3.333, 10.0)
+    one = RetryTimings.for_resume_within(resume_bound(1.0))  # the shortest interval the config allows
+    assert one.retry_min_s == one.retry_max_s == 1 / 3 and one.check_interval_s == 1.0
+
+
+async def test_the_writer_follows_the_probe_interval_across_reloads(tmp_path: Path) -> None:
+    from tokwatch.app import App
+    from tokwatch.config import load_config
+
+    def write(interval: str) -> None:
+        cfg.write_text(f"""
+schedule: {{interval: {interval}, offset: 0s}}
+storage: {{sqlite_path: '{tmp_path / "tw.db"}', outbox_path: '{tmp_path / "outbox.jsonl"}'}}
+endpoints:
+  - {{name: ep, kind: openai, base_url: 'http://127.0.0.1:9/v1', model: m}}
+""")
+
+    cfg = tmp_path / "tokwatch.yml"
+    write("10s")
+    app = App(load_config(str(cfg)), str(cfg))
+    await app.start(schedule=False)
+    try:
+        assert app.writer is not None
+        assert app.writer.timings.retry_max_s == 10 / 3 and app.writer.timings.check_interval_s == 10.0
+        write("1h")
+        assert (await app.reload())[0]
+        assert app.writer.timings.retry_max_s == 10.0 and app.writer.timings.check_interval_s == 15.0
+    finally:
+        await app.stop()

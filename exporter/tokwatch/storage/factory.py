@@ -10,7 +10,7 @@ from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StoreUnavailableError
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.sqlite import SQLiteStore
-from tokwatch.storage.writer import RunWriter
+from tokwatch.storage.writer import RESUME_WITHIN_S, RunWriter, resume_bound
 
 DSN_ENV = "TOKWATCH_DSN"
 
@@ -74,13 +74,20 @@ async def open_store(settings: StorageSettings, *, instance: str, auto_migrate: 
     return store
 
 
-def make_writer(store: Store, settings: StorageSettings, *, instance: str) -> RunWriter:
-    """A RunWriter with the settings' queue size, outbox path, write timeout and retention."""
+def make_writer(
+    store: Store, settings: StorageSettings, *, instance: str, interval_s: float | None = None
+) -> RunWriter:
+    """A RunWriter with the settings' queue size, outbox path, write timeout and retention.
+
+    With the probe interval, writes resume within min(30 s, interval) of the database's return (the
+    writer's back-off and idle check follow it); without, within 30 s.
+    """
     return RunWriter(
         store,
         outbox_path=outbox_path(settings),
         queue_size=settings.queue_size,
         write_timeout_s=settings.write_timeout,
+        resume_within_s=RESUME_WITHIN_S if interval_s is None else resume_bound(interval_s),
         retention_s=settings.retention,
         instance=instance or store.instance,
     )

@@ -129,6 +129,9 @@ _BENCH_REQUESTS_SQL = (
     "WHERE bench_run_id = %s ORDER BY request_id"
 )
 _PARTITION_RE = re.compile(r"^runs_p(\d{4})_(\d{2})$")
+# How long to wait for a pooled connection before asking the database directly why there is none (while it
+# answers / while it was found down); see `PostgresStore._getconn`.
+_POOL_LOOK_S, _POOL_LOOK_DOWN_S = 1.0, 0.05
 PARTITIONS_AHEAD = 2  # months created beyond the current one
 
 
@@ -210,6 +213,8 @@ class PostgresStore(Store):
         self._partitions: set[str] = set()
         self._pool_size = pool_size
         self._checked_out = 0
+        self._down = False  # the last connection attempt found the database unreachable
+        self._pool_errors_seen = 0  # the pool's failed connection attempts when it last gave a connection
         self._pool = self._new_pool()
 
     @property
@@ -251,27 +256,52 @@ class PostgresStore(Store):
             raise StorageError(f"database {self.location}: {self._redact(str(exc)).strip()}") from None
 
     async def _getconn(self) -> AsyncConnection[Any]:
+        # A short look at the pool first (an idle connection comes at once, a new one in milliseconds); past
+        # it, one direct attempt tells a database that is down from a pool that is busy, slow, or stuck in its
+        # own reconnect backoff (which grows to minutes). While the database is known to be down, barely a
+        # look: a retry then costs one connection attempt, and the database's return is seen at the next one.
+        look = min(self._timeout, _POOL_LOOK_DOWN_S if self._down else _POOL_LOOK_S)
         try:
-            return await self._pool.getconn(timeout=self._timeout)
+            return self._got(await self._pool.getconn(timeout=look))
         except PoolTimeout:
             pass
-        reason = await self._why_no_connection()
-        if reason is None and self._checked_out >= self._pool_size:
-            reason = f"no free pooled connection within {self._timeout:g}s"  # busy, not down
-        if reason is not None:
-            raise StoreUnavailableError(f"database {self.location}: {reason}")
-        # The database answers and not every connection is in use: the pool is still in its own reconnect
-        # backoff (which grows to minutes). A fresh pool connects now: writes resume with the database.
+        if self._checked_out < self._pool_size:  # else every connection is in use here: busy, not down
+            reason = await self._why_no_connection()
+            if reason is not None:
+                self._down = True
+                raise StoreUnavailableError(f"database {self.location}: {reason}")
+            failed = self._pool.get_stats().get("connections_errors", 0) > self._pool_errors_seen
+            if self._down or failed:
+                # The database answers again but the pool is still backing off its reconnects: a fresh pool
+                # connects now, so writes resume with the database.
+                return await self._replace_pool()
+        # Busy, or slow to connect (it has not failed since it last gave a connection): wait the rest.
+        try:
+            return self._got(await self._pool.getconn(timeout=max(0.0, self._timeout - look)))
+        except PoolTimeout:
+            raise StoreUnavailableError(
+                f"database {self.location}: no free pooled connection within {self._timeout:g}s"
+            ) from None
+
+    async def _replace_pool(self) -> AsyncConnection[Any]:
+        """A new pool in place of one stuck in its reconnect backoff (which grows to minutes)."""
         log.info("storage: database %s answers again; reconnecting", self.location)
         old, self._pool = self._pool, self._new_pool()
+        self._pool_errors_seen = 0
         await self._pool.open(wait=False)
         await old.close(timeout=0)
         try:
-            return await self._pool.getconn(timeout=self._timeout)
+            return self._got(await self._pool.getconn(timeout=self._timeout))
         except PoolTimeout:
             raise StoreUnavailableError(
                 f"database {self.location}: no pooled connection within {self._timeout:g}s"
             ) from None
+
+    def _got(self, conn: AsyncConnection[Any]) -> AsyncConnection[Any]:
+        """A connection from the pool: the database is up, and the pool's failures so far are seen."""
+        self._down = False
+        self._pool_errors_seen = self._pool.get_stats().get("connections_errors", 0)
+        return conn
 
     async def _why_no_connection(self) -> str | None:
         """One direct attempt: why the database cannot be reached (auth, refused, DNS...), None if it can."""

@@ -32,6 +32,32 @@ log = logging.getLogger(__name__)
 
 # How often an idle writer checks that the database still answers, so `tokwatch_storage_up` is measured.
 CHECK_INTERVAL_S = 15.0
+# Once the database answers again, writes resume within this long (issue 9: "within 30 s, or one probe
+# interval, whichever is shorter"; the exporter passes `resume_bound(interval)`).
+RESUME_WITHIN_S = 30.0
+RETRY_MIN_S, RETRY_MAX_S = 1.0, 10.0  # back-off after a failed attempt: doubling from min to max
+
+
+def resume_bound(interval_s: float) -> float:
+    """How soon writes must resume after the database returns for a probe interval: min(30 s, interval)."""
+    return min(RESUME_WITHIN_S, interval_s)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryTimings:
+    """When the writer tries the database again, derived from how soon writes must resume."""
+
+    retry_min_s: float
+    retry_max_s: float  # the longest wait between two attempts while the database is down
+    check_interval_s: float  # an idle writer's `SELECT 1`
+
+    @classmethod
+    def for_resume_within(cls, seconds: float) -> RetryTimings:
+        """Back-off capped at a third of `seconds` (10 s for 30 s), so that the next attempt after the
+        database's return, plus the store's reconnect, fits in `seconds` with room to spare; the idle check
+        at most every `seconds`, so an outage is also noticed within the bound."""
+        retry_max = min(RETRY_MAX_S, seconds / 3)
+        return cls(min(RETRY_MIN_S, retry_max), retry_max, min(CHECK_INTERVAL_S, seconds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +84,10 @@ class RunWriter:
         queue_size: int = 10000,
         batch_size: int = 500,
         write_timeout_s: float = 5.0,
-        retry_min_s: float = 1.0,
-        retry_max_s: float = 10.0,
-        check_interval_s: float = CHECK_INTERVAL_S,
+        resume_within_s: float = RESUME_WITHIN_S,
+        retry_min_s: float | None = None,
+        retry_max_s: float | None = None,
+        check_interval_s: float | None = None,
         retention_s: float = 400 * 86400.0,
         maintenance_interval_s: float = 3600.0,
         instance: str = "",
@@ -75,11 +102,13 @@ class RunWriter:
         self._queue_size = queue_size
         self._batch_size = batch_size
         self._write_timeout = write_timeout_s
-        self._retry_min = retry_min_s
-        self._retry_max = retry_max_s
-        self._backoff = retry_min_s
+        # Derived from `resume_within_s` unless given one by one (tests).
+        timings = RetryTimings.for_resume_within(resume_within_s)
+        self._retry_min = timings.retry_min_s if retry_min_s is None else retry_min_s
+        self._retry_max = timings.retry_max_s if retry_max_s is None else retry_max_s
+        self._backoff = self._retry_min
         self._retry_at = 0.0  # monotonic time before which the database is not tried again
-        self._check_interval = check_interval_s
+        self._check_interval = timings.check_interval_s if check_interval_s is None else check_interval_s
         self._next_check = 0.0  # monotonic; when an idle writer pings the database next
         self._retention_s = retention_s
         self._maintenance_interval = maintenance_interval_s
@@ -111,6 +140,22 @@ class RunWriter:
     def outbox(self) -> Outbox:
         """The durable outbox (for status output and tests)."""
         return self._outbox
+
+    @property
+    def timings(self) -> RetryTimings:
+        """The back-off and idle-check timings in use."""
+        return RetryTimings(self._retry_min, self._retry_max, self._check_interval)
+
+    def resume_within(self, seconds: float) -> None:
+        """Derive the retry and idle-check timings from a new bound (the probe interval changed on reload)."""
+        timings = RetryTimings.for_resume_within(seconds)
+        self._retry_min, self._retry_max = timings.retry_min_s, timings.retry_max_s
+        self._check_interval = timings.check_interval_s
+        now = time.monotonic()
+        self._backoff = min(self._backoff, self._retry_max)
+        self._retry_at = min(self._retry_at, now + self._retry_max)
+        self._next_check = min(self._next_check, now + self._check_interval)
+        self._wake.set()
 
     # --- producer side (event loop, never awaits the database) ----------------------------------------
 
