@@ -186,10 +186,13 @@ async def test_authorization_header_is_sent(serve, client: HttpClient) -> None:
 
 
 class _BodyClock:
-    """A raw HTTP server on its own thread and loop that records when each request's body was complete."""
+    """A raw HTTP server on its own thread and loop that records when it had each request's headers and
+    when its body was complete (optionally pausing between the two)."""
 
-    def __init__(self, hold_s: float) -> None:
+    def __init__(self, hold_s: float, *, read_delay_s: float = 0.0) -> None:
         self.hold_s = hold_s
+        self.read_delay_s = read_delay_s  # pause between reading the headers and reading the body
+        self.headers_at: list[float] = []
         self.body_complete_at: list[float] = []
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -202,7 +205,10 @@ class _BodyClock:
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             head = await reader.readuntil(b"\r\n\r\n")
+            self.headers_at.append(time.perf_counter())
             length = int(next(v for k, v in _headers(head) if k == "content-length"))
+            if self.read_delay_s:
+                await asyncio.sleep(self.read_delay_s)
             await reader.readexactly(length)
             self.body_complete_at.append(time.perf_counter())
             await asyncio.sleep(self.hold_s)
@@ -257,6 +263,47 @@ async def test_the_clock_starts_at_the_last_byte_and_waiting_is_send_delay() -> 
     waited = max(first[1], second[1])
     assert waited >= 0.45
     assert max(first[2], second[2]) < 0.85
+
+
+async def _big_body_send_stamps(pause_s: float) -> tuple[float, float, float]:
+    """(client send stamp, server had the headers, server had the whole body) for a 16 MB body that the
+    server starts reading `pause_s` after the headers."""
+    with _BodyClock(hold_s=0.0, read_delay_s=pause_s) as server:
+        body = {"prompt": "x" * (16 * 1024 * 1024)}  # far beyond tcp_wmem max (4 MB) + the receiver's buffers
+        async with (
+            HttpClient(limit=1) as client,
+            client.stream("POST", f"http://127.0.0.1:{server.port}/", json_body=body, timeout=30) as resp,
+        ):
+            await resp.read()
+    (headers_at,), (body_complete_at,) = server.headers_at, server.body_complete_at
+    return resp.sent_at, headers_at, body_complete_at
+
+
+def _assert_stamped_at_the_last_byte(stamps: tuple[float, float, float], pause_s: float) -> None:
+    sent_at, headers_at, body_complete_at = stamps
+    # The body's tail can only leave once the server reads, after its pause: a stamp taken when the headers
+    # (and the first MBs) left would be ~pause_s earlier: the old headers-sent stamp, and also the last
+    # chunk's stamp alone, which is taken when the whole body is queued on the transport.
+    assert sent_at >= headers_at + 0.75 * pause_s
+    # When the last byte reaches the socket, MBs still wait in the kernel's buffers for the server to read.
+    assert sent_at <= body_complete_at
+
+
+async def test_the_send_stamp_is_not_earlier_than_the_last_byte() -> None:
+    _assert_stamped_at_the_last_byte(await _big_body_send_stamps(0.2), 0.2)
+
+
+def test_the_send_stamp_waits_for_the_last_byte_on_uvloop_too() -> None:
+    pytest.importorskip("uvloop")
+    from tokwatch.measurement import loop_name, new_loop
+
+    async def main() -> tuple[str, tuple[float, float, float]]:
+        return loop_name(asyncio.get_running_loop()), await _big_body_send_stamps(0.2)
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        name, stamps = runner.run(main())
+    assert name == "uvloop"
+    _assert_stamped_at_the_last_byte(stamps, 0.2)
 
 
 def test_reads_are_stamped_on_uvloop_too() -> None:

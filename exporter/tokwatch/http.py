@@ -1,8 +1,9 @@
 """The one HTTP client shared by probes, the benchmark and the counters scraper.
 
 Streaming requests record `time.perf_counter()` when the request's last byte is handed to the socket (the
-latency clock starts there) and for every piece of the body as it arrives; the time from calling the client
-to that moment (pool wait, connection set-up, serialisation, the body-writing task's turn) is reported as
+latency clock starts there; bytes the socket could not take at once count when the transport's buffer
+drained) and for every piece of the body as it arrives; the time from calling the client to that moment
+(pool wait, connection set-up, serialisation, the body-writing task's turn, a full socket) is reported as
 the send delay. Every request has a total deadline and a cap on the body size. Transport failures are
 raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them into run statuses.
 """
@@ -17,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import SimpleNamespace, TracebackType
 from typing import Any, Literal
@@ -64,6 +66,12 @@ class _Attempt:
     reused: bool = False
     headers_sent_at: float | None = None
     body_sent_at: float | None = None  # the last body chunk, right before it is written to the transport
+    drained_at: float | None = None  # the transport's buffer emptied: bytes the socket did not take at once
+
+
+# The attempt whose request bytes are being written in this context: the write_bytes task inherits it, so
+# the connection protocol knows whose bytes were left in the transport's buffer (see pause_writing).
+_WRITING: ContextVar[_Attempt | None] = ContextVar("tokwatch_http_writing", default=None)
 
 
 async def _on_reuse(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
@@ -156,6 +164,7 @@ class _StampingHandler(ResponseHandler):
 
     last_rx: float | None = None
     watcher: ReceiveWatcher | None = None  # stamps arrivals off the loop (tokwatch.rxwatch), when given
+    _unsent_of: _Attempt | None = None  # the attempt whose bytes wait in the transport's buffer
     _fd: int | None = None
     _tracked: aiohttp.StreamReader | None = None
     _marks: deque[tuple[int, float]] | None = None
@@ -178,13 +187,33 @@ class _StampingHandler(ResponseHandler):
         self._marks = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Register the socket with the receive watcher, if any."""
+        """Make the transport report a full flush; register the socket with the receive watcher, if any."""
         super().connection_made(transport)
+        if isinstance(transport, asyncio.WriteTransport):
+            # Pause on any byte the socket did not take and resume only once all of them went out, so
+            # resume_writing is when the request's last byte reached the socket (a body larger than the
+            # socket buffers leaves as fast as the server reads it). asyncio's loop and uvloop alike.
+            try:
+                transport.set_write_buffer_limits(high=0, low=0)
+            except (NotImplementedError, ValueError, AttributeError):
+                pass
         if self.watcher is not None:
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 self._fd = sock.fileno()
                 self.watcher.watch(self._fd)
+
+    def pause_writing(self) -> None:
+        """Bytes stayed in the transport's buffer: note whose (called inside the write, in its context)."""
+        super().pause_writing()
+        self._unsent_of = _WRITING.get()
+
+    def resume_writing(self) -> None:
+        """The buffer is empty: the waiting request's last byte was handed to the socket now."""
+        attempt, self._unsent_of = self._unsent_of, None
+        if attempt is not None:
+            attempt.drained_at = time.perf_counter()
+        super().resume_writing()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         """Unregister before the fd number can be reused."""
@@ -239,8 +268,14 @@ class _StampingConnector(aiohttp.TCPConnector):
 class StreamResponse:
     """An open response whose body is read piece by piece with receive timestamps.
 
-    A piece is stamped when the socket read completed (the connection protocol's `data_received`), not when
-    the reading coroutine resumed, so a busy event loop (many concurrent streams) does not shift the times.
+    `sent_at` is the request's last byte handed to the socket (see `HttpClient.stream`). Each body piece
+    carries the `perf_counter()` taken in the connection protocol's `data_received` (`_StampingHandler`),
+    i.e. when the event loop that owns the socket ran that read, not when the reading coroutine resumed:
+    parsing queued between the two does not shift it, and bytes merged into one `readany()` keep their own
+    reads' stamps. A busy or stalled loop does delay `data_received` itself, so bytes that arrived meanwhile
+    are stamped late by up to the stall, unless a receive watcher thread (`tokwatch.rxwatch`, the bench's
+    closed loops) stamped them at the kernel's notice. Probes avoid that by owning their loop, and runs that
+    overlapped a stall are flagged (docs/methodology.md, "Measurement isolation" and "Disturbance").
     """
 
     def __init__(
@@ -420,6 +455,7 @@ class HttpClient:
             send_headers.setdefault("Content-Type", "application/json")
         attempt = _Attempt()
         called_at = sent_at = time.perf_counter()
+        writing = _WRITING.set(attempt)
         try:
             async with asyncio.timeout_at(deadline):
                 try:
@@ -431,15 +467,22 @@ class HttpClient:
                         raise
                     self.stale_resends += 1
                     attempt = _Attempt()
+                    _WRITING.set(attempt)
                     sent_at = time.perf_counter()
                     resp = await self._ensure_fresh_session().request(
                         method, url, data=body, headers=send_headers, trace_request_ctx=attempt
                     )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _wrap(exc, attempt, "response") from exc
+        finally:
+            _WRITING.reset(writing)
         # t = 0 is when the request's last byte went to the socket: the body's last chunk, or the headers
-        # of a request without a body; the time before it is send delay.
+        # of a request without a body, or, when the socket could not take it all at once, the moment the
+        # transport's buffer drained (a server that answers before reading the whole body leaves that
+        # unknown here: the chunk's stamp stands). The time before it is send delay.
         sent_at = attempt.body_sent_at or attempt.headers_sent_at or sent_at
+        if attempt.drained_at is not None and attempt.drained_at > sent_at:
+            sent_at = attempt.drained_at
         delay = max(0.0, sent_at - called_at)
         stream = StreamResponse(resp, sent_at, deadline, max_bytes, send_delay_s=delay)
         try:
