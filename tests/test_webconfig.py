@@ -225,3 +225,59 @@ def test_the_shipped_example_is_a_valid_web_config() -> None:
     example = Path(__file__).resolve().parents[1] / "deploy" / "web-config.example.yml"
     cfg = WebConfig.model_validate(yaml.safe_load(example.read_text()))
     assert cfg.tls_server_config is not None and set(cfg.basic_auth_users) == {"prometheus"}
+
+
+async def test_demo_with_a_web_config_serves_tls_and_basic_auth(
+    pki: Pki, tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    """`tokwatch demo --web-config FILE` as a user runs it: a real process, a real TLS handshake against
+    the test CA, bcrypt basic auth on the status page, /metrics and the other routes."""
+    import asyncio
+    import time
+
+    from tests.test_cli import stop, tokwatch
+
+    port = free_port()
+    proc = tokwatch(
+        "demo", "--listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"),
+        "--web-config", str(_web_config(pki)),
+    )  # fmt: skip
+    url, good = f"https://127.0.0.1:{port}", _basic("prometheus", PASSWORD)
+    try:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=_client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=10)
+        ) as s:
+            deadline = time.monotonic() + 60
+            while True:  # bounded: the demo starts its simulator first
+                assert proc.poll() is None, "the demo exited"
+                try:
+                    async with s.get(url + "/-/healthy", headers=good) as resp:
+                        if resp.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                assert time.monotonic() < deadline, "the demo did not answer over TLS"
+                await asyncio.sleep(0.2)
+            for path in ("/", "/metrics", "/endpoints/openai-fast", "/-/ready"):
+                for auth in ({}, _basic("prometheus", "wrong")):
+                    async with s.get(url + path, headers=auth) as resp:
+                        assert resp.status == 401, (path, auth)
+                        assert resp.headers["WWW-Authenticate"].startswith('Basic realm="tokwatch"')
+            async with s.get(url + "/", headers={**good, "Accept": "text/html"}) as resp:
+                assert resp.status == 200 and resp.content_type == "text/html"
+                assert 'data-endpoint="openai-fast"' in await resp.text()  # the demo's own page
+            async with s.get(url + "/metrics", headers={**good, "Accept-Encoding": "gzip"}) as resp:
+                assert resp.status == 200 and resp.headers["Content-Encoding"] == "gzip"
+                assert "tokwatch_build_info" in await resp.text()
+        # the certificate is the one from the web config: a client that does not trust the test CA refuses it
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                async with s.get(url + "/-/healthy", headers=good) as resp:
+                    await resp.read()
+            with pytest.raises(aiohttp.ClientError):  # plain HTTP to the TLS port is not served
+                async with s.get(url.replace("https", "http") + "/-/healthy", headers=good) as resp:
+                    await resp.read()
+    finally:
+        code, out, err = stop(proc)
+    assert code == 0, err
+    assert f"status page at {url}/" in out and "Traceback" not in err

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -14,7 +18,7 @@ from tokwatch.demo import demo_exporter_config
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "status_screenshot.py"
 sys.path.insert(0, str(SCRIPT.parent))
-from status_screenshot import find_browser  # noqa: E402
+from status_screenshot import PHONE, find_browser, measure_layout  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     find_browser() is None, reason="no Chromium (scripts/install-test-deps.sh installs Debian's chromium)"
@@ -40,7 +44,7 @@ class Elements(HTMLParser):
 
 def test_demo_page_in_chromium(tmp_path: Path) -> None:
     shot, mobile, dom_file = tmp_path / "desktop.png", tmp_path / "phone.png", tmp_path / "dom.html"
-    detail = tmp_path / "endpoint.png"
+    detail, layout = tmp_path / "endpoint.png", tmp_path / "layout.json"
     done = subprocess.run(
         [
             sys.executable,
@@ -53,6 +57,8 @@ def test_demo_page_in_chromium(tmp_path: Path) -> None:
             str(dom_file),
             "--endpoint-out",
             str(detail),
+            "--layout",
+            str(layout),
             "--min-runs",
             "2",
             "--timeout",
@@ -82,6 +88,68 @@ def test_demo_page_in_chromium(tmp_path: Path) -> None:
 
     for png, width in ((shot, 1280), (mobile, 390), (detail, 1100)):
         assert_not_blank(png, width)
+    assert_fits_a_phone(json.loads(layout.read_text()), tiles=len(expected))
+
+
+def test_seeded_page_shows_every_state_in_chromium(tmp_path: Path) -> None:
+    """The state the docs' screenshots are made from: every CV band, non-ok pills, a tile without an ok
+    run, an ongoing incident with its last ok run in the headline; and it fits a phone."""
+    shot, mobile, dom_file = tmp_path / "desktop.png", tmp_path / "phone.png", tmp_path / "dom.html"
+    detail, layout = tmp_path / "endpoint.png", tmp_path / "layout.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--seeded", "--out", str(shot), "--mobile-out", str(mobile),
+         "--dom", str(dom_file), "--endpoint-out", str(detail), "--endpoint", "sglang-a100",
+         "--layout", str(layout), "--timeout", "60"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = dom_file.read_text()
+    dom = Elements(text)
+    tiles = {a["data-endpoint"]: a["data-status"] for t, a in dom.found if t == "article"}
+    assert tiles == {
+        "vllm-h100": "ok", "sglang-a100": "timeout", "ollama-desk": "ok", "cloud-gpt-4o-mini": "ok",
+        "staging-mistral": "auth_failure", "llamacpp-pi": "ok",
+    }  # fmt: skip
+    bands = [a["data-band"] for a in dom.where("div") if a.get("data-band")]
+    assert bands == ["tight", "tight", "typical", "jittery", "none", "tight"]
+    assert "TIMEOUT</span>" in text and "AUTH FAILURE</span>" in text and text.count("no ok run yet") == 1
+    assert re.search(r"last ok run · server_wall · [45] h ago", text), "the incident keeps its headline"
+    assert text.count('class="fail"') >= 4 + 5  # the ongoing timeouts and the failed key, as red ticks
+    for png, width in ((shot, 1280), (mobile, 390), (detail, 1100)):
+        assert_not_blank(png, width)
+    assert_fits_a_phone(json.loads(layout.read_text()), tiles=6)
+
+
+def assert_fits_a_phone(measured: list[dict[str, Any]], tiles: int) -> None:
+    """The overview and an endpoint page, laid out by Chromium at 390 px: nothing wider than the screen
+    (the run tables scroll inside their own box), text no smaller than 9 px."""
+    overview, endpoint = measured
+    assert overview["tiles"] == tiles and endpoint["tiles"] == 0
+    for page in measured:
+        assert page["viewport"] == PHONE[0], page
+        assert page["scroll_width"] <= PHONE[0] and page["body_scroll_width"] <= PHONE[0], page
+        assert page["overflowing"] == [], page
+        assert page["min_font_px"] >= 9, page
+
+
+def test_the_layout_check_sees_an_overflowing_page() -> None:
+    """The phone-width measurement is not vacuous: a 600 px box is reported (by element and by scroll
+    width), so is a long unbreakable word whose box fits but whose text does not (scroll width), and the
+    same 600 px table inside a horizontal scroller is not."""
+    browser = find_browser()
+    assert browser is not None
+    head = '<meta name="viewport" content="width=device-width,initial-scale=1">'
+    head += "<style>.scroll{overflow-x:auto}</style>"
+    table = '<table style="width:600px"><tr><td>t</td></tr></table>'
+    wide, word, scrolled = (
+        "data:text/html," + quote(head + body)
+        for body in ('<p>ok</p><div style="width:600px">wide</div>', f"<p>{'x' * 120}</p>",
+                     f'<div class="scroll">{table}</div>')
+    )  # fmt: skip
+    (box, long_word, inside) = measure_layout(browser, [wide, word, scrolled])
+    assert box["scroll_width"] == 608 and box["overflowing"] == ["div 8..608"], box  # 8 px body margin
+    assert long_word["scroll_width"] > PHONE[0], long_word
+    assert inside["scroll_width"] <= PHONE[0] and inside["overflowing"] == [], inside
 
 
 def assert_not_blank(png: Path, width: int) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from tokwatch.config import Config, EndpointSettings
 from tokwatch.statuspage.model import (
+    HEADLINE_LOOKBACK,
     HISTORY_DAYS,
     SPARK_RUNS,
     build_endpoint_page,
@@ -16,6 +17,7 @@ from tokwatch.statuspage.model import (
     day_start,
     incidents,
 )
+from tokwatch.statuspage.render import render_overview
 from tokwatch.storage.base import EndpointSpec, RunPoint, Store
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
@@ -101,13 +103,59 @@ async def test_sparkline_holds_the_last_runs_that_count_in_figures(store: Store)
     spark = ov.tiles[0].spark
     assert len(spark) == SPARK_RUNS
     assert all(p.tokens_per_second == 50.0 for p in spark)  # on-demand and disturbed left out by default
-    # ...but the status pill and headline take the newest run of any kind
+    # the headline takes the same runs as the sparkline and the 24 h figures beside it...
+    headline = ov.tiles[0].headline
+    assert headline is not None and headline.tokens_per_second == 50.0 and headline.time == NOW - 60.0
+    assert ov.tiles[0].day is not None and ov.tiles[0].day.median == 50.0
+    # ...while the status pill is the newest run of any kind
     last = ov.tiles[0].last
-    assert last is not None and last.ok_tokens_per_second == pytest.approx(998.0)
+    assert last is not None and last.time == NOW - 20.0
 
     included = Config(endpoints=(_ep("a"),), schedule={"window_includes": ["on_demand", "timing_disturbed"]})  # type: ignore[arg-type]
-    spark = (await build_overview(store, included, NOW + 1)).tiles[0].spark
-    assert [p.tokens_per_second for p in spark[-2:]] == [999.0, 998.0]
+    tile = (await build_overview(store, included, NOW + 1)).tiles[0]
+    assert [p.tokens_per_second for p in tile.spark[-2:]] == [999.0, 998.0]
+    assert tile.headline is not None and tile.headline.tokens_per_second == 998.0
+    on_demand = Config(endpoints=(_ep("a"),), schedule={"window_includes": ["on_demand"]})  # type: ignore[arg-type]
+    tile = (await build_overview(store, on_demand, NOW + 1)).tiles[0]
+    assert tile.headline is not None and tile.headline.tokens_per_second == 999.0
+
+
+async def test_headline_survives_an_incident_longer_than_the_sparkline(store: Store) -> None:
+    """The last ok run that counts is found however far back it is; on-demand or disturbed ok runs during
+    the incident do not replace it, and an endpoint whose only ok runs are on-demand has no headline."""
+    names = ("down", "probed-only", "never-ok", "paused", "probe-driven")
+    config = Config(endpoints=tuple(_ep(n) for n in names))
+    await store.sync_endpoints([EndpointSpec(e.name) for e in config.endpoints])
+    incident = 3 * HEADLINE_LOOKBACK  # hourly failures: far beyond the sparkline and the 7-day window
+    rows = [_row("down", NOW - (incident + 10 - i) * HOUR, tps=60.0 + i) for i in range(3)]
+    rows += [
+        _row("down", NOW - (incident - i) * HOUR, status="unreachable", error_class="connect")
+        for i in range(incident)
+    ]
+    rows.append(_row("down", NOW - 2 * HOUR + 600, tps=500.0, triggered_by="on_demand"))
+    rows.append(_row("down", NOW - 3 * HOUR + 600, tps=400.0, timing_disturbed=True))
+    rows.append(_row("probed-only", NOW - HOUR, tps=70.0, triggered_by="on_demand"))
+    rows.append(_row("probed-only", NOW - 30.0, status="timeout", error_class="timeout"))
+    rows.append(_row("never-ok", NOW - 30.0, status="auth_failure", error_class="http_401"))
+    rows += [_row("paused", NOW - 10 * 86400 - i * HOUR, tps=33.0 - i) for i in range(3)]  # nothing since
+    rows.append(_row("probe-driven", NOW - 60.0, tps=90.0, triggered_by="on_demand"))  # /probe only
+    assert await store.write_runs(rows) == len(rows)
+
+    tiles = {t.endpoint.name: t for t in (await build_overview(store, config, NOW)).tiles}
+    down = tiles["down"]
+    assert down.status == "unreachable" and all(p.status == "unreachable" for p in down.spark)
+    assert down.headline is not None and down.headline.tokens_per_second == 62.0
+    assert down.headline.time == NOW - (incident + 8) * HOUR and down.headline.timing_source == "engine"
+    assert down.last is not None and down.last.ok_tokens_per_second == 500.0  # what the old headline showed
+    assert tiles["probed-only"].headline is None and tiles["probed-only"].status == "timeout"
+    assert tiles["never-ok"].headline is None and tiles["never-ok"].status == "auth_failure"
+    paused = tiles["paused"]
+    assert paused.spark == [] and paused.headline is not None and paused.headline.tokens_per_second == 33.0
+    assert tiles["probe-driven"].headline is None and tiles["probe-driven"].status == "ok"
+
+    html = render_overview(await build_overview(store, config, NOW), config)
+    assert '<span class="tps">62.0</span> tok/s' in html and "500.0" not in html
+    assert html.count("no ok run yet") == 3
 
 
 async def test_endpoint_page_keeps_one_history_across_a_rename(store: Store) -> None:

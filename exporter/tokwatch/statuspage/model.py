@@ -18,6 +18,7 @@ from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figu
 from tokwatch.window import FleetRanking, WindowFigures, rank_fleet, window_label
 
 SPARK_RUNS = 48  # runs on a tile's sparkline
+HEADLINE_LOOKBACK = 8 * SPARK_RUNS  # first page of older runs searched for a headline during a long incident
 HISTORY_DAYS = 90  # days on an endpoint page's daily charts
 LAST_RUNS = 100  # rows in an endpoint page's run table
 MAX_INCIDENTS = 50
@@ -25,12 +26,15 @@ MAX_INCIDENTS = 50
 
 @dataclass(frozen=True, slots=True)
 class Tile:
-    """One endpoint's tile: current status, last ok run, 24 h figures, recent runs (oldest first)."""
+    """One endpoint's tile: current status, 24 h figures, recent runs (oldest first) and the headline: the
+    newest ok run among the runs the window figures take (scheduled, undisturbed, unless
+    `schedule.window_includes` names more), however old."""
 
     endpoint: EndpointSettings
-    last: LastRun | None
+    last: LastRun | None  # the newest run of any kind: the status pill
     day: WindowFigures | None
     spark: Sequence[RunPoint]
+    headline: RunPoint | None = None
 
     @property
     def status(self) -> str | None:
@@ -97,8 +101,29 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
         store.last_runs(0.0),
         store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, include=include),
     )
+    headlines = {name: _newest_ok(runs) for name, runs in recent.items()}
+
+    def look_further(name: str) -> bool:
+        """Runs that count in the last 7 days but none ok: an incident longer than the sparkline. No run at
+        all in 7 days: a paused endpoint. Recent runs none of which counts (an endpoint probed only through
+        /probe) have no headline, as they have no figures, and cost no search through their history."""
+        lr = last.get(name)
+        if headlines.get(name) is not None or lr is None or lr.ok_time is None:
+            return False
+        return bool(recent.get(name)) or lr.time < now - FLEET_WINDOW_S
+
+    older = [e.name for e in config.endpoints if look_further(e.name)]
+    if older:
+        found = await asyncio.gather(*(_headline_before(store, name, include) for name in older))
+        headlines.update(zip(older, found, strict=True))
     tiles = [
-        Tile(e, last.get(e.name), day.get(e.name), list(reversed(recent.get(e.name, []))))
+        Tile(
+            e,
+            last.get(e.name),
+            day.get(e.name),
+            list(reversed(recent.get(e.name, []))),
+            headlines.get(e.name),
+        )
         for e in config.endpoints
     ]
     ranking = rank_fleet({n: f.median for n, f in week.items()}, window_label(FLEET_WINDOW_S))
@@ -125,6 +150,22 @@ async def build_endpoint_page(
         latest.get(endpoint.name, []),
         incidents(oldest_first)[-MAX_INCIDENTS:][::-1],
     )
+
+
+def _newest_ok(runs_newest_first: Sequence[RunPoint]) -> RunPoint | None:
+    return next((r for r in runs_newest_first if r.status == "ok" and r.tokens_per_second is not None), None)
+
+
+async def _headline_before(store: Store, name: str, include: frozenset[str]) -> RunPoint | None:
+    """The newest ok run under the window rule at any age: pages of growing size until one is found or the
+    history ends, so a long incident costs a few index range scans and a healthy endpoint none."""
+    limit = HEADLINE_LOOKBACK
+    while True:
+        runs = (await store.recent_runs(0.0, limit, endpoint=name, include=include)).get(name, [])
+        found = _newest_ok(runs)
+        if found is not None or len(runs) < limit:
+            return found
+        limit *= 8
 
 
 def day_start(t: float) -> float:

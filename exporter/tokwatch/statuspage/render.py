@@ -102,13 +102,13 @@ def _figures(day: WindowFigures | None) -> str:
 
 
 def _tile(tile: Tile, now: float) -> str:
-    ep, last = tile.endpoint, tile.last
-    if last is not None and last.ok_time is not None and last.ok_tokens_per_second is not None:
-        source = _e(last.ok_timing_source or "unknown source")
+    ep, last, ok = tile.endpoint, tile.last, tile.headline
+    if ok is not None and ok.tokens_per_second is not None:
+        source = _e(ok.timing_source or "unknown source")
         headline = (
-            f'<div class="headline"><span class="tps">{last.ok_tokens_per_second:.1f}</span> tok/s'
-            f'<br><small class="muted src" title="{_utc(last.ok_time)}">last ok run · {source} · '
-            f"{ago(now, last.ok_time)}</small></div>"
+            f'<div class="headline"><span class="tps">{ok.tokens_per_second:.1f}</span> tok/s'
+            f'<br><small class="muted src" title="{_utc(ok.time)}">last ok run · {source} · '
+            f"{ago(now, ok.time)}</small></div>"
         )
     else:
         headline = '<div class="headline none">no ok run yet</div>'
@@ -166,13 +166,15 @@ def methodology(config: Config) -> str:
         f"temperature {p.temperature:g}, {delivery}{unique}"
         ". Endpoints may override prompt and max_tokens in the config.</p>"
         f"<p>tok/s comes from the first trusted timing source in this order: {_e(sources)}. The headline is "
-        "the most recent <code>ok</code> run, so an incident shows in the status pill, never as a blank. "
+        "the most recent <code>ok</code> run among the runs the figures below count, so an incident shows "
+        "in the status pill, never as a blank. "
         "24 h median: median tok/s of ok runs in the last 24 hours. CV: sample standard deviation / mean of "
         f"the same runs (band: green below {CV_TIGHT * 100:.0f} %, amber {CV_TIGHT * 100:.0f} to "
         f"{CV_TYPICAL * 100:.0f} %, red above), the stddev in tok/s beside it. Uptime: ok runs / runs. "
         f"The sparkline shows the last {SPARK_RUNS} runs: the line breaks at a non-ok run, drawn as a red "
         "dashed tick. The comparison ranks endpoints by their 7-day median. On-demand (<code>/probe</code>) "
-        f"and timing-disturbed runs count in these figures: {_e(includes)} (schedule.window_includes).</p>"
+        f"and timing-disturbed runs count in the headline and these figures: {_e(includes)} "
+        "(schedule.window_includes); the status pill is the newest run of any kind.</p>"
         "<p>Statuses: OK, TIMEOUT, RATE LIMITED (HTTP 429), PROVIDER ERROR (5xx, malformed or implausible "
         "answers), AUTH FAILURE (401/403), UNREACHABLE (no response), DEGRADED (answered, but short or "
         "without usable timing). Full definitions: docs/methodology.md.</p></footer>"

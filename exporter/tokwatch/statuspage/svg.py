@@ -95,14 +95,13 @@ def daily_medians(days: Sequence[Day], width: int = 720, height: int = 160) -> s
     points = [
         (left + i * step, offset + k * d.median) if d.median is not None else None for i, d in enumerate(days)
     ]
-    d, lone = _line(points)
+    d, _lone = _line(points)  # every day with a median gets its dot below, a lone one included
     dots = "".join(
         f'<circle class="dot" cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="2"><title>{_day(day.start)}: '
         f"{day.median:.1f} tok/s</title></circle>"
         for p, day in zip(points, days, strict=True)
         if p is not None and day.median is not None
     )
-    dots += "".join(f'<circle class="dot" cx="{x:.1f}" cy="{y:.1f}" r="2"/>' for x, y in lone)
     axis = (
         f'<text x="{left - 6}" y="{offset + k * hi + 4:.1f}" text-anchor="end">{hi:.1f}</text>'
         f'<text x="{left - 6}" y="{offset + k * lo + 4:.1f}" text-anchor="end">{lo:.1f}</text>'
