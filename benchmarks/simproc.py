@@ -16,12 +16,15 @@ from tokwatch.sim import load_sim_config
 from tokwatch.sim.server import start_runner
 
 async def main():
-    runner, _, port = await start_runner(load_sim_config(sys.argv[1]), "127.0.0.1", 0)
-    print(port, flush=True)
+    config = load_sim_config(sys.argv[1])
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    started = [await start_runner(config, "127.0.0.1", 0) for _ in range(count)]
+    print(" ".join(str(port) for _, _, port in started), flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    for runner, _, _ in started:
+        await runner.cleanup()
 
 asyncio.run(main())
 """
@@ -30,17 +33,28 @@ asyncio.run(main())
 @contextlib.contextmanager
 def simulator(config_text: str, *, start_timeout_s: float = 30.0) -> Iterator[str]:
     """Run `tokwatch.sim` with this config in a child process; yields its base URL, stops it on exit."""
+    with simulators(config_text, 1, start_timeout_s=start_timeout_s) as urls:
+        yield urls[0]
+
+
+@contextlib.contextmanager
+def simulators(config_text: str, count: int, *, start_timeout_s: float = 30.0) -> Iterator[list[str]]:
+    """`count` independent simulators of this config (each its own port, so tokwatch sees `count` servers)
+    in one child process; yields their base URLs, stops them on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "sim.yml"
         cfg.write_text(config_text)
         proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(cfg)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+            [sys.executable, "-c", _CHILD, str(cfg), str(count)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
         )
         try:
-            line = _readline(proc, start_timeout_s)
-            if not line.strip().isdigit():
-                raise SystemExit(f"simulator did not start (got {line!r})")
-            yield f"http://127.0.0.1:{int(line)}"
+            ports = _readline(proc, start_timeout_s).split()
+            if len(ports) != count or not all(p.isdigit() for p in ports):
+                raise SystemExit(f"simulator did not start (got {ports!r})")
+            yield [f"http://127.0.0.1:{int(p)}" for p in ports]
         finally:
             stop(proc)
 

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 STATEFUL = {
     "tokwatch": "/var/lib/tokwatch",
+    "tokwatch-demo": "/var/lib/tokwatch",
     "timescaledb": "/var/lib/postgresql/data",
     "prometheus": "/prometheus",
     "alertmanager": "/alertmanager",
@@ -26,6 +27,84 @@ STATEFUL = {
 
 def _compose() -> dict[str, object]:
     return yaml.safe_load(COMPOSE.read_text())
+
+
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+# An exact release: MAJOR.MINOR.PATCH (a leading v allowed), then optional variant parts (-pg17, -bookworm).
+EXACT_TAG = re.compile(r"^v?\d+\.\d+\.\d+(?:-[a-z0-9.]+)*$")
+# Projects whose releases are single integers (each number is one release, e.g. http-https-echo 34).
+INTEGER_RELEASES = {"mendhak/http-https-echo"}
+# Variants that follow the newest distribution release: the tag must name the release (slim-bookworm).
+FLOATING_VARIANTS = {"slim", "alpine"}
+
+
+def _image_refs() -> list[tuple[str, str]]:
+    """(where, image) for every image the stack pulls: compose services' `image` unless the service
+    builds it itself (then the Dockerfile's base image counts), and every FROM of the Dockerfile."""
+    refs: list[tuple[str, str]] = []
+    services: dict[str, dict[str, object]] = _compose()["services"]  # type: ignore[assignment]
+    for name, svc in services.items():
+        if "build" in svc:
+            assert (ROOT / svc["build"]["dockerfile"]).resolve() == DOCKERFILE  # type: ignore[index]
+            assert ":" in str(svc["image"]) and not str(svc["image"]).endswith(":latest"), name
+            continue
+        refs.append((f"docker-compose.yml: {name}", str(svc["image"])))
+    for line in DOCKERFILE.read_text().splitlines():
+        words = line.split()
+        if words and words[0].upper() == "FROM":
+            refs.append(("deploy/Dockerfile", next(w for w in words[1:] if not w.startswith("--"))))
+    for manifest in sorted(KUBE.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(manifest.read_text()):
+            pod = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
+            for container in pod.get("containers", []) + pod.get("initContainers", []):
+                refs.append((str(manifest.relative_to(ROOT)), str(container["image"])))
+    return refs
+
+
+def _is_exact(image: str) -> bool:
+    if "@sha256:" in image:
+        return True  # a digest is exact whatever the tag says
+    repo, _, tag = image.rpartition(":")
+    if not repo or "/" in tag:
+        return False  # no tag at all: latest
+    if repo in INTEGER_RELEASES:
+        return tag.isdigit()
+    variant = tag.split("-", 1)[1] if "-" in tag else ""
+    return bool(EXACT_TAG.match(tag)) and variant not in FLOATING_VARIANTS
+
+
+@pytest.mark.parametrize(
+    ("image", "exact"),
+    [
+        ("python:3.11.10-slim-bookworm", True),
+        ("python:3.11-slim", False),
+        ("python:3.11.10-slim", False),
+        ("python:3.11", False),
+        ("prom/prometheus:v2.55.1", True),
+        ("prom/prometheus:latest", False),
+        ("prom/prometheus", False),
+        ("timescale/timescaledb:2.17.2-pg17", True),
+        ("timescale/timescaledb:latest-pg17", False),
+        ("grafana/grafana:11", False),
+        ("mendhak/http-https-echo:34", True),
+        ("mendhak/http-https-echo:latest", False),
+        ("localhost:5000/tokwatch", False),
+        ("python@sha256:" + "0" * 64, True),
+    ],
+)
+def test_exact_version_rule(image: str, exact: bool) -> None:
+    assert _is_exact(image) is exact
+
+
+def test_every_image_reference_carries_an_exact_version() -> None:
+    """Compose images, the Dockerfile's base and the Kubernetes pods: a rebuild, `compose pull` or rollout
+    gets the release it was tested with, never whatever a floating tag (latest, 3.11-slim, 11) points at."""
+    refs = _image_refs()
+    assert {
+        "deploy/Dockerfile", "docker-compose.yml: prometheus", "deploy/kubernetes/statefulset.yaml"
+    } <= {where for where, _ in refs}  # fmt: skip
+    floating = [f"{where}: {image}" for where, image in refs if not _is_exact(image)]
+    assert not floating, f"pin an exact version: {floating}"
 
 
 def test_compose_file_follows_the_compose_spec() -> None:
@@ -42,20 +121,17 @@ def test_compose_file_follows_the_compose_spec() -> None:
 
 def test_compose_images_healthchecks_volumes_and_secrets() -> None:
     services: dict[str, dict[str, object]] = _compose()["services"]  # type: ignore[assignment]
-    assert {"tokwatch", "sim", "timescaledb", "prometheus", "alertmanager", "alert-sink", "grafana"} <= set(
-        services
-    )
+    stack = {"tokwatch", "timescaledb", "prometheus", "alertmanager", "alert-sink", "grafana"}
+    assert stack | {"sim", "tokwatch-demo"} <= set(services)
     for name, svc in services.items():
-        image = str(svc.get("image", ""))
-        assert image and not image.endswith(":latest") and ":" in image, (
-            f"{name}: pin the image tag ({image})"
-        )
-        if name != "alert-sink":
-            assert "healthcheck" in svc, f"{name}: no healthcheck"
+        check = svc.get("healthcheck") or {}
+        assert check.get("test", [""])[0] in ("CMD", "CMD-SHELL"), f"{name}: no healthcheck"  # type: ignore[union-attr]
         for dep, cond in (svc.get("depends_on") or {}).items():  # type: ignore[union-attr]
-            assert cond["condition"] in ("service_healthy", "service_started"), f"{name} -> {dep}"
-            if "healthcheck" in services[dep]:
-                assert cond["condition"] == "service_healthy", f"{name} waits for {dep} to be healthy"
+            # every service has a healthcheck, so every dependency waits for it to pass
+            assert cond["condition"] == "service_healthy", f"{name} waits for {dep} to be healthy"
+            # a service of the default stack never waits for one that only a profile starts
+            assert not services[dep].get("profiles") or svc.get("profiles"), f"{name} -> {dep}"
+    assert services["alertmanager"]["depends_on"] == {"alert-sink": {"condition": "service_healthy"}}
     volumes = _compose()["volumes"]
     for name, path in STATEFUL.items():
         mounts = [str(v) for v in services[name]["volumes"]]  # type: ignore[union-attr]
@@ -66,10 +142,29 @@ def test_compose_images_healthchecks_volumes_and_secrets() -> None:
     assert "POSTGRES_PASSWORD: tokwatch" not in text and "TOKWATCH_PG_PASSWORD:?" in text
     assert ".env" in (ROOT / ".gitignore").read_text().split()
     example = (ROOT / ".env.example").read_text()
-    for var in ("TOKWATCH_PG_PASSWORD", "GRAFANA_ADMIN_PASSWORD", "TOKWATCH_CONFIG"):
-        assert f"{var}=" in example and "${" + var in text
-    assert services["sim"]["profiles"] == ["demo"]
+    used = set(re.findall(r"\$\{(\w+)", text))
+    assert {"TOKWATCH_PG_PASSWORD", "GRAFANA_ADMIN_PASSWORD"} <= used
+    assert all(f"\n{var}=" in example for var in used), f"compose reads {used}: each in .env.example"
     assert "host.docker.internal:host-gateway" in services["tokwatch"]["extra_hosts"]  # type: ignore[operator]
+
+
+def test_compose_demo_profile_adds_the_simulator_and_its_own_exporter() -> None:
+    """`docker compose --profile demo up` fills the dashboards by itself: the sim, an exporter probing it
+    (own SQLite volume, own port), scraped by Prometheus; without the profile nothing of it exists."""
+    services: dict[str, dict[str, object]] = _compose()["services"]  # type: ignore[assignment]
+    demo = {name for name, svc in services.items() if svc.get("profiles")}
+    assert demo == {"sim", "tokwatch-demo"}
+    assert all(services[name]["profiles"] == ["demo"] for name in demo)
+    exporter, real = services["tokwatch-demo"], services["tokwatch"]
+    assert exporter["command"][:3] == ["serve", "--config", "/etc/tokwatch/demo.yml"]  # type: ignore[index]
+    assert "./deploy/compose/tokwatch-demo.yml:/etc/tokwatch/demo.yml:ro" in exporter["volumes"]  # type: ignore[operator]
+    assert exporter["depends_on"] == {"sim": {"condition": "service_healthy"}}
+    # the stack you deploy knows nothing of the demo: its own config only, no variable to switch it
+    assert real["command"][:3] == ["serve", "--config", "/etc/tokwatch/tokwatch.yml"]  # type: ignore[index]
+    assert not any("demo" in str(v) for v in real["volumes"])  # type: ignore[union-attr]
+    assert "environment" not in exporter and "env_file" not in exporter  # no database password, no API keys
+    ports = [str(p) for svc in services.values() for p in svc.get("ports", [])]  # type: ignore[union-attr]
+    assert "127.0.0.1:9479:9477" in ports and len({p.rsplit(":", 1)[0] for p in ports}) == len(ports)
 
 
 def test_compose_mounts_exist_and_are_the_tested_files(
@@ -93,10 +188,20 @@ def test_compose_mounts_exist_and_are_the_tested_files(
     assert all("127.0.0.1" not in e.base_url and "localhost" not in e.base_url for e in real.endpoints)
     demo = load_config(compose_dir / "tokwatch-demo.yml")
     expected = demo_exporter_config("http://sim:8900", "0.0.0.0:9477", tmp_path)
-    assert [(e.name, e.kind, e.base_url, e.model) for e in demo.endpoints] == [
-        (e.name, e.kind, e.base_url, e.model) for e in expected.endpoints
+    assert [(e.name, e.kind, e.base_url, e.model, e.timeout, dict(e.labels)) for e in demo.endpoints] == [
+        (e.name, e.kind, e.base_url, e.model, e.timeout, dict(e.labels)) for e in expected.endpoints
     ]
-    assert demo.schedule.interval == expected.schedule.interval
+    assert demo.schedule == expected.schedule and demo.probe == expected.probe
+    # the demo keeps its runs in SQLite, with the demo's file names, on the tokwatch-demo volume
+    state = STATEFUL["tokwatch-demo"]
+    assert demo.storage.dsn is None and demo.storage.sqlite_path and demo.storage.outbox_path
+    for mine, theirs in (
+        (demo.storage.sqlite_path, expected.storage.sqlite_path),
+        (demo.storage.outbox_path, expected.storage.outbox_path),
+    ):
+        assert Path(mine).parent == Path(state) and Path(mine).name == Path(str(theirs)).name
+    names = {e.name for e in real.endpoints}
+    assert not names & {e.name for e in demo.endpoints}  # no endpoint counted twice
     # the sim the demo profile starts is the demo's own simulated fleet
     sim = load_sim_config(compose_dir / "sim.yml")
     assert sim.listen == "0.0.0.0:8900"
@@ -111,7 +216,16 @@ def test_compose_mounts_exist_and_are_the_tested_files(
     assert "127.0.0.1" not in body
     prom = yaml.safe_load((compose_dir / "prometheus.yml").read_text())
     assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
-    assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["tokwatch:9477"]
+    jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
+    assert set(jobs) == {"tokwatch", "tokwatch-demo"}
+    assert jobs["tokwatch"]["static_configs"][0]["targets"] == ["tokwatch:9477"]
+    # the demo exporter is found by DNS (A records of the compose service name, at its container port), so
+    # the target exists only while the service does
+    (sd,) = jobs["tokwatch-demo"]["dns_sd_configs"]
+    assert "static_configs" not in jobs["tokwatch-demo"]
+    assert sd["names"] == ["tokwatch-demo"] and sd["type"] == "A" and sd["port"] == 9477
+    assert services["tokwatch-demo"]["ports"] == [f"127.0.0.1:9479:{sd['port']}"]
+    assert demo.listen == f"0.0.0.0:{sd['port']}"
 
 
 @pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
@@ -134,6 +248,52 @@ def test_compose_prometheus_config_is_valid(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed"
+)
+def test_the_demo_exporter_never_trips_the_self_monitoring_alerts(tmp_path: Path) -> None:
+    """promtool on the shipped rules with compose's job names: the demo's target down (or, as when its
+    service is gone, absent) fires neither TokwatchDown nor TokwatchTargetMissing while the deployed
+    exporter is up; with the deployed exporter down, TokwatchDown names it and only it."""
+    prom = yaml.safe_load((ROOT / "deploy" / "compose" / "prometheus.yml").read_text())
+    jobs = [j["job_name"] for j in prom["scrape_configs"]]
+    (demo_job,) = [j for j in jobs if j != "tokwatch"]
+    rules = ROOT / "prometheus" / "rules"
+    real, demo = 'up{job="tokwatch",instance="tokwatch:9477"}', f'up{{job="{demo_job}",instance="d:9477"}}'
+    self_alerts = ("TokwatchDown", "TokwatchTargetMissing")
+    silent = [{"eval_time": "40m", "alertname": a, "exp_alerts": []} for a in self_alerts]
+    tests = {
+        "rule_files": [str(rules / "tokwatch-recording.yml"), str(rules / "tokwatch-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            # the demo exporter down for 40 minutes, then its series gone: nothing fires
+            {"interval": "1m", "input_series": [{"series": real, "values": "1x60"},
+                                                {"series": demo, "values": "0x40 _x20"}],
+             "alert_rule_test": [*silent, *({**t, "eval_time": "55m"} for t in silent)]},
+            # the deployed exporter down, the demo up: TokwatchDown for tokwatch only
+            {"interval": "1m", "input_series": [{"series": real, "values": "0x40"},
+                                                {"series": demo, "values": "1x40"}],
+             "alert_rule_test": [
+                 {"eval_time": "10m", "alertname": "TokwatchDown", "exp_alerts": [{
+                     "exp_labels": {"severity": "critical", "job": "tokwatch", "instance": "tokwatch:9477"},
+                     "exp_annotations": {
+                         "summary": "tokwatch tokwatch:9477 is down",
+                         "description": "Prometheus cannot scrape tokwatch at tokwatch:9477: no endpoint is "
+                         "being measured and every per-endpoint alert is blind.",
+                         "runbook_url": "https://github.com/tokwatch/tokwatch/blob/main/docs/alerts.md#tokwatchdown",
+                     }}]},
+                 {"eval_time": "10m", "alertname": "TokwatchTargetMissing", "exp_alerts": []},
+             ]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "demo_job_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    proc = subprocess.run(
+        ["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -165,6 +325,8 @@ def test_kubernetes_resources_validate_against_their_schemas() -> None:
         for r in kustomization["resources"]
         if r not in ("servicemonitor.yaml", "prometheusrule.yaml")
     ]
+    sharded = yaml.safe_load((KUBE / "sharded" / "kustomization.yaml").read_text())["resources"]
+    assert sharded == ["statefulset.yaml", "servicemonitor.yaml"]
     builtin.append(str(KUBE / "sharded" / "statefulset.yaml"))
     proc = subprocess.run(
         [tool, "--strict", *builtin], capture_output=True, text=True, timeout=120, check=False
@@ -178,6 +340,30 @@ def test_kubernetes_resources_validate_against_their_schemas() -> None:
         schema = json.loads((schemas / f"{plural}.monitoring.coreos.com-v1.json").read_text())
         (doc,) = [d for d in _kustomize_build() if d["kind"] == kind]
         jsonschema.Draft7Validator(schema).validate(doc)
+        if kind == "ServiceMonitor":  # the sharded set's own
+            (monitor,) = yaml.safe_load_all((KUBE / "sharded" / "servicemonitor.yaml").read_text())
+            jsonschema.Draft7Validator(schema).validate(monitor)
+
+
+def test_kubernetes_kustomizations_build() -> None:
+    """`kubectl kustomize` (offline) builds both stacks into the resources the tests read from the files."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    for directory, expected in (
+        (KUBE, {(str(d["kind"]), d["metadata"]["name"]) for d in _kustomize_build()}),  # type: ignore[index]
+        (
+            KUBE / "sharded",
+            {("ConfigMap", "tokwatch-sharded"), ("Service", "tokwatch-sharded")}
+            | {("StatefulSet", "tokwatch-sharded"), ("ServiceMonitor", "tokwatch-sharded")},
+        ),
+    ):
+        proc = subprocess.run(
+            [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        built = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(proc.stdout) if d}
+        assert built == expected, directory
 
 
 def test_kubernetes_stack_is_wired_and_hardened() -> None:

@@ -28,13 +28,15 @@ from tokwatch.redact import Redactor
 from tokwatch.result import RunResult, Trigger
 from tokwatch.runner import ProbeOutcome, ProbeRunner
 from tokwatch.scheduler import RoundPlan, Scheduler, SchedulerStats
-from tokwatch.shard import Shard
+from tokwatch.shard import Shard, takeover_after
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
+from tokwatch.storage.factory import resolve_dsn
 from tokwatch.storage.writer import resume_bound
 from tokwatch.window import MemoryWindows, WindowSnapshot
 
 log = logging.getLogger("tokwatch")
 PRERENDER_INTERVAL_S = 1.0  # changed /metrics parts are rendered this often in the background
+FLEET_DUTY_CHECK_S = 30.0  # a sharded replica checks this often which replica exports the fleet figures
 W = TypeVar("W", ServerCounters, OllamaSignals)
 
 
@@ -134,7 +136,13 @@ class App:
         self._register(ProcessCollector(registry=None))
         self._register(PlatformCollector(registry=None))
         self._register(GCCollector(registry=CollectorRegistry()))  # it insists on registering somewhere
-        self._register(WindowCollector(lambda: self._window_snapshot(), export_fleet=self.shard.primary))
+        # Fleet-wide figures: one replica exports them (docs/scaling.md, "Sharding"); `_update_fleet_duty`
+        # moves them to the next live replica while the lower ones are down.
+        self._fleet_duty = self.shard.exports_fleet(self._fleet_owners().values())
+        self._started_at = time.time()
+        self._register(
+            WindowCollector(lambda: self._window_snapshot(), export_fleet=lambda: self._fleet_duty)
+        )
         self.store: Store | None = None
         self.writer: RunWriter | None = None
         self._window_cache: WindowCache | None = None
@@ -177,7 +185,10 @@ class App:
         gc.collect()
         gc.freeze()
         self._started = True
+        self._started_at = time.time()
         self._tasks.add(asyncio.create_task(self._prerender_loop(), name="tokwatch-prerender"))
+        if self.shard.count > 1 and self._shared_store:
+            self._tasks.add(asyncio.create_task(self._fleet_duty_loop(), name="tokwatch-fleet-duty"))
         if schedule:
             await self._start_scheduler()
 
@@ -364,6 +375,64 @@ class App:
         if self.writer is not None and self._window_cache is not None:
             await self.writer.flush(timeout_s=5.0)
             await self._window_cache.refresh()
+            await self._update_fleet_duty()
+
+    # --- fleet-wide figures of a sharded fleet -----------------------------------------------------
+
+    @property
+    def exports_fleet(self) -> bool:
+        """Whether this replica exports the fleet-wide figures now."""
+        return self._fleet_duty
+
+    @property
+    def _shared_store(self) -> bool:
+        """Runs go to PostgreSQL, which sharded replicas share (each SQLite file is a replica's own)."""
+        return self.store is not None and resolve_dsn(self.config.storage) is not None
+
+    def _fleet_owners(self) -> dict[str, int]:
+        """The replica that probes each enabled endpoint of the fleet."""
+        return {e.name: self.shard.owner(e.name) for e in self.full_config.enabled_endpoints}
+
+    async def _update_fleet_duty(self) -> None:
+        """Export the fleet-wide figures when no lower-numbered replica that probes something is live, i.e.
+        has a run in the shared store from the last `takeover_after(interval)`; hand them back when one
+        writes runs again. Until this replica has run that long, or without a shared store, the lower
+        replicas are presumed live (so replica 0, or the lowest one that probes something, exports)."""
+        if self.shard.count == 1:
+            return
+        owners = self._fleet_owners()
+        live: set[int] | None = None
+        after = takeover_after(self.config.schedule.interval)
+        now = time.time()
+        lower = any(i < self.shard.index for i in owners.values())
+        if lower and self.store is not None and self._shared_store and now - self._started_at >= after:
+            try:
+                recent = await self.store.last_runs(now - after)
+            except Exception as exc:  # keep the current duty; the next check tries again
+                log.warning("shard %s: cannot tell which replicas are live: %s", self.shard.label, exc)
+                return
+            live = {owners[name] for name in recent if name in owners}
+        duty = self.shard.exports_fleet(owners.values(), live)
+        if duty != self._fleet_duty and duty:
+            log.warning(
+                "shard %s: no lower replica has written a run for %.0fs: exporting the fleet-wide figures",
+                self.shard.label,
+                after,
+            )
+        elif duty != self._fleet_duty:
+            log.warning(
+                "shard %s: a lower replica is live again: fleet-wide figures left to it", self.shard.label
+            )
+        self._fleet_duty = duty
+
+    async def _fleet_duty_loop(self) -> None:
+        """Re-check the fleet duty every `FLEET_DUTY_CHECK_S` (also done after each round)."""
+        while True:
+            await asyncio.sleep(FLEET_DUTY_CHECK_S)
+            try:
+                await self._update_fleet_duty()
+            except Exception:
+                log.exception("shard %s: fleet duty check failed", self.shard.label)
 
     def _schedule_settings(self) -> tuple[float, float, RoundPlan]:
         s = self.config.schedule

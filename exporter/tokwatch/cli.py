@@ -129,10 +129,12 @@ async def _serve(
             len(app.config.endpoints),
             len(config.endpoints),
         )
-        if config.storage.dsn is None:
+        from tokwatch.storage.factory import resolve_dsn
+
+        if resolve_dsn(config.storage) is None:
             log.warning(
-                "shard %s without a shared PostgreSQL (storage.dsn): fleet figures cover this replica's "
-                "endpoints only",
+                "shard %s without a shared PostgreSQL (storage.dsn or TOKWATCH_DSN): fleet figures cover "
+                "this replica's endpoints only",
                 app.shard.label,
             )
     redacting.follow(lambda: app.keys.redactor)

@@ -357,9 +357,17 @@ _WINDOW_FAMILIES = (
 class WindowCollector(Collector):
     """`tokwatch_window_*` per endpoint and the fleet ratio, from the store cache or the memory window."""
 
-    def __init__(self, snapshot: Callable[[], WindowSnapshot], *, export_fleet: bool = True) -> None:
+    def __init__(
+        self, snapshot: Callable[[], WindowSnapshot], *, export_fleet: bool | Callable[[], bool] = True
+    ) -> None:
         self._snapshot = snapshot
-        self._export_fleet = export_fleet  # one replica of a sharded fleet exports it, the others do not
+        # One replica of a sharded fleet exports the fleet figures, the others do not; which one can change
+        # while running (a replica takes over while a lower one is down), hence a callable.
+        if callable(export_fleet):
+            self._export_fleet = export_fleet
+        else:
+            always = bool(export_fleet)
+            self._export_fleet = lambda: always
         self._parts_snapshot: WindowSnapshot | None = None  # the one `parts()` saw, for `collect_part`
         self._parts_static: tuple[str, ...] | None = None
 
@@ -373,7 +381,7 @@ class WindowCollector(Collector):
         static = self._parts_static = _static_names(snap)
         for name, fig in snap.figures.items():
             yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
-        if self._export_fleet:
+        if self._export_fleet():
             yield _FLEET, (snap.fleet, snap.ranking)
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
@@ -389,7 +397,7 @@ class WindowCollector(Collector):
         """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
         snap = self._snapshot()
         yield from self._figures(snap, list(snap.figures.values()))
-        if self._export_fleet:
+        if self._export_fleet():
             yield from self._fleet(snap)
 
     def _figures(

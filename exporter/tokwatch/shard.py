@@ -3,7 +3,11 @@
 Each endpoint goes to the replica with the highest hash of (endpoint name, replica index) — rendezvous
 hashing — so the split needs no coordination, survives restarts and config reloads, and adding a replica
 moves only the endpoints the new replica now wins (about 1/N of them), never one between old replicas.
-See docs/scaling.md.
+
+The fleet-wide figures are exported by one replica: the lowest-numbered one that probes something and is
+live. A replica counts as live while the shared store holds a run of one of its endpoints from the last
+`TAKEOVER_INTERVALS` probe intervals, so when replica 0 is down replica 1 takes over, and hands back once
+replica 0 writes runs again. See docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 ENV_SHARD = "TOKWATCH_SHARD"  # "I/N"
 ENV_INDEX = "TOKWATCH_SHARD_INDEX"  # "I", or a StatefulSet pod name such as "tokwatch-2"
 ENV_COUNT = "TOKWATCH_SHARD_COUNT"  # "N"
 _ORDINAL = re.compile(r"(\d+)$")
+# A replica without a stored run for this many intervals is taken for down (one missed round is not enough).
+TAKEOVER_INTERVALS = 3.0
 
 
 class ShardError(ValueError):
@@ -37,8 +43,22 @@ class Shard:
 
     @property
     def primary(self) -> bool:
-        """Replica 0 exports the fleet-wide figures, so Prometheus sums never count them twice."""
+        """Replica 0: it exports the fleet-wide figures unless it owns no endpoint (`exports_fleet`)."""
         return self.index == 0
+
+    def exports_fleet(self, owners: Iterable[int], live: Collection[int] | None = None) -> bool:
+        """Whether this replica exports the fleet-wide figures, so that one replica does and Prometheus sums
+        never count them twice: the lowest-numbered replica among those that probe an endpoint (`owners`:
+        the owner of every enabled endpoint) and are `live` (None: not known yet, every replica presumed
+        live). An unsharded exporter always does."""
+        if self.count == 1:
+            return True
+        probing = set(owners)
+        if not probing:
+            return self.primary
+        if self.index not in probing:
+            return False
+        return not any(i < self.index and (live is None or i in live) for i in probing)
 
     @property
     def label(self) -> str:
@@ -90,3 +110,8 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> Shard | None:
             "and a count"
         )
     return Shard(int(found.group(1)), int(count))
+
+
+def takeover_after(interval_s: float) -> float:
+    """Seconds without a stored run after which a replica is taken for down (fleet figures move on)."""
+    return TAKEOVER_INTERVALS * interval_s

@@ -1,51 +1,174 @@
 """Two sharded exporters on one fleet and one PostgreSQL, scraped by a real Prometheus, against one exporter
-of the same fleet: every query the dashboards make finds each endpoint once, as with one exporter."""
+of the same fleet scraped by another: every per-endpoint query the dashboards make returns the same series
+with the same values (exact for counts and statuses, within a tolerance for figures that depend on timing),
+and the fleet figures are exported once.
+
+Every exporter runs exactly one round, at the same planned instant (`interval: 1h`, an `offset` that puts
+the next slot ~35 s after start), after both Prometheus servers have scraped the zeroed counters: so counts
+and `increase()` agree exactly, and nothing changes while the queries run.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import math
+import re
 import sys
+import time
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 
+from dashboards import generate
+from dashboards.lint import iter_panels
 from tokwatch.shard import owner_of
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
+# ep{i} decodes at 100 x 1.5^i tok/s: neighbours 1.5x apart, so the ranking does not depend on noise.
 ENDPOINTS = [f"ep{i}" for i in range(6)]
+RATES = [100 * 1.5**i for i in range(6)]
+ROUND_IN_S = 35  # the one round starts this long after the configs are written
+TOKENS = 48
 
 
-def _exporter_config(stack: Any, dsn: str) -> dict[str, object]:
+def _dashboard_queries() -> ModuleType:
+    """tests/dashboards/test_e2e_queries.py: the Grafana-variable expansion the dashboards' queries get
+    there, and its list of dashboards (shared rather than copied)."""
+    path = Path(__file__).resolve().parents[1] / "dashboards" / "test_e2e_queries.py"
+    spec = importlib.util.spec_from_file_location("tokwatch_shards_e2e_dashboard_queries", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+QUERIES = _dashboard_queries()
+
+# Queries whose value is a count, a status code, an identity or a rank: equal in both set-ups. The first
+# metric an expression names is the one its value comes from (`x and on (endpoint) (y)` keeps x's value).
+EXACT = {
+    "tokwatch_probe_status",
+    "tokwatch_probe_runs_total",
+    "tokwatch_probe_output_tokens",
+    "tokwatch_probe_think_tokens",
+    "tokwatch_endpoint_info",
+    "tokwatch_window_uptime_ratio",
+    "tokwatch_window_runs",
+    "tokwatch_fleet_rank",
+    "tokwatch_server_up",
+}
+_METRIC = re.compile(r"\btokwatch_[a-z_]+")
+
+
+def _matches(expr: str, a: float, b: float) -> bool:
+    """Same figure in both set-ups: exactly for counts and statuses; a timed figure within 30 % (or 50 ms);
+    a histogram quantile of one run within 4x, since that run's bucket decides it and jitter can move it to
+    the next bucket."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    metric = _METRIC.search(expr)
+    if metric is not None and metric.group(0) in EXACT:
+        return a == b
+    if "histogram_quantile" in expr:
+        return a == b or (a > 0 and b > 0 and max(a, b) / min(a, b) <= 4)
+    return math.isclose(a, b, rel_tol=0.3, abs_tol=0.05)
+
+
+def _exporter_config(stack: Any, dsn: str, offset_s: int, outbox: Path) -> dict[str, object]:
     return {
-        # a busy test box may flag runs timing_disturbed: the windows must still see every endpoint
-        "schedule": {"interval": "2s", "offset": "0s", "window_includes": ["timing_disturbed"]},
-        "probe": {"warmup": False, "max_tokens": 32},
-        "storage": {"dsn": dsn, "timescale": False},
+        # one round an hour, at `offset`; a busy test box may flag runs timing_disturbed: the windows and
+        # the fleet ranking still count them
+        "schedule": {
+            "interval": "1h",
+            "offset": f"{offset_s}s",
+            "run_on_start": False,
+            "window_includes": ["timing_disturbed"],
+        },
+        "probe": {"warmup": False, "max_tokens": TOKENS},
+        "storage": {"dsn": dsn, "timescale": False, "outbox_path": str(outbox)},
         "endpoints": [
-            stack.endpoint(name, "s", "openai", f"m{i}", timeout="5s") for i, name in enumerate(ENDPOINTS)
+            stack.endpoint(name, "s", "openai", f"m{i}", timeout="10s") for i, name in enumerate(ENDPOINTS)
         ],
     }
 
 
-async def _query(session: aiohttp.ClientSession, prom: str, expr: str) -> list[dict[str, Any]]:
-    async with session.get(f"{prom}/api/v1/query", params={"query": expr}) as resp:
-        resp.raise_for_status()
-        result: list[dict[str, Any]] = (await resp.json())["data"]["result"]
-        return result
+async def _query(
+    session: aiohttp.ClientSession, prom: str, expr: str, at: float | None = None
+) -> list[dict[str, Any]]:
+    params: dict[str, str] = {"query": expr}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    async with session.get(
+        f"{prom}/api/v1/query", params=params, timeout=aiohttp.ClientTimeout(total=10)
+    ) as resp:
+        body = await resp.json()
+    assert body["status"] == "success", f"{expr}: {body}"
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
 
 
-def _by_endpoint(result: list[dict[str, Any]]) -> dict[str, float]:
-    return {r["metric"].get("endpoint", ""): float(r["value"][1]) for r in result}
+def _series(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:
+    """Labels (without job and instance, which name the scrape target) -> value."""
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for r in result:
+        labels = tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("job", "instance")))
+        assert labels not in out, f"two series with the labels {labels}"
+        out[labels] = float(r["value"][1])
+    return out
 
 
-async def test_prometheus_sees_each_endpoint_once_across_shards(
+def _without(
+    series: dict[tuple[tuple[str, str], ...], float], endpoints: set[str]
+) -> dict[tuple[tuple[str, str], ...], float]:
+    return {key: value for key, value in series.items() if dict(key).get("endpoint") not in endpoints}
+
+
+async def _scalar(session: aiohttp.ClientSession, prom: str, expr: str) -> float | None:
+    result = await _query(session, prom, expr)
+    return float(result[0]["value"][1]) if result else None
+
+
+def _start_prometheus(
+    prometheus_bin: str, kit: SimpleNamespace, stack: Any, tmp_path: Path, name: str, targets: list[int]
+) -> str:
+    port = kit.free_port()
+    config = tmp_path / f"{name}.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [
+                    {
+                        "job_name": "tokwatch",
+                        "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in targets]}],
+                    }
+                ],
+            }
+        )
+    )
+    stack.processes.start(
+        name,
+        [
+            prometheus_bin,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / f'{name}-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+    )
+    return f"http://127.0.0.1:{port}"
+
+
+async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_one_exporter(
     prometheus_bin: str, kit: SimpleNamespace, stack: Any, tmp_path: Path, pg_server: Any
 ) -> None:
-    models = [{"name": f"m{i}", "decode_tps": 200 + 100 * i, "prefill_tps": 20000} for i in range(6)]
+    models = [{"name": f"m{i}", "decode_tps": rate, "prefill_tps": 20000} for i, rate in enumerate(RATES)]
     sim_yml = tmp_path / "sim.yml"
     sim_yml.write_text(
         yaml.safe_dump({"seed": 3, "servers": [{"name": "s", "dialect": "openai", "models": models}]})
@@ -68,11 +191,13 @@ async def test_prometheus_sees_each_endpoint_once_across_shards(
             lambda: kit.http_ok(session, f"{stack.sim_url}/_sim/servers"), 30, "the simulator"
         )
         shared, alone = pg_server.new_database(), pg_server.new_database()
+        round_at = math.ceil(time.time()) + ROUND_IN_S
         ports = {name: kit.free_port() for name in ("shard0", "shard1", "single")}
         for name, port in ports.items():
             dsn = alone if name == "single" else shared
             cfg = tmp_path / f"{name}.yml"
-            cfg.write_text(yaml.safe_dump(_exporter_config(stack, dsn)))
+            config = _exporter_config(stack, dsn, round_at % 3600, tmp_path / f"{name}-outbox.jsonl")
+            cfg.write_text(yaml.safe_dump(config))
             args = [
                 sys.executable,
                 "-m",
@@ -86,78 +211,106 @@ async def test_prometheus_sees_each_endpoint_once_across_shards(
             if name != "single":
                 args += ["--shard", f"{name[-1]}/2"]
             stack.processes.start(name, args, cwd=tmp_path)
+        proms = {
+            "shards": _start_prometheus(
+                prometheus_bin, kit, stack, tmp_path, "prom-shards", [ports["shard0"], ports["shard1"]]
+            ),
+            "single": _start_prometheus(
+                prometheus_bin, kit, stack, tmp_path, "prom-single", [ports["single"]]
+            ),
+        }
+        targets = {"shards": 2, "single": 1}
 
-        owned = {f"shard{i}": [e for e in ENDPOINTS if owner_of(e, 2) == i] for i in range(2)}
-        owned["single"] = ENDPOINTS
-
-        async def all_ran() -> bool:
+        async def scraping() -> bool:
+            """Both Prometheus servers have scraped every exporter at least twice (the zeroed counters)."""
             stack.processes.check_alive()
-            for name, port in ports.items():
-                text = await stack.metrics(session, f"http://127.0.0.1:{port}")
-                if not all(
-                    f'tokwatch_probe_last_ok_timestamp_seconds{{endpoint="{e}"' in text for e in owned[name]
-                ):
+            for which, prom in proms.items():
+                if not await kit.http_ok(session, f"{prom}/-/ready"):
+                    return False
+                seen = await _scalar(session, prom, "count(count_over_time(up[1m]) >= 2 and up == 1)")
+                if seen != targets[which]:
                     return False
             return True
 
-        await kit.wait_until(all_ran, 60, "every exporter to probe its endpoints")
+        await kit.wait_until(scraping, ROUND_IN_S - 5, "Prometheus to scrape every exporter before the round")
+        assert time.time() < round_at - 1, "the set-up took longer than ROUND_IN_S: raise it"
 
-        prom_port = kit.free_port()
-        prom_config = tmp_path / "prometheus.yml"
-        prom_config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "scrape_configs": [
-                        {
-                            "job_name": "shards",
-                            "static_configs": [
-                                {"targets": [f"127.0.0.1:{ports['shard0']}", f"127.0.0.1:{ports['shard1']}"]}
-                            ],
-                        },
-                        {
-                            "job_name": "single",
-                            "static_configs": [{"targets": [f"127.0.0.1:{ports['single']}"]}],
-                        },
-                    ],
-                }
-            )
-        )
-        stack.processes.start(
-            "prometheus",
-            [
-                prometheus_bin,
-                f"--config.file={prom_config}",
-                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-            ],
-        )
-        prom = f"http://127.0.0.1:{prom_port}"
-
-        async def scraped_all() -> bool:
+        async def settled() -> bool:
+            """The round ran everywhere (each endpoint once) and the window and fleet figures include it
+            (a shard's fleet ranking needs the other shard's runs: up to one 30 s cache refresh later)."""
             stack.processes.check_alive()
-            if not await kit.http_ok(session, f"{prom}/-/ready"):
-                return False
-            up = await _query(session, prom, "up")
-            fleet = await _query(
-                session, prom, 'count(tokwatch_fleet_fastest_vs_slowest_ratio{job="shards"})'
-            )
-            return len(up) == 3 and all(r["value"][1] == "1" for r in up) and bool(fleet)
+            for prom in proms.values():
+                for expr, want in (
+                    ("sum(tokwatch_probe_runs_total)", 6),
+                    ("sum(tokwatch_probes_in_flight)", 0),
+                    ("count(tokwatch_window_uptime_ratio)", 6),
+                    ("count(tokwatch_fleet_rank)", 6),
+                ):
+                    if await _scalar(session, prom, expr) != want:
+                        return False
+            return True
 
-        await kit.wait_until(scraped_all, 60, "Prometheus to scrape all three exporters")
+        await kit.wait_until(settled, ROUND_IN_S + 70, "one round everywhere and its window figures", 1.0)
+        at = time.time()  # both Prometheus servers hold the settled figures from here on: query this instant
 
-        # The overview's per-endpoint queries: one series per endpoint, whichever replica owns it.
-        for expr in (
-            "count by (endpoint) (tokwatch_probe_decode_tokens_per_second{job=%r})",
-            "count by (endpoint) (tokwatch_endpoint_info{job=%r})",
-            "count by (endpoint) (tokwatch_probe_runs_total{job=%r, status='ok'})",
-            "count by (endpoint) (tokwatch_window_uptime_ratio{job=%r})",
+        # Every endpoint probed exactly once, in both set-ups.
+        for prom in proms.values():
+            runs = _series(await _query(session, prom, "sum by (endpoint) (tokwatch_probe_runs_total)", at))
+            assert {dict(k)["endpoint"]: v for k, v in runs.items()} == dict.fromkeys(ENDPOINTS, 1.0)
+
+        # The fleet figures: exported once across the replicas (one series per endpoint, from one replica;
+        # the dashboards' `max by` would hide a duplicate, these raw counts do not).
+        shards = proms["shards"]
+        for metric, want in (
+            ("tokwatch_fleet_rank", 6),
+            ("tokwatch_fleet_median_tokens_per_second", 6),
+            ("tokwatch_fleet_faster_than_next_ratio", 5),
+            ("tokwatch_fleet_fastest_vs_slowest_ratio", 1),
         ):
-            sharded = _by_endpoint(await _query(session, prom, expr % "shards"))
-            single = _by_endpoint(await _query(session, prom, expr % "single"))
-            assert sharded == single == dict.fromkeys(ENDPOINTS, 1.0), expr
-        # The fleet comparison is exported once across the replicas, and covers the whole fleet.
-        fleet = await _query(session, prom, 'tokwatch_fleet_fastest_vs_slowest_ratio{job="shards"}')
-        assert len(fleet) == 1
-        # ep5 and ep4 decode at 700 and 600 tok/s: a short client-timed run can put either first
-        assert fleet[0]["metric"]["fastest"] in ("ep4", "ep5") and fleet[0]["metric"]["slowest"] == "ep0"
+            assert await _scalar(session, shards, f"count({metric})") == want, metric
+            assert await _scalar(session, shards, f"count(count by (instance) ({metric}))") == 1, metric
+        ranks = _series(await _query(session, shards, "tokwatch_fleet_rank", at))
+        assert {dict(k)["endpoint"]: v for k, v in ranks.items()} == {
+            f"ep{i}": float(6 - i) for i in range(6)
+        }  # fastest first, replica 1's endpoints ranked with replica 0's
+        assert {owner_of(e, 2) for e in ENDPOINTS} == {0, 1}
+
+        # A run flagged timing_disturbed keeps no per-run figures: compare endpoints clean in both.
+        disturbed = {
+            r["metric"]["endpoint"]
+            for prom in proms.values()
+            for r in await _query(session, prom, "tokwatch_probe_timing_disturbed_total > 0", at)
+        }
+        assert len(disturbed) < len(ENDPOINTS), "every run disturbed: the machine is too busy"
+
+        compared, differences = 0, []
+        for name in QUERIES.MAY_BE_EMPTY:
+            dashboard = json.loads((generate.JSON_DIR / name).read_text(encoding="utf-8"))
+            for panel in iter_panels(dashboard):
+                for target in panel.get("targets", []):
+                    if not target.get("expr"):
+                        continue
+                    expr = QUERIES.expand(target["expr"])
+                    raw = {which: await _query(session, prom, expr, at) for which, prom in proms.items()}
+                    labels = {k for result in raw.values() for r in result for k in r["metric"]}
+                    if "endpoint" not in labels and "tokwatch_fleet_" not in expr:
+                        continue  # per instance, or over the whole fleet: not a per-endpoint figure
+                    found = {which: _series(result) for which, result in raw.items()}
+                    compared += 1
+                    if "tokwatch_fleet_" not in expr:  # the fleet figures come from the store: all runs
+                        found = {w: _without(series, disturbed) for w, series in found.items()}
+                    sharded, single = found["shards"], found["single"]
+                    where = f"{name}: {panel['title']!r} {target.get('refId')}: {expr}"
+                    if sharded.keys() != single.keys():
+                        differences.append(
+                            f"{where}\n  shards: {sorted(sharded)}\n  single: {sorted(single)}"
+                        )
+                        continue
+                    for key, value in sharded.items():
+                        if not _matches(expr, value, single[key]):
+                            differences.append(
+                                f"{where}\n  {dict(key)}: shards {value} != single {single[key]}"
+                            )
+        assert not differences, "\n".join(differences)
+        print(f"{compared} per-endpoint queries compared; disturbed endpoints left out: {sorted(disturbed)}")
+        assert compared >= 25, compared  # the overview's per-endpoint panels that have data here

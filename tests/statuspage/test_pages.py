@@ -161,20 +161,33 @@ async def test_storage_switched_off_says_so(tmp_path: Path) -> None:
     assert page.status == 200 and "storage.enabled: false" in page.body
 
 
-async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Two replicas of one config, each probing its share: either one's page has a tile per endpoint of the
+    fleet. PostgreSQL is the shared store docs/scaling.md describes; one SQLite file works on one host."""
     from tokwatch.shard import parse_shard
 
+    if backend == "postgres":
+        storage = f"dsn: '{request.getfixturevalue('pg_dsn')}', timescale: false"
+    else:
+        storage = f"sqlite_path: '{tmp_path}/tw.db'"
     async with run_sim(load_sim_config_text(SIM)) as sim:
         eps = "\n".join(
             f"  - {{name: ep{i}, kind: openai, base_url: '{sim.url}/oa/v1', model: m}}" for i in range(6)
         )
-        cfg = load_config_text(
-            f"probe: {{max_tokens: 8, warmup: false}}\n"
-            f"storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/o.jsonl'}}\n"
-            f"schedule: {{interval: 1h, run_on_start: false}}\nendpoints:\n{eps}\n",
-            "t.yml",
-        )
-        apps = [App(cfg, shard=parse_shard(f"{i}/2")) for i in range(2)]
+
+        def replica(i: int) -> App:  # each replica its own outbox, as on separate hosts
+            cfg = load_config_text(
+                f"probe: {{max_tokens: 8, warmup: false}}\n"
+                f"storage: {{{storage}, outbox_path: '{tmp_path}/o{i}.jsonl'}}\n"
+                f"schedule: {{interval: 1h, run_on_start: false}}\nendpoints:\n{eps}\n",
+                "t.yml",
+            )
+            return App(cfg, shard=parse_shard(f"{i}/2"))
+
+        apps = [replica(i) for i in range(2)]
         for app in apps:
             await app.start()
         try:
