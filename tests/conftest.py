@@ -14,6 +14,13 @@ from tokwatch.storage.devserver import LocalPostgres, find_bindir
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every process it starts) keeps default store files in its own directory: the default
+    is `./tokwatch-state`, where one test's outbox would be replayed into the next test's store."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
     """Start a real aiohttp server on 127.0.0.1 with the given routes; returns its base URL."""
