@@ -24,6 +24,7 @@ lint:
 
 dashboards:
 	$(PYTHON) dashboards/generate.py
+	$(PYTHON) deploy/kubernetes/generate.py  # the dashboards ConfigMap follows the JSON
 
 bench:
 	$(PYTHON) benchmarks/measurement_error.py

@@ -40,6 +40,7 @@ from dashboards.promql import (
     histogram_quantile,
     sel,
     status_code,
+    with_endpoint_info,
 )
 from tokwatch.config import ScheduleSettings
 from tokwatch.window import window_label
@@ -93,14 +94,15 @@ def _tiles(grid: Grid) -> None:
             "Status",
             describe(
                 "Status of the most recent timed run (exactly one per run): an incident shows here, never as "
-                "a missing tok/s number. NO RUNS until the endpoint's first run.",
+                "a missing tok/s number. NO RUNS until the endpoint's first run. Under it: the endpoint's "
+                "kind and model.",
                 REF_STATUS,
             ),
-            [prom(status_code(), "{{endpoint}}", instant=True)],
+            [prom(with_endpoint_info(status_code()), "{{kind}} · {{model}}", instant=True)],
             unit="none",
             mappings=status_mappings(),
             color_mode="background",
-            text_mode="value",
+            text_mode="value_and_name",
             no_value="NO RUNS",
         ),
         w=3,

@@ -52,3 +52,10 @@ def status_code() -> str:
         selector = sel("tokwatch_probe_status", f'status="{status.value}"')
         terms.append(f"(({selector} == 1) * {code})")
     return "max by (endpoint) (" + " or ".join(terms) + ")"
+
+
+def with_endpoint_info(expr: str) -> str:
+    """`expr` per endpoint with the endpoint's `kind` and `model` labels joined from tokwatch_endpoint_info,
+    so a tile can name what it measures (the info series is 1; `max by` folds shards and instances)."""
+    info = f"max by (endpoint, kind, model) ({sel('tokwatch_endpoint_info')})"
+    return f"({expr}) * on (endpoint) group_left (kind, model) {info}"

@@ -12,7 +12,7 @@ from grafanalib import core as g
 
 from dashboards import generate, panels
 from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, layout_problems
-from dashboards.promql import STATUS_CODES, divide, status_code
+from dashboards.promql import STATUS_CODES, divide, status_code, with_endpoint_info
 from tokwatch.result import Status
 
 MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap", "histogram"}
@@ -246,7 +246,12 @@ def test_status_pill_maps_every_status_to_text() -> None:
         assert texts == {STATUS_CODES[s]: s.value.replace("_", " ").upper() for s in Status}
         assert texts[STATUS_CODES[Status.TIMEOUT]] == "TIMEOUT"
         assert texts[STATUS_CODES[Status.RATE_LIMITED]] == "RATE LIMITED"
-        assert panel["targets"][0]["expr"] == status_code().replace("$endpoint", "$endpoint")
+        assert status_code() in panel["targets"][0]["expr"]
+    tile = _panel(MODELS["tokwatch-overview.json"], "Status")
+    # The tile names what it measures: kind and model joined from tokwatch_endpoint_info under the pill.
+    assert tile["targets"][0]["expr"] == with_endpoint_info(status_code())
+    assert tile["targets"][0]["legendFormat"] == "{{kind}} · {{model}}"
+    assert tile["options"]["textMode"] == "value_and_name"
     timeline = _panel(MODELS["tokwatch-overview.json"], "Status timeline")
     assert timeline["type"] == "state-timeline"
 
