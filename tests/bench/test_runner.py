@@ -337,3 +337,23 @@ async def test_connection_errors_after_a_success_back_off_doubling(tmp_path, ser
     for send, (at, pause) in zip(sends, planned, strict=False):
         assert at - 0.005 <= send <= at + 0.1 + pause / 2, (sends, planned)
     assert [p for _, p in planned[: len(sends)]] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0]
+
+
+async def test_a_blocked_client_loop_is_flagged_on_the_requests_and_in_the_health_checks(
+    tmp_path, stream_server
+):
+    import time
+
+    stream_server.gap = 0.01
+    loop = asyncio.get_running_loop()
+    # 150 ms in, while two 8-token requests stream, the client's loop is blocked for 40 ms (as a full
+    # garbage collection or a CPU-starved process would): every stamp taken meanwhile is late.
+    loop.call_later(0.15, time.sleep, 0.04)
+    outcome, out_dir = await _bench(tmp_path, stream_server.url, concurrency=2, number=8)
+    stalled = [r for r in outcome.measured if (r.max_stall_s or 0.0) >= 0.03]
+    assert 1 <= len(stalled) <= 4  # the requests in flight then, not the others
+    assert all(r.max_stall_s is not None for r in outcome.measured)  # watched, not guessed
+    health = (out_dir / "health_checks.txt").read_text()
+    assert "[FAIL] client timing:" in health and "/8 requests streamed while" in health
+    rows = [json.loads(line) for line in (out_dir / "request_level_metrics.jsonl").read_text().splitlines()]
+    assert sum(1 for r in rows if (r["max_stall_s"] or 0.0) >= 0.03) == len(stalled)
