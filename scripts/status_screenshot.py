@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -304,7 +306,10 @@ def measure_layout(
     browser: str, urls: list[str], width: int = PHONE[0], height: int = PHONE[1]
 ) -> list[dict[str, Any]]:
     """Load each URL in headless Chromium at a `width` px wide mobile viewport and measure its layout."""
-    with tempfile.TemporaryDirectory(prefix="tokwatch-cdp-") as profile:
+    # Chromium's helper processes outlive a terminated browser for a moment and keep writing to the profile:
+    # the browser runs in its own session so the whole group is stopped, and a file written late does not
+    # fail the clean-up.
+    with tempfile.TemporaryDirectory(prefix="tokwatch-cdp-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [
                 browser,
@@ -320,6 +325,7 @@ def measure_layout(
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             active = Path(profile) / "DevToolsActivePort"
@@ -331,12 +337,22 @@ def measure_layout(
             port = int(active.read_text().splitlines()[0])
             return asyncio.run(_measure(port, urls, width, height))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the browser's process group, SIGKILL if it has not ended within 15 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+    with contextlib.suppress(ProcessLookupError):  # helpers still alive after the browser ended
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 # --- main ------------------------------------------------------------------------------------------------
