@@ -3,15 +3,13 @@ whose saturation point is known from its `max_running` and decode rate."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.bench.processes import tokwatch_cli
 from tokwatch.bench.capacity import Capacity, parse_sweep, run_capacity, table_lines, write_capacity
 from tokwatch.bench.config import BenchOptions, build_options
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
@@ -125,19 +123,8 @@ async def test_fluid_search_against_the_simulator_finds_its_knee(sim_url: str, t
         "--search", "fluid", "--search-start", "10", "--search-tolerance", "0.1",
         "--fluidity-prefill-deadline", "150ms", "--search-max-points", "9",
     ]  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokwatch", "bench", *argv,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MPLBACKEND": "Agg"},
-    )  # fmt: skip
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), 240)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = err.decode()
-    assert proc.returncode == ExitCode.OK, text[-3000:]
+    code, _, text = await tokwatch_cli("bench", *argv, limit_s=240)
+    assert code == ExitCode.OK, text[-3000:]
     assert "fluid token generation rate:" in text
     data = json.loads((out / "capacity.json").read_text())
     rate = data["fluid_token_generation_rate"]
@@ -168,19 +155,8 @@ def test_table_names_the_result() -> None:
 
 
 async def _run_bench(*argv: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokwatch", "bench", *argv,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MPLBACKEND": "Agg"},
-    )  # fmt: skip
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), 150)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, err.decode()
+    code, _, err = await tokwatch_cli("bench", *argv, limit_s=150)
+    return code, err
 
 
 async def test_concurrency_sweep_runs_one_full_point_per_value(sim_url: str, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import sys
 import aiohttp
 from rich.console import Console
 
+from tests.bench.processes import sim_process
 from tokwatch.bench.commands import add_commands
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
@@ -122,42 +123,28 @@ async def test_live_metrics_are_served_during_the_run(tmp_path, stream_server):
 
 
 async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_path):
-    port = _free_port()
-    cfg = tmp_path / "sim.yml"
-    cfg.write_text(f"listen: 127.0.0.1:{port}\nservers:\n  - name: oa\n    dialect: openai\n"
-                   "    models:\n      - {name: m, decode_tps: 4000, prefill_tps: 200000}\n")  # fmt: skip
-    sim = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokwatch", "sim", "--config", str(cfg),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    config = ("listen: 127.0.0.1:{port}\nservers:\n  - name: oa\n    dialect: openai\n"
+              "    models:\n      - {{name: m, decode_tps: 4000, prefill_tps: 200000}}\n")  # fmt: skip
     bench = None
     out = tmp_path / "run"
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(200):
-                try:
-                    async with session.get(f"http://127.0.0.1:{port}/oa/v1/models") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
-        bench = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/oa/v1",
-            "--model", "m",
-            "--concurrency", "8", "--duration", "120", "--output-tokens", "16", "--output-dir", str(out),
-            "--no-server-metrics",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "MPLBACKEND": "Agg"},
-        )  # fmt: skip
-        await asyncio.sleep(4)  # successes first: the old fail-fast only looked before the first one
-        sim.kill()
-        await sim.wait()
-        _, err = await asyncio.wait_for(bench.communicate(), timeout=60)
-    finally:
-        for proc in (sim, bench):
-            if proc is not None and proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with sim_process(tmp_path, config) as (sim, port):
+        try:
+            bench = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/oa/v1",
+                "--model", "m",
+                "--concurrency", "8", "--duration", "120", "--output-tokens", "16", "--output-dir", str(out),
+                "--no-server-metrics",
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "MPLBACKEND": "Agg"},
+            )  # fmt: skip
+            await asyncio.sleep(4)  # successes first: the old fail-fast only looked before the first one
+            sim.kill()
+            await sim.wait()
+            _, err = await asyncio.wait_for(bench.communicate(), timeout=60)
+        finally:
+            if bench is not None and bench.returncode is None:
+                bench.kill()
+                await bench.wait()
     text = err.decode()
     assert bench.returncode == ExitCode.INCOMPLETE == 3, text
     assert "INCOMPLETE (failing)" in text and "in a row failed" in text and "Traceback" not in text

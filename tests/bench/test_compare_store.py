@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import sqlite3
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.bench.processes import tokwatch_cli
 from tokwatch.bench.compare import run_compare
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import write_run
@@ -207,23 +206,6 @@ servers:
 """
 
 
-async def _tokwatch(*argv: str) -> tuple[int, str, str]:
-    """`python -m tokwatch ...` in its own process, as a user or a CI job runs it."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokwatch", *argv,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MPLBACKEND": "Agg"},
-    )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 async def test_real_bench_runs_compare_from_the_store(tmp_path: Path) -> None:
     async with run_sim(load_sim_config_text(SIM)) as sim:
         cfg = tmp_path / "tokwatch.yml"
@@ -237,7 +219,7 @@ async def test_real_bench_runs_compare_from_the_store(tmp_path: Path) -> None:
         )
         ids = []
         for name in ("fast", "slow"):
-            code, _, err = await _tokwatch(
+            code, _, err = await tokwatch_cli(
                 "bench", "-c", str(cfg), "--endpoint", name, "--number", "12", "--concurrency", "2",
                 "--output-tokens", "8", "--input-tokens", "16", "--no-server-metrics",
                 "--live-interval", "60", "--output-dir", str(tmp_path / name),
@@ -246,12 +228,12 @@ async def test_real_bench_runs_compare_from_the_store(tmp_path: Path) -> None:
             ids.append(json.loads((tmp_path / name / "summary.json").read_text())["run_id"])
     gate = ("--gate", "tpot:p50", "--format", "json")
     fast, slow = str(tmp_path / "fast"), str(tmp_path / "slow")
-    code, out, err = await _tokwatch("bench", "compare", fast, slow, *gate)
+    code, out, err = await tokwatch_cli("bench", "compare", fast, slow, *gate)
     assert code == 1, err
     from_dirs = json.loads(out)
     assert from_dirs["regressions"] == ["tpot:p50"]  # 200 vs 2000 tok/s decode
     for a, b in ((ids[0], ids[1]), (f"store:{ids[0][:8]}", slow)):
-        code, out, err = await _tokwatch("bench", "compare", a, b, "-c", str(cfg), *gate)
+        code, out, err = await tokwatch_cli("bench", "compare", a, b, "-c", str(cfg), *gate)
         assert code == 1, err
         doc = json.loads(out)
         assert doc["rows"] == from_dirs["rows"] and doc["regressions"] == ["tpot:p50"]

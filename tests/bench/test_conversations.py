@@ -3,17 +3,14 @@ conversation run against the simulator (a subprocess) whose prefix cache reports
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import aiohttp
 import pytest
 from rich.console import Console
 
+from tests.bench.processes import sim_process
 from tokwatch.bench.config import build_options
 from tokwatch.bench.conversations import cache_rates, trace_summary, turn_summary
 from tokwatch.bench.request_metrics import RequestRecord
@@ -86,35 +83,11 @@ def test_no_cached_tokens_reported_gives_no_real_rate(make_record):
     assert trace_summary(records, 1)["traces"][0]["cache_hit_rate"] is None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def sim_root(tmp_path: Path) -> AsyncIterator[str]:
     """`python -m tokwatch sim` in a subprocess: servers oa (prefix cache), nocache and vl (vLLM dialect)."""
-    port = _free_port()
-    cfg = tmp_path / "sim.yml"
-    cfg.write_text(SIM.format(port=port))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokwatch", "sim", "--config", str(cfg),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(200):
-                try:
-                    async with session.get(f"http://127.0.0.1:{port}/oa/v1/models") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+    async with sim_process(tmp_path, SIM) as (_, port):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        await proc.wait()
 
 
 async def _run(tmp_path: Path, url: str, name: str, **kw) -> tuple[dict, Path]:

@@ -1,14 +1,12 @@
 """`tokwatch bench --config` writes the run and its requests to the configured store (real simulator, real
 SQLite file, the command run as a user runs it in a separate process)."""
 
-import asyncio
 import json
-import os
 import sqlite3
-import sys
 
 import pytest
 
+from tests.bench.processes import tokwatch_cli
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
 
@@ -41,19 +39,11 @@ def _config(tmp_path, sim, storage):
 
 async def _bench(*argv):
     """Run `python -m tokwatch bench ...`; returns (exit code, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tokwatch", "bench", *argv, "--no-server-metrics", "--output-tokens", "6",
-        "--input-tokens", "16", "--live-interval", "60",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MPLBACKEND": "Agg"},
+    code, _, err = await tokwatch_cli(
+        "bench", *argv, "--no-server-metrics", "--output-tokens", "6", "--input-tokens", "16",
+        "--live-interval", "60",
     )  # fmt: skip
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), 120)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    return proc.returncode, err.decode()
+    return code, err
 
 
 def _tables(db):

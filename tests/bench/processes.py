@@ -1,0 +1,66 @@
+"""`tokwatch` commands and simulators as separate processes, as a user or a CI job runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+
+
+async def tokwatch_cli(*argv: str, limit_s: float = 120.0) -> tuple[int, str, str]:
+    """`python -m tokwatch ARGV`; returns (exit code, stdout, stderr). Killed after `limit_s`."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tokwatch", *argv,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), limit_s)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def sim_process(
+    tmp_path: Path, config: str, ready_path: str = "/oa/v1/models"
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """`python -m tokwatch sim` with `config` (`{port}` filled in), once `ready_path` answers 200 (10 s at
+    most); yields (process, port) and kills it on exit."""
+    port = _free_port()
+    path = tmp_path / "sim.yml"
+    path.write_text(config.format(port=port))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tokwatch", "sim", "--config", str(path),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(100):
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}{ready_path}") as resp:
+                        if resp.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        yield proc, port
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
