@@ -7,8 +7,9 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 
@@ -20,6 +21,8 @@ from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
 from tokwatch.config import Config, ConfigError, load_config
 from tokwatch.measurement import new_loop
+
+T = TypeVar("T")
 
 # Flags whose value is copied into the options when given (argparse dest == option name).
 _VALUE_FLAGS = (
@@ -253,20 +256,9 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
             raise asyncio.CancelledError
         return outcome, directory
 
-    async def main() -> Any:
-        task = asyncio.create_task(run_capacity(opts, out_dir, point))
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        try:
-            return await task
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-            loop.remove_signal_handler(signal.SIGTERM)
-
     try:
         with asyncio.Runner(loop_factory=new_loop) as runner:
-            cap = runner.run(main())
+            cap = runner.run(_cancel_on_signals(run_capacity(opts, out_dir, point)))
     except asyncio.CancelledError:
         console.print(f"capacity run interrupted after {len(outcomes)} point(s); results in {out_dir}")
         return ExitCode.INCOMPLETE
@@ -318,7 +310,12 @@ def _store(outcome: BenchOutcome, config: Config, opts: BenchOptions, console: C
 async def _main(opts: BenchOptions, console: Console) -> tuple[BenchOutcome, Any]:
     from tokwatch.bench.session import run_bench
 
-    task = asyncio.create_task(run_bench(opts, console=console))
+    return await _cancel_on_signals(run_bench(opts, console=console))
+
+
+async def _cancel_on_signals(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` as a task that SIGINT (Ctrl-C) and SIGTERM cancel, so it writes what it has and ends."""
+    task = asyncio.create_task(work)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, task.cancel)
     loop.add_signal_handler(signal.SIGTERM, task.cancel)
