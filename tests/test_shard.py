@@ -65,13 +65,17 @@ SIM = "seed: 9\nservers:\n" + "".join(
 )
 
 
-def fleet_config(sim_url: str, dsn: str) -> str:
+def fleet_config(
+    sim_url: str, dsn: str, endpoints: int = 8, servers: str = "ab", max_tokens: int = 32
+) -> str:
+    """`endpoints` OpenAI endpoints, endpoint i on the simulated server named by letter i of `servers`."""
     lines = "\n".join(
-        f"  - {{name: ep{i}, kind: openai, base_url: '{sim_url}/{'ab'[i % 2]}/v1', model: m{i}}}"
-        for i in range(8)
+        f"  - {{name: ep{i}, kind: openai, base_url: '{sim_url}/{servers[i % len(servers)]}/v1', "
+        f"model: m{i}}}"
+        for i in range(endpoints)
     )
     return f"""
-probe: {{max_tokens: 32, warmup: false}}
+probe: {{max_tokens: {max_tokens}, warmup: false}}
 schedule: {{interval: 1h, run_on_start: false, window_includes: [timing_disturbed]}}
 storage: {{dsn: '{dsn}', timescale: false}}
 endpoints:
@@ -175,20 +179,6 @@ REBALANCE_SIM = "seed: 13\nservers:\n" + "".join(
 )
 
 
-def rebalance_config(sim_url: str, dsn: str) -> str:
-    lines = "\n".join(
-        f"  - {{name: ep{i}, kind: openai, base_url: '{sim_url}/{'abc'[i % 3]}/v1', model: m{i}}}"
-        for i in range(REBALANCE)
-    )
-    return f"""
-probe: {{max_tokens: 8, warmup: false}}
-schedule: {{interval: 1h, run_on_start: false, window_includes: [timing_disturbed]}}
-storage: {{dsn: '{dsn}', timescale: false}}
-endpoints:
-{lines}
-"""
-
-
 async def _round_of_shards(config: Config, count: int, tmp_path: Path) -> dict[str, int]:
     """Start `count` replicas of one config, run one round on each at once, stop them: endpoint -> the
     replica that probed it (each endpoint probed once, or the test fails)."""
@@ -216,7 +206,7 @@ async def test_a_third_shard_takes_its_share_and_nothing_else_moves(
     change replica are exactly the new replica's (about a third), never one between the old replicas."""
     async with run_sim(load_sim_config_text(REBALANCE_SIM)) as sim:
         dsn = pg_server.new_database()
-        config = load_config_text(rebalance_config(sim.url, dsn))
+        config = load_config_text(fleet_config(sim.url, dsn, REBALANCE, "abc", max_tokens=8))
         names = sorted(e.name for e in config.endpoints)
         # An unsharded App on the same database, to read the shared store between the rounds.
         store_app = App(own_outbox(config, tmp_path / "reader.jsonl"), instance="reader")
