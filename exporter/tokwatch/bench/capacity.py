@@ -289,15 +289,19 @@ def _plot(cap: Capacity, path: Path) -> Path | None:
                     ax.plot([s[0] for s in shown], [s[1] for s in shown], style, label=label)
             for name, threshold in _slo_line(cap, metric):
                 ax.axhline(threshold * 1e3, color="red", linestyle=":", label=f"SLO {name}")
-            for p, xi in zip(pts, x, strict=True):
-                ax.annotate(f"{p.value:g}", (xi, (p.ttft_p50_s if metric == "ttft" else p.tbt_p50_s) or 0.0),
-                            fontsize=7, textcoords="offset points", xytext=(3, 3))  # fmt: skip
+            for p, xi, y in zip(pts, x, p50, strict=True):
+                if y is not None:  # labelled where its p50 is drawn (ms)
+                    ax.annotate(f"{p.value:g}", (xi, y * 1e3), fontsize=7, textcoords="offset points",
+                                xytext=(3, 3))  # fmt: skip
+            drawn = [v for v in (*p50, *p99) if v is not None and v > 0]
+            if drawn and max(drawn) > 100 * min(drawn):  # past saturation TTFT spans orders of magnitude
+                ax.set_yscale("log")
             ax.set_xlabel("output tokens/s (achieved)")
             ax.set_ylabel(f"{metric.upper()} (ms)")
             ax.set_title(f"{metric.upper()} vs throughput ({cap.dimension} labelled)")
             ax.legend(fontsize=8)
         if cap.result_rate is not None:
-            fig.suptitle(f"{cap.mode} capacity: {cap.result_rate:.3g} req/s")
+            fig.suptitle(f"{cap.mode} capacity: {cap.result_rate:.4g} req/s")
         fig.tight_layout()
         fig.savefig(path, dpi=80)
     finally:
@@ -327,9 +331,9 @@ def table_lines(cap: Capacity) -> list[str]:
     if cap.mode != "sweep":
         name = "fluid token generation rate" if cap.mode == "fluid" else "SLO capacity"
         lo, hi = cap.bracket
-        found = "not found" if cap.result_rate is None else f"{cap.result_rate:.3g} req/s"
+        found = "not found" if cap.result_rate is None else f"{cap.result_rate:.4g} req/s"
         lines.append(
-            f"{name}: {found} (highest pass {f(lo, fmt='.3g')}, lowest fail {f(hi, fmt='.3g')}, "
+            f"{name}: {found} (highest pass {f(lo, fmt='.4g')}, lowest fail {f(hi, fmt='.4g')}, "
             f"tolerance {cap.tolerance:.0%}, {len(cap.points)} points in {cap.wall_s:.0f}s, {cap.stopped_by})"
         )
     return lines
