@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import inspect
 import logging
 import os
 import socket
@@ -186,9 +187,12 @@ class App:
         gc.freeze()
         self._started = True
         self._started_at = time.time()
-        self._tasks.add(asyncio.create_task(self._prerender_loop(), name="tokwatch-prerender"))
-        if self.shard.count > 1 and self._shared_store:
-            self._tasks.add(asyncio.create_task(self._fleet_duty_loop(), name="tokwatch-fleet-duty"))
+        # Changed /metrics parts rendered in the background, so a scrape joins ready bytes
+        # (docs/methodology.md, "Measurement isolation"); a part that failed is rendered by the scrape.
+        self._every(PRERENDER_INTERVAL_S, self.exposition.prerender, "pre-rendering /metrics")
+        if self.shard.count > 1 and self._shared_store:  # also checked after each round
+            what = f"shard {self.shard.label}: fleet duty check"
+            self._every(FLEET_DUTY_CHECK_S, self._update_fleet_duty, what)
         if schedule:
             await self._start_scheduler()
 
@@ -205,15 +209,21 @@ class App:
         )
         self._tasks.add(asyncio.create_task(self._scheduler.supervise(), name="tokwatch-scheduler"))
 
-    async def _prerender_loop(self) -> None:
-        """Render changed /metrics parts each second, so a scrape joins ready bytes (docs/methodology.md,
-        "Measurement isolation"); a render error is logged and the scrape renders that part itself."""
-        while True:
-            await asyncio.sleep(PRERENDER_INTERVAL_S)
-            try:
-                self.exposition.prerender()
-            except Exception:
-                log.exception("pre-rendering /metrics failed")
+    def _every(self, seconds: float, work: Callable[[], object], what: str) -> None:
+        """Run `work` (a function or a coroutine function) every `seconds` until stop; a failure is logged
+        and the next turn tries again."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    result = work()
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    log.exception("%s failed", what)
+
+        self._tasks.add(asyncio.create_task(loop(), name=f"tokwatch-{what}"))
 
     @property
     def ready(self) -> bool:
@@ -425,14 +435,6 @@ class App:
             )
         self._fleet_duty = duty
 
-    async def _fleet_duty_loop(self) -> None:
-        """Re-check the fleet duty every `FLEET_DUTY_CHECK_S` (also done after each round)."""
-        while True:
-            await asyncio.sleep(FLEET_DUTY_CHECK_S)
-            try:
-                await self._update_fleet_duty()
-            except Exception:
-                log.exception("shard %s: fleet duty check failed", self.shard.label)
 
     def _schedule_settings(self) -> tuple[float, float, RoundPlan]:
         s = self.config.schedule

@@ -1,4 +1,5 @@
-"""Request options shared by probe and benchmark: fixed-length output, the timed run's unique prefix."""
+"""Request options shared by probe and benchmark: fixed-length output, `extra_body` merging, the timed
+run's unique prefix."""
 
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ def fixed_output_fields(kind: str, max_tokens: int) -> dict[str, Any]:
 def wants_fixed_output(kind: str, setting: bool | None) -> bool:
     """`probe.fixed_output`: None (default) means yes where the kind supports it, never for others."""
     return kind in FIXED_LENGTH_KINDS if setting is None else setting and kind != "ollama"
+
+
+def merge_body(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`body` updated with `extra`; nested objects (e.g. `options`, `stream_options`) merge key by key."""
+    out = dict(body)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_body(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def unique_prefix() -> str:

@@ -27,7 +27,7 @@ def test_body_requests_continuous_usage(make_ctx) -> None:
     ctx = make_ctx(
         "http://127.0.0.1:1/v1", "vllm", endpoint={"extra_body": {"stream_options": {"x": 1}, "top_k": 5}}
     )
-    from tokwatch.probes.openai import merge_body
+    from tokwatch.request_options import merge_body
 
     body = merge_body(VllmProbe().body(ctx, plan_for(ctx)), ctx.endpoint.extra_body)
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True, "x": 1}

@@ -10,14 +10,13 @@ and `increase()` agree exactly, and nothing changes while the queries run.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
 import sys
 import time
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -26,6 +25,7 @@ import yaml
 
 from dashboards import generate
 from dashboards.lint import iter_panels
+from tests.dashboards import test_e2e_queries as dashboard_queries
 from tokwatch.shard import owner_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -37,19 +37,8 @@ ROUND_IN_S = 35  # the one round starts this long after the configs are written
 TOKENS = 48
 
 
-def _dashboard_queries() -> ModuleType:
-    """tests/dashboards/test_e2e_queries.py: the Grafana-variable expansion the dashboards' queries get
-    there, and its list of dashboards (shared rather than copied)."""
-    path = Path(__file__).resolve().parents[1] / "dashboards" / "test_e2e_queries.py"
-    spec = importlib.util.spec_from_file_location("tokwatch_shards_e2e_dashboard_queries", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-QUERIES = _dashboard_queries()
+# The Grafana-variable expansion and the dashboard list of the dashboards' own e2e test, shared not copied.
+QUERIES = dashboard_queries
 
 # Queries whose value is a count, a status code, an identity or a rank: equal in both set-ups. The first
 # metric an expression names is the one its value comes from (`x and on (endpoint) (y)` keeps x's value).

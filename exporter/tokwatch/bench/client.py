@@ -16,14 +16,12 @@ from tokwatch import status as status_mod
 from tokwatch import timing
 from tokwatch.bench.fluidity import fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.tokens import CharEstimate, TokenCounter
 from tokwatch.bench.workload import Message
 from tokwatch.config import server_root
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
-from tokwatch.probes.openai import merge_body
 from tokwatch.redact import Redactor
-from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields
+from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields, merge_body
 from tokwatch.result import Status
 from tokwatch.streams import OllamaStreamParser, OpenAIStreamParser, StreamCollector, TextDelta
 
@@ -220,9 +218,3 @@ def _fill_figures(
             record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s
         )
 
-
-def estimate_prompt_tokens(messages: Sequence[Message], counter: TokenCounter | None = None) -> int:
-    """Client count of a prompt's tokens (used only when the server reports none): the --tokenizer's, else
-    about 4 characters per token."""
-    counter = counter or CharEstimate()
-    return sum(counter.count(m["content"]) for m in messages)

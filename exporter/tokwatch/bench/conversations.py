@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from tokwatch.bench.aggregate import summarize
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.stats import percentile_sorted
 
 TRACE_FIGURES = (
     "latency_s",
@@ -19,6 +19,7 @@ TRACE_FIGURES = (
     "eligible_cache_hit_rate",
 )
 TRACE_STATS = ("mean", "p50", "p90", "p99", "max")
+TTFT_STATS = ("mean", "p50", "p99")
 
 
 def is_multi_turn(records: Sequence[RequestRecord]) -> bool:
@@ -30,14 +31,10 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
-def _ttft_stats(values: list[float]) -> dict[str, float | int | None]:
-    data = sorted(values)
-    return {
-        "count": len(data),
-        "mean": math.fsum(data) / len(data) if data else None,
-        "p50": percentile_sorted(data, 50) if data else None,
-        "p99": percentile_sorted(data, 99) if data else None,
-    }
+def _stats(values: list[float], keys: Sequence[str]) -> dict[str, float | int | None]:
+    """`count` and the named figures of `aggregate.summarize` (None when there is no value)."""
+    full = summarize(values)
+    return {"count": full["count"], **{k: full[k] for k in keys}}
 
 
 def cache_rates(records: Sequence[RequestRecord]) -> dict[str, float | None]:
@@ -74,8 +71,8 @@ def turn_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
         "requests_reporting_cached_tokens": sum(1 for r in ok if r.cached_tokens is not None),
         "turns_per_request_mean": _ratio(sum(r.turns or 0 for r in ok), len(ok)),
         **cache_rates(ok),
-        "ttft_first_turn": _ttft_stats(first),
-        "ttft_later_turns": _ttft_stats(later),
+        "ttft_first_turn": _stats(first, TTFT_STATS),
+        "ttft_later_turns": _stats(later, TTFT_STATS),
     }
 
 
@@ -106,20 +103,6 @@ def _trace(turns: list[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def _stats(values: list[float]) -> dict[str, float | int | None]:
-    data = sorted(values)
-    if not data:
-        return {"count": 0, **{k: None for k in TRACE_STATS}}
-    return {
-        "count": len(data),
-        "mean": math.fsum(data) / len(data),
-        "p50": percentile_sorted(data, 50),
-        "p90": percentile_sorted(data, 90),
-        "p99": percentile_sorted(data, 99),
-        "max": data[-1],
-    }
-
-
 def traces(records: Sequence[RequestRecord]) -> tuple[list[dict[str, Any]], int]:
     """(figures of every completed conversation, conversations started). Completed: every turn ok."""
     by_id: dict[int, list[RequestRecord]] = {}
@@ -142,6 +125,9 @@ def trace_summary(records: Sequence[RequestRecord], schema_version: int) -> dict
     return {
         "schema_version": schema_version,
         "conversations": {"started": started, "completed": len(done), "abandoned": started - len(done)},
-        "figures": {name: _stats([t[name] for t in done if t[name] is not None]) for name in TRACE_FIGURES},
+        "figures": {
+            name: _stats([t[name] for t in done if t[name] is not None], TRACE_STATS)
+            for name in TRACE_FIGURES
+        },
         "traces": done,
     }

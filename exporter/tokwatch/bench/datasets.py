@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokwatch.bench.tokens import CharEstimate, TokenCounter
+from tokwatch.bench.tokens import CharEstimate, TokenCounter, count_messages
 from tokwatch.bench.workload import Conversation, LengthRange, Message, RequestSpec, Turn, WorkloadError
 
 # ShareGPT `from` values: every name seen for the user and the assistant side.
@@ -287,7 +287,7 @@ def load_prompts(
                 "dataset",
                 msgs,
                 max_tokens=e.max_tokens or output_tokens.sample(rng),
-                prompt_tokens_target=sum(counter.count(m["content"]) for m in msgs),
+                prompt_tokens_target=count_messages(msgs, counter),
             )
         )
     return specs

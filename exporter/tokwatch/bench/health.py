@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -168,10 +169,7 @@ def _prompt_length(measured: Sequence[RequestRecord]) -> list[Check]:
     targets = [t for t, _ in pairs]
     if max(targets) >= 1.5 * min(targets):
         n = len(pairs)
-        mean_t = sum(targets) / n
-        mean_c = sum(c for _, c in pairs) / n
-        slope = sum((t - mean_t) * (c - mean_c) for t, c in pairs) / sum((t - mean_t) ** 2 for t in targets)
-        overhead = mean_c - slope * mean_t
+        slope, overhead = statistics.linear_regression(targets, [c for _, c in pairs])
         ok = abs(slope - 1) <= LENGTH_TOLERANCE and -8 <= overhead <= 4 * TEMPLATE_ALLOWANCE_TOKENS
         detail = (
             f"server-counted prompt tokens = {slope:.2f} x target + {overhead:.0f} over {n} requests "

@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.bench.arrivals import arrival_offsets, sleep_until
-from tokwatch.bench.client import Deadlines, Target, estimate_prompt_tokens, execute
+from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.tokens import token_counter
+from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
@@ -150,7 +150,7 @@ class BenchRunner:
         finally:
             state.in_flight -= 1
         if record.prompt_tokens is None and record.ok:
-            record.prompt_tokens = estimate_prompt_tokens(messages, self._counter)
+            record.prompt_tokens = count_messages(messages, self._counter)  # the server reported none
         state.records.append(record)
         if self._on_record is not None:
             self._on_record(record)
@@ -190,8 +190,7 @@ class BenchRunner:
         """Wait out the back-off after connection errors (at once when the run is stopped)."""
         delay = self._resume_at - time.perf_counter()
         if delay > 0 and not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+            await self._pause(delay)
 
     def _stop(self, reason: str, message: str) -> None:
         if self.state.stop_reason is None:
@@ -392,12 +391,12 @@ class BenchRunner:
         record.fixed_output = self._fixed(turn.fixed_output)
         record.history_tokens = history_tokens
         new = turn.tokens if turn.tokens is not None else self._counter.count(turn.text)
-        before = history_tokens if index else sum(self._counter.count(m["content"]) for m in _system(conv))
+        before = history_tokens if index else count_messages(_system(conv), self._counter)
         record.prompt_tokens_target = before + new
         return record
 
     async def _pause(self, seconds: float) -> None:
-        """A trace's wait before the next turn (a tool call, the user typing); ends early when stopped."""
+        """Wait `seconds` (a back-off, a trace's wait before the next turn); ends early when stopped."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 

@@ -35,8 +35,8 @@ from tokwatch.bench.workload import (
 )
 from tokwatch.config import ConfigError, load_config, parse_listen, server_root
 from tokwatch.measurement import loop_name
-from tokwatch.probes.openai import merge_body
 from tokwatch.redact import Redactor
+from tokwatch.request_options import merge_body
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 _WORD_TEXT = (
@@ -103,6 +104,13 @@ class HFTokenizer:
         # Words that merge across spaces: cut the token ids themselves.
         ids = self._tok.encode(text, add_special_tokens=False).ids[:tokens]
         return str(self._tok.decode(ids))
+
+
+def count_messages(messages: Iterable[Mapping[str, str]], counter: TokenCounter | None = None) -> int:
+    """Client count of a prompt's tokens, message contents only (the chat template adds its own): the
+    --tokenizer's, else about 4 characters per token."""
+    counter = counter or CharEstimate()
+    return sum(counter.count(m["content"]) for m in messages)
 
 
 @functools.lru_cache(maxsize=4)

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from tokwatch import status as status_mod
 from tokwatch.config import server_root
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.request_options import fixed_output_fields, unique_prefix, wants_fixed_output
+from tokwatch.request_options import fixed_output_fields, merge_body, unique_prefix, wants_fixed_output
 from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.streams import (
     OpenAIStreamParser,
@@ -51,17 +51,6 @@ class RequestPlan:
     max_tokens: int
     prompt: str
     system_prompt: str | None
-
-
-def merge_body(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`body` updated with `extra`; nested objects (e.g. `options`, `stream_options`) merge key by key."""
-    out = dict(body)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_body(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def plan_for(ctx: ProbeContext, *, timed: bool = False) -> RequestPlan:
