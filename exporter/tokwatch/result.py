@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from tokwatch.stats import percentile
+
 
 class Status(StrEnum):
     """Exactly one per run (docs/methodology.md, "Status")."""
@@ -98,15 +100,6 @@ class RunResult:
         """True when the run counts towards tok/s averages."""
         return self.status is Status.OK
 
-    @property
-    def normalized_latency_s(self) -> float | None:
-        """E2E seconds per generated token, reasoning tokens included (`timing.normalized_latency`)."""
-        from tokwatch.timing import normalized_latency  # timing imports this module
-
-        return normalized_latency(self.e2e_s, (self.output_tokens or 0) + (self.think_tokens or 0))
-
     def itl_percentile(self, q: float) -> float | None:
         """Percentile (0-100) of the per-token inter-token latency, None without a stream."""
-        from tokwatch.stats import percentile
-
         return percentile(self.itl_s, q) if self.itl_s else None

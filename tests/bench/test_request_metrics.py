@@ -1,4 +1,5 @@
 from tokwatch.result import Status, TimingSource
+from tokwatch.timing import normalized_latency
 
 
 def test_record_lifecycle_figures_and_run_result(make_record):
@@ -15,7 +16,8 @@ def test_record_lifecycle_figures_and_run_result(make_record):
     # that spent its whole budget thinking still has a value.
     r.think_tokens = 15
     assert r.normalized_latency_s == r.e2e_s / 20
-    assert r.to_run_result("e", run_started_unix=0.0).normalized_latency_s == r.e2e_s / 20
+    rr = r.to_run_result("e", run_started_unix=0.0)
+    assert normalized_latency(rr.e2e_s, (rr.output_tokens or 0) + (rr.think_tokens or 0)) == r.e2e_s / 20
     r.output_tokens = 0
     assert r.normalized_latency_s == r.e2e_s / 15
     r.think_tokens = 0

@@ -105,7 +105,7 @@ class RequestRecord:
 
     @property
     def normalized_latency_s(self) -> float | None:
-        """E2E per generated token, reasoning included (seed 004), as `RunResult.normalized_latency_s`."""
+        """E2E per generated token, reasoning included (seed 004): `timing.normalized_latency`."""
         return normalized_latency(self.e2e_s, self.generated_tokens)
 
     @property
