@@ -1,5 +1,8 @@
 """Client-side token counts and prompts of a given token length: a 4-characters-per-token estimate, or a
-local HuggingFace `tokenizer.json` (`--tokenizer`) for exact lengths."""
+local HuggingFace `tokenizer.json` (`--tokenizer`) for exact lengths.
+
+`WorkloadError` lives here, in the lowest module that raises it (a tokenizer that cannot load);
+`tokwatch.bench.workload` hands it on with the rest of the workload's vocabulary."""
 
 from __future__ import annotations
 
@@ -18,6 +21,10 @@ _WORD_TEXT = (
 WORDS = tuple(_WORD_TEXT.split())
 _MIN_WORDS = 16  # fewer single-token words than this: take more from the tokenizer's vocabulary
 _FIT_ROUNDS = 64
+
+
+class WorkloadError(ValueError):
+    """A dataset, tokenizer or workload option that cannot be used; the message names file and line."""
 
 
 class TokenCounter(Protocol):
@@ -57,9 +64,6 @@ class HFTokenizer:
     """A local HuggingFace `tokenizer.json` (the `tokenizers` package); counts exclude special tokens."""
 
     def __init__(self, path: str) -> None:
-        # Imported here: workload.py imports this module for its counts.
-        from tokwatch.bench.workload import WorkloadError
-
         try:
             from tokenizers import Tokenizer
         except ImportError:

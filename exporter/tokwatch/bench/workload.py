@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
-from tokwatch.bench.tokens import CharEstimate, TokenCounter, estimate_tokens, synthetic_prompt
+from tokwatch.bench.tokens import CharEstimate, TokenCounter, WorkloadError, estimate_tokens, synthetic_prompt
 
 Message = dict[str, str]
 Category = Literal["chat", "reasoning", "dataset"]
@@ -19,10 +19,6 @@ Category = Literal["chat", "reasoning", "dataset"]
 # Seed 001's reference mix: chat answers of 40-240 tokens, reasoning with 600-6000 think tokens.
 CHAT_OUTPUT_RANGE = (40, 240)
 REASONING_THINK_RANGE = (600, 6000)
-
-
-class WorkloadError(ValueError):
-    """A dataset or workload option that cannot be used; the message names file and line."""
 
 
 @dataclass(frozen=True, slots=True)
