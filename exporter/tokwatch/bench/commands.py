@@ -239,7 +239,8 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     Exit codes: 0 done (a search found a rate), 2 bad input, 3 interrupted, 4 no point passed (search)."""
     from tokwatch.bench.capacity import parse_sweep, run_capacity, table_lines, write_capacity
     from tokwatch.bench.outputs import default_output_dir
-    from tokwatch.bench.session import resolve_target, run_bench
+    from tokwatch.bench.plan import resolve_target
+    from tokwatch.bench.session import run_bench
 
     if opts.sweep is not None:
         parse_sweep(opts.sweep)  # bad values are a usage error before anything is sent

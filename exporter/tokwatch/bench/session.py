@@ -1,14 +1,12 @@
-"""One whole benchmark session: resolve the target, run with the live view, then write every output."""
+"""One whole benchmark session: plan the run (`plan.py`), run it with the live view, write every output."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
-import os
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -16,110 +14,19 @@ from rich.console import Console
 
 from tokwatch import rxwatch
 from tokwatch.bench.client import Target
-from tokwatch.bench.config import RANDOM_MULTI_TURN, BenchOptions
-from tokwatch.bench.datasets import load_conversations, load_prompts
+from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
+from tokwatch.bench.plan import build_workload, resolve_target
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
-from tokwatch.bench.tokens import token_counter
 from tokwatch.bench.workers import effective_workers, run_workers
-from tokwatch.bench.workload import (
-    Conversation,
-    LengthRange,
-    RequestSpec,
-    SyntheticConversations,
-    SyntheticWorkload,
-)
-from tokwatch.config import ConfigError, load_config, parse_listen, server_root
+from tokwatch.config import parse_listen
+from tokwatch.http import HttpClient
 from tokwatch.measurement import loop_name
 from tokwatch.redact import Redactor
-from tokwatch.request_options import merge_body
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """The target plus server-metrics settings, from --endpoint/--config or --url/--kind."""
-
-    target: Target
-    mirror_metrics: tuple[str, ...]
-
-
-def resolve_target(opts: BenchOptions) -> Resolved:
-    """Look the endpoint up in the config, or build one from --url; raises ConfigError naming the problem."""
-    if opts.endpoint is not None:
-        assert opts.config is not None
-        config = load_config(opts.config)
-        ep = config.endpoint(opts.endpoint)
-        if ep is None:
-            names = ", ".join(e.name for e in config.endpoints) or "none"
-            raise ConfigError(f"{opts.config}: no endpoint named {opts.endpoint!r} (configured: {names})")
-        target = Target(
-            kind=ep.kind,
-            base_url=ep.base_url,
-            model=opts.model or ep.model,
-            api_key=ep.resolve_api_key(),
-            timeout_s=opts.timeout,
-            metrics_url=opts.metrics_url or ep.effective_metrics_url,
-            extra_body=merge_body(ep.extra_body, opts.extra_body),  # --extra-body keys win
-        )
-        return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
-    assert opts.url is not None
-    if not opts.model:
-        raise ConfigError("--model is required with --url")
-    api_key = None
-    if opts.api_key_env:
-        api_key = os.environ.get(opts.api_key_env)
-        if api_key is None:
-            raise ConfigError(f"--api-key-env: environment variable {opts.api_key_env} is not set")
-    metrics_url = opts.metrics_url
-    if metrics_url is None and opts.kind in ("vllm", "llamacpp", "sglang"):
-        metrics_url = f"{server_root(opts.url)}/metrics"
-    target = Target(
-        opts.kind, opts.url.rstrip("/"), opts.model, api_key, opts.timeout, metrics_url, opts.extra_body
-    )
-    return Resolved(target, tuple(opts.mirror_metrics))
-
-
-def build_workload(
-    opts: BenchOptions,
-) -> tuple[SyntheticWorkload | list[RequestSpec] | None, Sequence[Conversation] | None]:
-    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn).
-
-    Raises WorkloadError naming the file and line of a bad dataset entry, or a tokenizer that cannot load.
-    """
-    counter = token_counter(opts.tokenizer)
-    if opts.dataset == RANDOM_MULTI_TURN:
-        assert opts.max_turns is not None  # checked by BenchOptions
-        turns = LengthRange(opts.min_turns, opts.max_turns)
-        return None, SyntheticConversations(
-            opts.input_range, opts.output_range, turns, opts.seed,
-            fixed_output=opts.fixed_output, counter=counter, offset=opts.dataset_offset,
-        )  # fmt: skip
-    if opts.dataset is not None and opts.multi_turn:
-        return None, load_conversations(
-            opts.dataset, opts.output_range, opts.seed, opts.max_turns,
-            counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
-        )  # fmt: skip
-    if opts.dataset is not None:
-        return load_prompts(
-            opts.dataset, opts.output_range, opts.seed,
-            counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
-        ), None  # fmt: skip
-    return (
-        SyntheticWorkload(
-            opts.input_range,
-            opts.output_range,
-            opts.seed,
-            reasoning_ratio=opts.reasoning_ratio,
-            reasoning_tokens=opts.reasoning_range,
-            fixed_output=opts.fixed_output,
-            counter=counter,
-        ),
-        None,
-    )
 
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
@@ -146,8 +53,6 @@ async def run_bench(
 
     Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
     """
-    from tokwatch.http import HttpClient
-
     console = console or Console(stderr=True)
     resolved = resolve_target(opts)
     target = resolved.target

@@ -22,8 +22,10 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.plan import build_workload, resolve_target
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.runner import RunState
+from tokwatch.bench.runner import BenchRunner, RunState
+from tokwatch.http import HttpClient
 from tokwatch.measurement import new_loop
 
 _START_DELAY_S = 0.05  # lead time between the barrier and the common measured start
@@ -110,10 +112,6 @@ def _worker_main(
 async def _worker_run(
     opts: BenchOptions, k: int, n: int, t0: float, start_at: Any, barrier: Barrier, out: Any
 ) -> RunState:
-    from tokwatch.bench.runner import BenchRunner
-    from tokwatch.bench.session import build_workload, resolve_target
-    from tokwatch.http import HttpClient
-
     mine = worker_options(opts, k, n)
     target = resolve_target(mine).target
     requests, conversations = build_workload(mine)
