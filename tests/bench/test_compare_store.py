@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.bench.processes import tokwatch_cli
-from tokwatch.bench.compare import run_compare
+from tokwatch.bench.commands import run_compare
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import write_run
 from tokwatch.bench.request_metrics import RequestRecord

@@ -1,20 +1,31 @@
-"""`tokwatch bench`: argument parsing, bench-file merging, the run itself and the exit code."""
+"""`tokwatch bench` and `tokwatch bench compare`: argument parsing, bench-file merging, the run itself and
+the exit code."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
 
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
-from tokwatch.bench.compare import DEFAULT_GATE, CompareError, run_compare
+from tokwatch.bench.compare import (
+    DEFAULT_GATE,
+    CompareError,
+    Run,
+    compare,
+    parse_gate,
+    regressions,
+    render_table,
+)
+from tokwatch.bench.compare_store import load_runs
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
@@ -176,6 +187,54 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if args.slo:
         values["slos"] = (*values.get("slos", ()), *args.slo)
     return build_options(values, source=source, doc=doc)
+
+
+def _run_doc(run: Run) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "requests": run.count(),
+        "generated_tokens_per_s": run.generated_tokens_per_s,
+        "missing": list(run.missing),
+    }
+
+
+def run_compare(
+    path_a: str,
+    path_b: str,
+    *,
+    threshold: float,
+    gate: Sequence[str],
+    resamples: int,
+    seed: int,
+    as_json: bool,
+    config: str | None = None,
+) -> tuple[int, str]:
+    """The `bench compare` command: (exit code, text); 0 no gated regression, 1 regression.
+
+    A run is a result directory or, with `config` (a tokwatch.yml), a run stored in its store."""
+    gated = parse_gate(gate)
+    a, b = load_runs([path_a, path_b], config)
+    for run in (a, b):
+        if run.count() == 0:
+            raise CompareError(f"{run.name}: no measured ok request to compare")
+        lost = sorted({f for f, _ in gated} & set(run.missing))
+        if lost:  # a gate that cannot see its figure must not pass silently
+            raise CompareError(
+                f"{run.name}: gated figure {', '.join(lost)} not stored for this run (stored before schema "
+                "SQLite v5 / PostgreSQL v6): compare its result directory, or gate on other figures"
+            )
+    rows = compare(a, b, threshold=threshold, gate=gated, resamples=resamples, seed=seed)
+    code = 1 if regressions(rows) else 0
+    if as_json:
+        doc = {
+            "a": _run_doc(a),
+            "b": _run_doc(b),
+            "threshold": threshold,
+            "rows": [r.to_dict() for r in rows],
+            "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],
+        }
+        return code, json.dumps(doc, indent=2)
+    return code, render_table(a, b, rows, threshold)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
-"""`tokwatch bench compare RUN_A RUN_B`: headline figures side by side with bootstrap confidence intervals,
-and a gate that fails (exit 1) when B is worse than A beyond a threshold on chosen figures.
+"""The statistics of `tokwatch bench compare RUN_A RUN_B`: headline figures side by side with bootstrap
+confidence intervals, and a gate that fails (exit 1) when B is worse than A beyond a threshold on chosen
+figures. The command itself is in tokwatch.bench.commands.
 
 A run is a result directory (`request_level_metrics.jsonl`, `throughput.json`) or a run stored with
 `--config` (tokwatch.bench.compare_store); either way requests are taken in request-id order, so a run
@@ -258,53 +259,3 @@ def _fmt_ci(ci: tuple[float, float] | None, unit: float) -> str:
 
 def _pct(change: float | None) -> str:
     return "-" if change is None else f"{change:+.1%}"
-
-
-def _run_doc(run: Run) -> dict[str, Any]:
-    return {
-        "name": run.name,
-        "requests": run.count(),
-        "generated_tokens_per_s": run.generated_tokens_per_s,
-        "missing": list(run.missing),
-    }
-
-
-def run_compare(
-    path_a: str,
-    path_b: str,
-    *,
-    threshold: float,
-    gate: Sequence[str],
-    resamples: int,
-    seed: int,
-    as_json: bool,
-    config: str | None = None,
-) -> tuple[int, str]:
-    """The `bench compare` command: (exit code, text); 0 no gated regression, 1 regression.
-
-    A run is a result directory or, with `config` (a tokwatch.yml), a run stored in its store."""
-    from tokwatch.bench.compare_store import load_runs  # here: compare_store imports this module
-
-    gated = parse_gate(gate)
-    a, b = load_runs([path_a, path_b], config)
-    for run in (a, b):
-        if run.count() == 0:
-            raise CompareError(f"{run.name}: no measured ok request to compare")
-        lost = sorted({f for f, _ in gated} & set(run.missing))
-        if lost:  # a gate that cannot see its figure must not pass silently
-            raise CompareError(
-                f"{run.name}: gated figure {', '.join(lost)} not stored for this run (stored before schema "
-                "SQLite v5 / PostgreSQL v6): compare its result directory, or gate on other figures"
-            )
-    rows = compare(a, b, threshold=threshold, gate=gated, resamples=resamples, seed=seed)
-    code = 1 if regressions(rows) else 0
-    if as_json:
-        doc = {
-            "a": _run_doc(a),
-            "b": _run_doc(b),
-            "threshold": threshold,
-            "rows": [r.to_dict() for r in rows],
-            "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],
-        }
-        return code, json.dumps(doc, indent=2)
-    return code, render_table(a, b, rows, threshold)
