@@ -5,25 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tokwatch import __version__
+from tokwatch.app import App, Keys
+from tokwatch.bench.commands import add_commands as bench_commands
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
+from tokwatch.demo import add_commands as demo_commands
+from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
+from tokwatch.storage import add_commands as storage_commands
 from tokwatch.storage.errors import StorageError
+from tokwatch.storage.factory import resolve_dsn
 from tokwatch.webconfig import WebConfig, load_web_config
-
-if TYPE_CHECKING:
-    from aiohttp import web
-
-    from tokwatch.app import App
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("tokwatch")
@@ -65,20 +64,6 @@ def _listen(args: argparse.Namespace, config: Config | None) -> tuple[str, int]:
     return parse_listen(args.listen or (config.listen if config else DEFAULT_LISTEN))
 
 
-async def _until_signal(on_hup: Callable[[], object] | None = None) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if on_hup is not None:
-        loop.add_signal_handler(signal.SIGHUP, on_hup)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-
-
 # --- serve ---------------------------------------------------------------------------------------------
 
 
@@ -95,21 +80,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, args.config, host, port, args.log_filter, shard, web_config))
 
 
-async def start_exporter(
-    app: App, host: str, port: int, web_config: tuple[WebConfig, Path] | None = None
-) -> tuple[web.AppRunner, int] | None:
-    """Start probing and serving; None (after a clear message, app stopped) when the port can't be bound."""
-    from tokwatch.server import start_site
-
-    await app.start()
-    try:
-        return await start_site(app, host, port, web_config)
-    except OSError as exc:
-        await app.stop()
-        print(f"tokwatch: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
-        return None
-
-
 async def _serve(
     config: Config,
     path: str,
@@ -119,8 +89,6 @@ async def _serve(
     shard: Shard | None = None,
     web_config: tuple[WebConfig, Path] | None = None,
 ) -> int:
-    from tokwatch.app import App
-
     app = App(config, path, shard=shard)
     if app.shard.count > 1:
         log.info(
@@ -129,8 +97,6 @@ async def _serve(
             len(app.config.endpoints),
             len(config.endpoints),
         )
-        from tokwatch.storage.factory import resolve_dsn
-
         if resolve_dsn(config.storage) is None:
             log.warning(
                 "shard %s without a shared PostgreSQL (storage.dsn or TOKWATCH_DSN): fleet figures cover "
@@ -152,7 +118,7 @@ async def _serve(
         len(config.endpoints),
     )
     try:
-        await _until_signal(on_hup=lambda: asyncio.ensure_future(app.reload()))
+        await until_signal(on_hup=lambda: asyncio.ensure_future(app.reload()))
     finally:
         log.info("shutting down: cancelling probes in flight")
         await app.stop()
@@ -189,8 +155,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
 async def _probe_once(
     config: Config, path: str, names: Sequence[str], redacting: RedactingFilter
 ) -> list[RunResult]:
-    from tokwatch.app import App
-
     app = App(config, path)
     redacting.follow(lambda: app.keys.redactor)
     await app.start(schedule=False, storage=False)  # a one-off check, not part of the stored history
@@ -200,68 +164,18 @@ async def _probe_once(
         await app.stop()
 
 
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:.1f}"
-
-
-def print_results(results: Sequence[RunResult], title: str = "tokwatch probe") -> None:
-    """A table of runs: endpoint, status, tok/s, source, TTFT, ITL p50/p99, tokens."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in (
-        "endpoint",
-        "status",
-        "tok/s",
-        "source",
-        "TTFT ms",
-        "ITL p50 ms",
-        "ITL p99 ms",
-        "tokens",
-        "error",
-    ):
-        table.add_column(
-            col, justify="right" if col not in ("endpoint", "status", "source", "error") else "left"
-        )
-    for r in results:
-        table.add_row(
-            r.endpoint,
-            r.status.value,
-            "-" if r.tokens_per_second is None else f"{r.tokens_per_second:.1f}",
-            r.source.value if r.source else "-",
-            _ms(r.ttft_s),
-            _ms(r.itl_percentile(50)),
-            _ms(r.itl_percentile(99)),
-            "-" if r.output_tokens is None else str(r.output_tokens + (r.think_tokens or 0)),
-            (r.error_class or "") if not r.ok else "",
-        )
-    Console(width=140).print(table)
-
-
 # --- check-config --------------------------------------------------------------------------------------
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config file; exit 0 if valid, 2 with file:line: field: message lines if not."""
     config = load_config(args.file)
-    from tokwatch.app import Keys
-
     Keys(config)  # env vars and key files must resolve too
     print(f"{args.file}: ok ({len(config.endpoints)} endpoints, {len(config.enabled_endpoints)} enabled)")
     return EXIT_OK
 
 
 # --- parser --------------------------------------------------------------------------------------------
-
-
-def add_web_config_option(p: argparse.ArgumentParser) -> None:
-    """`--web-config FILE` (TLS and basic auth, Prometheus exporter-toolkit format)."""
-    p.add_argument(
-        "--web-config",
-        metavar="FILE",
-        help="TLS and basic auth for every route, Prometheus exporter-toolkit format (docs/security.md)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,17 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(func=cmd_check_config)
 
-    for register in _command_modules():
+    for register in (demo_commands, storage_commands, bench_commands):
         register(sub)
     return parser
-
-
-def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
-    from tokwatch.bench.commands import add_commands as bench_commands
-    from tokwatch.demo import add_commands as demo_commands
-    from tokwatch.storage import add_commands as storage_commands
-
-    return [demo_commands, storage_commands, bench_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,14 +7,17 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from tokwatch.app import App
 from tokwatch.config import DEFAULT_LISTEN, Config, parse_listen, validate_yaml
-
-if TYPE_CHECKING:
-    from tokwatch.webconfig import WebConfig
+from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
+from tokwatch.sim.config import load_sim_config, load_sim_config_text
+from tokwatch.sim.server import serve_sim
+from tokwatch.sim.testing import run_sim
+from tokwatch.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger("tokwatch.demo")
 
@@ -101,8 +104,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Start the simulated server and the exporter probing it; print a table after every round."""
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    from tokwatch.webconfig import load_web_config
-
     web_config = load_web_config(args.web_config) if args.web_config else None
     return asyncio.run(_demo(args.listen or DEFAULT_LISTEN, state_dir, args.rounds, web_config))
 
@@ -110,11 +111,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 async def _demo(
     listen: str, state_dir: Path, rounds: int | None, web_config: tuple[WebConfig, Path] | None = None
 ) -> int:
-    from tokwatch.app import App
-    from tokwatch.cli import _until_signal, print_results, start_exporter
-    from tokwatch.sim.config import load_sim_config_text
-    from tokwatch.sim.testing import run_sim
-
     host, port = parse_listen(listen)
     sim_config = load_sim_config_text(DEMO_SIM, "<demo sim config>")
     async with run_sim(sim_config) as sim:
@@ -141,7 +137,7 @@ async def _demo(
         print(f"tokwatch demo: status page at {base}/, metrics at {base}/metrics")
         print("tokwatch demo: Ctrl-C to stop")
         try:
-            stop = asyncio.create_task(_until_signal())
+            stop = asyncio.create_task(until_signal())
             finished = asyncio.create_task(done.wait())
             await asyncio.wait({stop, finished}, return_when=asyncio.FIRST_COMPLETED)
             for t in (stop, finished):
@@ -154,15 +150,11 @@ async def _demo(
 
 def cmd_sim(args: argparse.Namespace) -> int:
     """Run the simulated inference server alone until SIGTERM/SIGINT."""
-    from tokwatch.cli import _until_signal
-    from tokwatch.sim.config import load_sim_config
-    from tokwatch.sim.server import serve_sim
-
     config = load_sim_config(args.config)
 
     async def main() -> int:
         stop = asyncio.Event()
-        waiter = asyncio.create_task(_until_signal())
+        waiter = asyncio.create_task(until_signal())
         waiter.add_done_callback(lambda _t: stop.set())
         try:
             await serve_sim(config, args.listen, stop)
@@ -178,8 +170,6 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register `demo` and `sim`."""
-    from tokwatch.cli import add_web_config_option
-
     p = sub.add_parser("demo", help="simulated server + exporter probing it: real numbers within a minute")
     p.add_argument("--listen", help=f"HOST:PORT for the exporter (default {DEFAULT_LISTEN})")
     p.add_argument("--state-dir", default="tokwatch-state", help="where the demo keeps its SQLite history")
