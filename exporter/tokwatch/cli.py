@@ -19,9 +19,9 @@ from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
-from tokwatch.storage import add_commands as storage_commands
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import resolve_dsn
+from tokwatch.store_commands import add_commands as storage_commands
 from tokwatch.webconfig import WebConfig, load_web_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -18,11 +18,11 @@ from tokwatch.bench.slo import parse_slo
 from tokwatch.result import Status
 from tokwatch.storage.base import Store
 from tokwatch.storage.bench_rows import bench_rows
-from tokwatch.storage.commands import add_commands
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import migrations_for
 from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.store_commands import add_commands
 
 T0 = 1_790_000_000.0
 SECRET = "sk-bench-secret-123456"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tokwatch.storage.commands import add_commands
 from tokwatch.storage.devserver import PASSWORD
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.store_commands import add_commands
 
 
 def _run(argv: list[str]) -> int:

@@ -1,12 +1,11 @@
 """Storage: every run in PostgreSQL/TimescaleDB or an embedded SQLite file, with a durable outbox.
 
 Entry points for the exporter: `open_store`, `make_writer` (a `RunWriter`), `WindowCache` (read by
-`tokwatch.metrics.WindowCollector`), `StorageCollector`, and `add_commands` for the CLI.
+`tokwatch.metrics.WindowCollector`) and `StorageCollector`; the CLI commands are in tokwatch.store_commands.
 """
 
 from tokwatch.storage.base import EndpointSpec, LastRun, Store, WindowStats
 from tokwatch.storage.collector import StorageCollector
-from tokwatch.storage.commands import add_commands
 from tokwatch.storage.errors import SchemaTooNewError, StorageError, StoreUnavailableError
 from tokwatch.storage.factory import make_store, make_writer, open_store, outbox_path, sqlite_path
 from tokwatch.storage.rows import RunRow
@@ -26,7 +25,6 @@ __all__ = [
     "WindowCache",
     "WindowStats",
     "WriterStats",
-    "add_commands",
     "fleet_comparison",
     "make_store",
     "make_writer",

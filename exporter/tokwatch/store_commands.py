@@ -1,4 +1,5 @@
-"""CLI subcommands `tokwatch db migrate`, `tokwatch db status` and `tokwatch report`."""
+"""CLI subcommands `tokwatch db migrate`, `tokwatch db status` and `tokwatch report`: the command-line face of
+the store (the store itself, its queries and the report it builds live in tokwatch.storage)."""
 
 from __future__ import annotations
 
