@@ -9,9 +9,9 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from tokwatch.bench.stored_report import BENCH_RENDERERS
 from tokwatch.config import Config, ConfigError, load_config, parse_duration
 from tokwatch.storage.base import Store
-from tokwatch.storage.bench_report import BENCH_RENDERERS
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, outbox_path
 from tokwatch.storage.outbox import Outbox

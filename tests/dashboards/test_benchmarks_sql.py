@@ -20,8 +20,8 @@ from dashboards.lint import iter_panels
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
+from tokwatch.bench.storing import bench_rows
 from tokwatch.result import Status
-from tokwatch.storage.bench_rows import bench_rows
 from tokwatch.storage.devserver import LocalPostgres
 from tokwatch.storage.postgres import PostgresStore
 

@@ -15,9 +15,9 @@ import pytest
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
+from tokwatch.bench.storing import bench_rows
 from tokwatch.result import Status
 from tokwatch.storage.base import Store
-from tokwatch.storage.bench_rows import bench_rows
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import migrations_for
