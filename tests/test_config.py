@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from tokwatch.cli import main
-from tokwatch.config import ConfigError, load_config, load_config_text, parse_duration, server_root
+from tokwatch.config import load_config, load_config_text, server_root
+from tokwatch.setting_values import parse_duration
+from tokwatch.strict_yaml import ConfigError
 
 BASE = """
 endpoints:

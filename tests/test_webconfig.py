@@ -21,8 +21,9 @@ from cryptography.x509.oid import NameOID
 
 from tokwatch.app import App
 from tokwatch.cli import main
-from tokwatch.config import ConfigError, load_config_text
+from tokwatch.config import load_config_text
 from tokwatch.server import start_site
+from tokwatch.strict_yaml import ConfigError
 from tokwatch.webconfig import load_web_config
 
 PASSWORD = "s3cret-scrape-pass"

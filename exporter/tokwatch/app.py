@@ -17,7 +17,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.registry import Collector
 
-from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, server_key
+from tokwatch.config import Config, EndpointSettings, load_config, server_key
 from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
 from tokwatch.exposition import Exposition
 from tokwatch.http import HttpClient
@@ -33,6 +33,7 @@ from tokwatch.shard import Shard, takeover_after
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
 from tokwatch.storage.factory import resolve_dsn
 from tokwatch.storage.writer import resume_bound
+from tokwatch.strict_yaml import ConfigError
 from tokwatch.window import MemoryWindows, WindowSnapshot
 
 log = logging.getLogger("tokwatch")

@@ -12,16 +12,18 @@ from pathlib import Path
 from tokwatch import __version__
 from tokwatch.app import App, Keys
 from tokwatch.bench.commands import add_commands as bench_commands
-from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
+from tokwatch.config import DEFAULT_LISTEN, Config, load_config
 from tokwatch.demo import add_commands as demo_commands
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.setting_values import parse_listen
 from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import resolve_dsn
 from tokwatch.store_commands import add_commands as storage_commands
+from tokwatch.strict_yaml import ConfigError
 from tokwatch.webconfig import WebConfig, load_web_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

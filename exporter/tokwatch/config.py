@@ -1,36 +1,31 @@
-"""Typed configuration: YAML file -> validated pydantic models, with errors that name file, line and field."""
+"""The exporter's typed configuration (tokwatch.yml): pydantic models, loaded through tokwatch.strict_yaml so
+that every error names file, line and field."""
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from tokwatch.result import TimingSource
+from tokwatch.setting_values import duration_fields, parse_listen, positive_duration_fields
+from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
 DEFAULT_PROMPT = "Explain theory of relativity simply"
 DEFAULT_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 30.0
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 RESERVED_LABELS = frozenset(
@@ -38,55 +33,7 @@ RESERVED_LABELS = frozenset(
 )
 
 
-class ConfigError(Exception):
-    """A configuration problem, already formatted as `file:line: field: message` lines."""
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string such as '500ms', '30s', '15m', '1h', '7d'."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 30s, 15m or 1h")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        m = _DURATION_RE.match(value)
-        if not m:
-            raise ValueError(
-                f"invalid duration {value!r}: use a number of seconds or e.g. 500ms, 30s, 15m, 1h"
-            )
-        seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
-    else:
-        raise ValueError("expected a duration such as 30s, 15m or 1h")
-    if not math.isfinite(seconds):
-        raise ValueError(f"a duration must be finite, not {value!r}")
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
-
-
-def parse_positive_duration(value: Any) -> float:
-    """`parse_duration`, and more than zero (an interval, a timeout or a window of 0 means nothing)."""
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"must be a duration above zero, not {value!r}")
-    return seconds
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _duration_fields(*names: str) -> Any:
-    """Durations that must be finite and above zero."""
-    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_positive_duration(v))
-
-
-def _offset_fields(*names: str) -> Any:
-    """Durations that may be zero (an offset into the interval)."""
-    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_duration(v))
-
-
-class ProbeSettings(_Strict):
+class ProbeSettings(StrictModel):
     """What a probe sends and how a run is judged; endpoints may override some of it."""
 
     prompt: str = DEFAULT_PROMPT
@@ -116,7 +63,7 @@ class ProbeSettings(_Strict):
     max_plausible_tokens_per_second: float = Field(20000.0, gt=0)
     # A run during which the measurement loop stalled this long is flagged `timing_disturbed`.
     disturbance_threshold: float = 0.005
-    _probe_durations = _duration_fields("disturbance_threshold")
+    _probe_durations = positive_duration_fields("disturbance_threshold")
 
     @field_validator("disturbance_threshold")
     @classmethod
@@ -135,7 +82,7 @@ class ProbeSettings(_Strict):
         return v
 
 
-class ScheduleSettings(_Strict):
+class ScheduleSettings(StrictModel):
     """When rounds run: every `interval`, aligned so rounds start at `offset` past the interval boundary."""
 
     interval: float = 3600.0
@@ -151,8 +98,8 @@ class ScheduleSettings(_Strict):
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour
     )
-    _durations = _duration_fields("interval", "window", "on_demand_min_interval")
-    _offsets = _offset_fields("offset")
+    _durations = positive_duration_fields("interval", "window", "on_demand_min_interval")
+    _offsets = duration_fields("offset")
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleSettings:
@@ -163,7 +110,7 @@ class ScheduleSettings(_Strict):
         return self
 
 
-class StorageSettings(_Strict):
+class StorageSettings(StrictModel):
     """Where every run is kept: PostgreSQL when a DSN is set, else an embedded SQLite file."""
 
     dsn: SecretStr | None = None
@@ -176,10 +123,10 @@ class StorageSettings(_Strict):
     write_timeout: float = 5.0  # a write slower than this fails; its runs stay in the outbox
     compress_after: float = 7 * 86400.0  # TimescaleDB: compress chunks older than this
     timescale: bool = True  # use TimescaleDB when the extension is available
-    _durations = _duration_fields("retention", "write_timeout", "compress_after")
+    _durations = positive_duration_fields("retention", "write_timeout", "compress_after")
 
 
-class EndpointSettings(_Strict):
+class EndpointSettings(StrictModel):
     """One probed endpoint."""
 
     name: str
@@ -204,7 +151,7 @@ class EndpointSettings(_Strict):
     scrape_interval: float = 15.0
     mirror_metrics: tuple[str, ...] = ()
     renamed_from: tuple[str, ...] = ()
-    _durations = _duration_fields("timeout", "scrape_interval")
+    _durations = positive_duration_fields("timeout", "scrape_interval")
 
     @field_validator("scrape_interval")
     @classmethod
@@ -296,7 +243,7 @@ class EndpointSettings(_Strict):
         return None
 
 
-class Config(_Strict):
+class Config(StrictModel):
     """The whole tokwatch.yml."""
 
     listen: str = DEFAULT_LISTEN
@@ -352,171 +299,6 @@ def server_root(base_url: str) -> str:
     """The server root of a base URL: a trailing `/v1` (OpenAI-style) is dropped, so both forms work."""
     url = base_url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split HOST:PORT (IPv6 as [::1]:PORT); raises ValueError naming the problem."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
-        raise ValueError(f"listen address {value!r} must be HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-# --- loading -------------------------------------------------------------------------------------------
-
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line of every mapping key and sequence item."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    mapping: dict[Any, Any] = {}
-    lines: dict[Any, int] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in mapping:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        mapping[key] = loader.construct_object(value_node, deep=True)
-        lines[key] = key_node.start_mark.line + 1
-    return _LinedDict(mapping, lines, node.start_mark.line + 1)
-
-
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> list[Any]:
-    items = [loader.construct_object(n, deep=True) for n in node.value]
-    return _LinedList(items, [n.start_mark.line + 1 for n in node.value], node.start_mark.line + 1)
-
-
-class _LinedDict(dict[Any, Any]):
-    def __init__(self, data: Mapping[Any, Any], lines: dict[Any, int], line: int) -> None:
-        super().__init__(data)
-        self.lines = lines
-        self.line = line
-
-
-class _LinedList(list[Any]):
-    def __init__(self, data: list[Any], lines: list[int], line: int) -> None:
-        super().__init__(data)
-        self.lines = lines
-        self.line = line
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
-
-
-def _line_of(doc: Any, loc: tuple[Any, ...]) -> int | None:
-    line: int | None = getattr(doc, "line", None)
-    node = doc
-    for part in loc:
-        if isinstance(node, _LinedDict) and part in node:
-            line = node.lines.get(part, line)
-            node = node[part]
-        elif isinstance(node, _LinedList) and isinstance(part, int) and 0 <= part < len(node):
-            line = node.lines[part]
-            node = node[part]
-        else:
-            break
-    return line
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _expand_env(node: Any, path: tuple[Any, ...], problems: list[tuple[tuple[Any, ...], str]]) -> Any:
-    if isinstance(node, _LinedDict):
-        for key in list(node):
-            node[key] = _expand_env(node[key], (*path, key), problems)
-        return node
-    if isinstance(node, _LinedList):
-        for i, item in enumerate(node):
-            node[i] = _expand_env(item, (*path, i), problems)
-        return node
-    if isinstance(node, str) and "${" in node:
-
-        def repl(m: re.Match[str]) -> str:
-            value = os.environ.get(m.group(1), m.group(2))
-            if value is None:
-                problems.append((path, f"environment variable {m.group(1)} is not set"))
-                return ""
-            return value
-
-        return _ENV_RE.sub(repl, node)
-    return node
-
-
-def _clean_message(msg: str) -> str:
-    return msg.removeprefix("Value error, ")
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def parse_yaml_doc(text: str, filename: str) -> Any:
-    """YAML text -> a mapping remembering line numbers, ${ENV} expanded; ConfigError names the line."""
-    try:
-        doc = yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader derives from SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{filename}:{mark.line + 1}" if mark else filename
-        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{filename}: invalid YAML: {exc}") from None
-    if doc is None:
-        doc = _LinedDict({}, {}, 1)
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{filename}:1: the file must be a mapping of settings, not {type(doc).__name__}")
-    problems: list[tuple[tuple[Any, ...], str]] = []
-    doc = _expand_env(doc, (), problems)
-    if problems:
-        raise ConfigError(
-            "\n".join(f"{filename}:{_line_of(doc, p) or 1}: {_field_path(p)}: {m}" for p, m in problems)
-        )
-    return doc
-
-
-def line_of(doc: Any, loc: tuple[Any, ...]) -> int | None:
-    """Line of the setting at `loc` in a document from `parse_yaml_doc` (None if unknown)."""
-    return _line_of(doc, loc)
-
-
-def format_validation_error(exc: ValidationError, filename: str, doc: Any = None) -> str:
-    """`file:line: field: message` lines for a pydantic error (line left out when `doc` is None)."""
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        msg = "unknown setting" if err["type"] == "extra_forbidden" else _clean_message(err["msg"])
-        line = _line_of(doc, loc) if doc is not None else None
-        lines.append(f"{filename}{f':{line}' if line else ''}: {_field_path(loc)}: {msg}")
-    return "\n".join(lines)
-
-
-def validate_yaml(text: str, filename: str, model: type[M]) -> M:
-    """Parse YAML text into `model`; raises ConfigError with `file:line: field: message` lines."""
-    doc = parse_yaml_doc(text, filename)
-    try:
-        return model.model_validate(doc)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, filename, doc)) from None
-
-
-def read_config_file(path: str | os.PathLike[str]) -> tuple[str, str]:
-    """(text, display name) of a config file; raises ConfigError naming the file."""
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8"), str(p)
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read: {exc}") from None
 
 
 def load_config_text(text: str, filename: str = "<config>") -> Config:

@@ -12,11 +12,13 @@ from typing import Any
 import yaml
 
 from tokwatch.app import App
-from tokwatch.config import DEFAULT_LISTEN, Config, parse_listen, validate_yaml
+from tokwatch.config import DEFAULT_LISTEN, Config
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
+from tokwatch.setting_values import parse_listen
 from tokwatch.sim.config import load_sim_config, load_sim_config_text
 from tokwatch.sim.server import serve_sim
 from tokwatch.sim.testing import run_sim
+from tokwatch.strict_yaml import validate_yaml
 from tokwatch.webconfig import WebConfig, load_web_config
 
 log = logging.getLogger("tokwatch.demo")

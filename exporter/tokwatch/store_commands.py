@@ -10,13 +10,15 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tokwatch.bench.stored_report import BENCH_RENDERERS
-from tokwatch.config import Config, ConfigError, load_config, parse_duration
+from tokwatch.config import Config, load_config
+from tokwatch.setting_values import parse_duration
 from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, outbox_path
 from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
+from tokwatch.strict_yaml import ConfigError
 from tokwatch.window import window_label
 
 EXIT_OK = 0

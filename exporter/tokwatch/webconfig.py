@@ -31,9 +31,9 @@ from typing import Annotated, Literal
 import bcrypt
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
-from tokwatch.config import ConfigError, read_config_file, validate_yaml
+from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 
 ClientAuth = Literal[
     "NoClientCert",
@@ -46,11 +46,7 @@ _REALM = 'Basic realm="tokwatch", charset="UTF-8"'
 _CACHE_MAX = 1024  # remembered credential checks (a scrape every few seconds must not cost a bcrypt)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TLSServerConfig(_Strict):
+class TLSServerConfig(StrictModel):
     """exporter-toolkit's `tls_server_config` (the settings tokwatch supports)."""
 
     cert_file: str
@@ -60,7 +56,7 @@ class TLSServerConfig(_Strict):
     min_version: Literal["TLS12", "TLS13"] = "TLS12"
 
 
-class HTTPServerConfig(_Strict):
+class HTTPServerConfig(StrictModel):
     """exporter-toolkit's `http_server_config`: extra response headers."""
 
     headers: dict[str, str] = Field(default_factory=dict)
@@ -75,7 +71,7 @@ def _bcrypt_hash(value: str) -> str:
 BcryptHash = Annotated[str, AfterValidator(_bcrypt_hash)]
 
 
-class WebConfig(_Strict):
+class WebConfig(StrictModel):
     """The whole web config file."""
 
     tls_server_config: TLSServerConfig | None = None

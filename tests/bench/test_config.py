@@ -3,7 +3,7 @@ import argparse
 import pytest
 
 from tokwatch.bench.commands import add_commands, options_from_args
-from tokwatch.config import ConfigError
+from tokwatch.strict_yaml import ConfigError
 
 
 def _parse(argv):

@@ -11,8 +11,8 @@ from rich.console import Console
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
-from tokwatch.config import ConfigError
 from tokwatch.result import Status
+from tokwatch.strict_yaml import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 TRACE = DATA / "trace.jsonl"

@@ -30,8 +30,9 @@ from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
-from tokwatch.config import Config, ConfigError, load_config
+from tokwatch.config import Config, load_config
 from tokwatch.measurement import new_loop
+from tokwatch.strict_yaml import ConfigError
 
 T = TypeVar("T")
 

@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tokwatch.bench.compare import FIGURES, CompareError, Run, load_run
-from tokwatch.config import Config, ConfigError, load_config
+from tokwatch.config import Config, load_config
 from tokwatch.storage.base import Store
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, resolve_dsn, sqlite_path
 from tokwatch.storage.postgres import PostgresStore
+from tokwatch.strict_yaml import ConfigError
 
 STORE_PREFIX = "store:"
 # Stored from schema SQLite v5 / PostgreSQL v6 on; rows written before have NULL there.

@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
-from tokwatch.config import (
+from tokwatch.setting_values import duration_fields, parse_listen
+from tokwatch.strict_yaml import (
     ConfigError,
+    StrictModel,
     format_validation_error,
     line_of,
-    parse_duration,
-    parse_listen,
     parse_yaml_doc,
     read_config_file,
 )
@@ -26,10 +26,8 @@ DEFAULT_NUMBER = 100
 RANDOM_MULTI_TURN = "random-multi-turn"  # --dataset name of seed 003's synthetic conversations
 
 
-class BenchOptions(BaseModel):
+class BenchOptions(StrictModel):
     """Every setting of one benchmark run (docs/bench.md lists them)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # target
     endpoint: str | None = None
@@ -95,10 +93,9 @@ class BenchOptions(BaseModel):
     # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
     receive_watcher: Literal["auto", "on", "off"] = "auto"
 
-    _dur = field_validator(
-        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", "search_max_time",
-        mode="before",
-    )(lambda v: v if v is None else parse_duration(v))
+    _dur = duration_fields(
+        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", "search_max_time"
+    )
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
     @classmethod

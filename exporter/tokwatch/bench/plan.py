@@ -22,8 +22,9 @@ from tokwatch.bench.workload import (
     SyntheticConversations,
     SyntheticWorkload,
 )
-from tokwatch.config import ConfigError, load_config, server_root
+from tokwatch.config import load_config, server_root
 from tokwatch.request_options import merge_body
+from tokwatch.strict_yaml import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

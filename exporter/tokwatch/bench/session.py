@@ -23,10 +23,10 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
 from tokwatch.bench.workers import effective_workers, run_workers
-from tokwatch.config import parse_listen
 from tokwatch.http import HttpClient
 from tokwatch.measurement import loop_name
 from tokwatch.redact import Redactor
+from tokwatch.setting_values import parse_listen
 
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
     model_validator,
 )
 
-from tokwatch.config import (
-    parse_duration,
-    parse_listen,
-    read_config_file,
-    validate_yaml,
-)
+from tokwatch.setting_values import duration_fields, parse_listen
+from tokwatch.strict_yaml import StrictModel, read_config_file, validate_yaml
 
 DEFAULT_SIM_LISTEN = "127.0.0.1:8900"
 FAULT_KINDS = (
@@ -40,15 +34,7 @@ ReasoningFormat = Literal["reasoning_content", "reasoning", "think_tags"]
 _SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _durations(*names: str) -> Any:
-    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_duration(v))
-
-
-class FaultSettings(_Strict):
+class FaultSettings(StrictModel):
     """Per-request fault probabilities; at most one fault is drawn per request, so they must sum to <= 1."""
 
     http_401: float = Field(0.0, ge=0.0, le=1.0)
@@ -73,7 +59,7 @@ class FaultSettings(_Strict):
         return {k: float(getattr(self, k)) for k in FAULT_KINDS}
 
 
-class ModelProfile(_Strict):
+class ModelProfile(StrictModel):
     """One simulated model: its timing model, output shape, faults and hostile behaviours."""
 
     name: str = Field(min_length=1, max_length=200)
@@ -99,7 +85,7 @@ class ModelProfile(_Strict):
     endless_stream: bool = False
     huge_body_bytes: int | None = Field(None, ge=1)
     invalid_utf8: bool = False
-    _d = _durations("ping_interval", "cold_load_duration", "warm_load_duration", "stall_seconds")
+    _d = duration_fields("ping_interval", "cold_load_duration", "warm_load_duration", "stall_seconds")
 
     @field_validator("ping_interval")
     @classmethod
@@ -109,7 +95,7 @@ class ModelProfile(_Strict):
         return v
 
 
-class ServerSettings(_Strict):
+class ServerSettings(StrictModel):
     """One simulated inference server, reachable under `/<name>/`."""
 
     name: str
@@ -157,7 +143,7 @@ class ServerSettings(_Strict):
         return next((m for m in self.models if m.name == name), None)
 
 
-class SimConfig(_Strict):
+class SimConfig(StrictModel):
     """The whole sim.yml."""
 
     listen: str = DEFAULT_SIM_LISTEN
