@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -25,10 +26,12 @@ from tokwatch.config import Config, load_config_text
 from tokwatch.statuspage.model import build_endpoint_page, build_overview
 from tokwatch.statuspage.render import render_endpoint, render_overview
 from tokwatch.storage.base import EndpointSpec, Store
-from tokwatch.storage.devserver import LocalPostgres, find_bindir
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests/support
+from tests.support.postgres import LocalPostgres, find_bindir
 
 
 def fleet(n: int) -> Config:

@@ -17,12 +17,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tokwatch.storage.base import Store
-from tokwatch.storage.devserver import LocalPostgres, find_bindir
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import build_report
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.storage.window import fleet_comparison, window_figures
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests/support
+from tests.support.postgres import LocalPostgres, find_bindir
 
 STATUSES = ("ok",) * 96 + ("timeout", "rate_limited", "provider_error", "unreachable")
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from aiohttp import web
 
-from tokwatch.storage.devserver import LocalPostgres, find_bindir
+from tests.support.postgres import LocalPostgres, find_bindir
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

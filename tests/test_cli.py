@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tokwatch.storage.devserver import LocalPostgres
+from tests.support.postgres import LocalPostgres
 
 SIM = """
 listen: 127.0.0.1:{port}

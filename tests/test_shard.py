@@ -14,13 +14,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.postgres import LocalPostgres
 from tokwatch.app import App
 from tokwatch.config import Config, load_config_text
 from tokwatch.scheduler import run_round
 from tokwatch.shard import Shard, ShardError, owner_of, parse_shard, shard_from_env, takeover_after
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
-from tokwatch.storage.devserver import LocalPostgres
 from tokwatch.storage.report import build_report
 
 NAMES = [f"endpoint-{i}" for i in range(600)]

@@ -17,12 +17,12 @@ import pytest
 
 from dashboards import generate
 from dashboards.lint import iter_panels
+from tests.support.postgres import LocalPostgres
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
 from tokwatch.bench.storing import bench_rows
 from tokwatch.result import Status
-from tokwatch.storage.devserver import LocalPostgres
 from tokwatch.storage.postgres import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")

@@ -18,7 +18,7 @@ import pytest
 import tokwatch
 from dashboards import generate
 from dashboards.lint import iter_panels
-from tokwatch.storage.devserver import LocalPostgres
+from tests.support.postgres import LocalPostgres
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tokwatch.storage.devserver import PASSWORD
+from tests.support.postgres import PASSWORD
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.store_commands import add_commands

@@ -12,6 +12,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from tests.support.postgres import PASSWORD, LocalPostgres
 from tokwatch.config import StorageSettings
 from tokwatch.result import Status
 from tokwatch.storage import (
@@ -23,7 +24,6 @@ from tokwatch.storage import (
     window_figures,
 )
 from tokwatch.storage.base import WINDOW_INCLUDABLE
-from tokwatch.storage.devserver import PASSWORD, LocalPostgres
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.postgres import free_port
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 from tokwatch.storage import RunWriter
-from tokwatch.storage.devserver import free_port
 from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.sqlite import SQLiteStore

@@ -1,4 +1,5 @@
-"""A throwaway local PostgreSQL (initdb + pg_ctl on 127.0.0.1) for tests and benchmarks only."""
+"""A throwaway local PostgreSQL (initdb + pg_ctl on 127.0.0.1) for the tests and the benchmarks; not part of
+the shipped package."""
 
 from __future__ import annotations
 
