@@ -23,7 +23,10 @@ from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
 from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields, merge_body
 from tokwatch.result import Status
-from tokwatch.streams import OllamaStreamParser, OpenAIStreamParser, StreamCollector, TextDelta
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import TextDelta
+from tokwatch.streams.ollama import OllamaStreamParser
+from tokwatch.streams.openai import OpenAIStreamParser
 
 
 @dataclass(frozen=True, slots=True)

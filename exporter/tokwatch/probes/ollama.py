@@ -6,9 +6,11 @@ from typing import Any, Literal
 
 from tokwatch.config import server_root
 from tokwatch.probes.base import ProbeContext
-from tokwatch.probes.openai import HttpProbe, RequestPlan, StreamParser, chat_messages
+from tokwatch.probes.openai import HttpProbe, RequestPlan, chat_messages
 from tokwatch.result import RunResult, TimingSource
-from tokwatch.streams import OllamaStreamParser, StreamCollector, StreamEvent
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import StreamEvent, StreamParser
+from tokwatch.streams.ollama import OllamaStreamParser
 from tokwatch.timing import ollama_engine_tps, ollama_server_wall_tps
 
 # Ollama reports a few milliseconds of load_duration even when the model is already resident; a reload of

@@ -5,21 +5,18 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 from tokwatch import status as status_mod
 from tokwatch.config import server_root
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
 from tokwatch.request_options import fixed_output_fields, merge_body, unique_prefix, wants_fixed_output
 from tokwatch.result import RunResult, Status, TimingSource
-from tokwatch.streams import (
-    OpenAIStreamParser,
-    StreamCollector,
-    StreamEvent,
-    decode_utf8,
-    loads_json,
-    parse_chat_completion,
-)
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import StreamEvent, StreamParser
+from tokwatch.streams.framing import decode_utf8
+from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
+from tokwatch.streams.payload import loads_json
 from tokwatch.timing import (
     client_stream_tps,
     client_wall_tps,
@@ -34,13 +31,6 @@ from tokwatch.timing import (
     ttft,
     ttot,
 )
-
-
-class StreamParser(Protocol):
-    """An incremental parser from `tokwatch.streams`."""
-
-    def feed(self, data: bytes, t: float) -> list[StreamEvent]: ...
-    def close(self, t: float) -> list[StreamEvent]: ...
 
 
 @dataclass(frozen=True, slots=True)
