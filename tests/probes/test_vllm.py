@@ -22,7 +22,7 @@ async def test_streamed_reasoning_and_chunks(start_sim, server, make_ctx) -> Non
 
 
 def test_body_requests_continuous_usage(make_ctx) -> None:
-    from tokwatch.probes.openai import plan_for
+    from tokwatch.probes.http import plan_for
 
     ctx = make_ctx(
         "http://127.0.0.1:1/v1", "vllm", endpoint={"extra_body": {"stream_options": {"x": 1}, "top_k": 5}}

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from tokwatch.config import server_root
 from tokwatch.probes.base import ProbeContext
-from tokwatch.probes.openai import HttpProbe, RequestPlan, chat_messages
+from tokwatch.probes.http import HttpProbe, RequestPlan, chat_messages
 from tokwatch.result import RunResult, TimingSource
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tokwatch.probes.base import ProbeContext
-from tokwatch.probes.openai import OpenAIProbe, RequestPlan
+from tokwatch.probes.http import RequestPlan
+from tokwatch.probes.openai import OpenAIProbe
 
 
 class VllmProbe(OpenAIProbe):
