@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from tokwatch import status as status_mod
+from tokwatch.config import server_root
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.request_options import fixed_output_fields, merge_body, unique_prefix, wants_fixed_output
+from tokwatch.request_options import merge_body, unique_prefix
 from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
@@ -71,26 +73,90 @@ def chat_messages(plan: RequestPlan) -> list[dict[str, str]]:
     return msgs
 
 
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat request in no particular dialect: what the probe and the bench ask a server for."""
+
+    model: str
+    messages: Sequence[Mapping[str, str]]
+    max_tokens: int
+    stream: bool
+    temperature: float
+    fixed_output: bool = False  # add the kind's fixed-output fields: generate exactly max_tokens
+
+
 class HttpProbe(Probe):
-    """One POST, parsed incrementally, measured, classified; subclasses supply the dialect."""
+    """One POST, parsed incrementally, measured, classified; each kind's subclass supplies its dialect.
 
-    uses_counters: ClassVar[bool] = False
+    The class-level answers (URL, body, parser, fixed output, counters) are all the probe, the bench and
+    the server-counter readers know about a kind; they ask them through `tokwatch.probes.probe_class`.
+    """
 
+    # The /metrics dialect the kind's server publishes at <server root>/metrics, a key of
+    # `tokwatch.counters.adapters.ADAPTERS`; None: counters only from a configured `metrics_url`.
+    counter_adapter: ClassVar[str | None] = None
+    # Ollama's own signals (model reloads, VRAM share from /api/ps) apply to this kind.
+    ollama_signals: ClassVar[bool] = False
+    # The server honours the fixed-output fields, so `probe.fixed_output` defaults to on and the bench
+    # sends them when a workload asks for a fixed length.
+    fixed_length: ClassVar[bool] = False
+
+    @classmethod
     @abstractmethod
-    def url(self, ctx: ProbeContext) -> str:
-        """Where the request goes."""
+    def url(cls, base_url: str) -> str:
+        """The generation URL under an endpoint's base URL."""
 
+    @classmethod
     @abstractmethod
-    def body(self, ctx: ProbeContext, plan: RequestPlan) -> dict[str, Any]:
-        """The JSON request body (before `extra_body`)."""
+    def body(cls, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body in this kind's dialect, its fixed-output fields included when asked for."""
 
+    @classmethod
     @abstractmethod
-    def parser(self) -> StreamParser:
+    def parser(cls) -> StreamParser:
         """A fresh incremental parser for a streamed answer."""
 
+    @classmethod
     @abstractmethod
-    def parse_whole(self, obj: Any, t: float) -> list[StreamEvent]:
+    def parse_whole(cls, obj: Any, t: float) -> list[StreamEvent]:
         """Events from a non-streamed JSON answer."""
+
+    @classmethod
+    def fixed_output_fields(cls, max_tokens: int) -> dict[str, Any]:
+        """Body fields that ask for exactly `max_tokens` tokens ({}: the kind has none)."""
+        return {}
+
+    @classmethod
+    def wants_fixed_output(cls, setting: bool | None) -> bool:
+        """`probe.fixed_output`: None (default) = yes where the server honours it; never for kinds without."""
+        return cls.fixed_length if setting is None else setting and bool(cls.fixed_output_fields(1))
+
+    @classmethod
+    def default_metrics_url(cls, base_url: str) -> str | None:
+        """<server root>/metrics for kinds whose server publishes counters; None for the others."""
+        return f"{server_root(base_url)}/metrics" if cls.counter_adapter is not None else None
+
+    @classmethod
+    def headers(cls, api_key: str | None) -> dict[str, str]:
+        """Request headers; the API key goes only here, never into a log line."""
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    @property
+    def uses_counters(self) -> bool:
+        """The kind's server publishes counters by default: timed runs are measured against them."""
+        return self.counter_adapter is not None
+
+    def request(self, ctx: ProbeContext, plan: RequestPlan) -> tuple[str, dict[str, Any]]:
+        """The URL and JSON body of one probe run, before the endpoint's `extra_body`."""
+        chat = ChatRequest(
+            model=ctx.endpoint.model,
+            messages=chat_messages(plan),
+            max_tokens=plan.max_tokens,
+            stream=plan.stream,
+            temperature=ctx.settings.temperature,
+            fixed_output=self.wants_fixed_output(ctx.settings.fixed_output),
+        )
+        return self.url(ctx.endpoint.base_url), self.body(chat)
 
     def server_candidates(self, col: StreamCollector, result: RunResult) -> dict[TimingSource, float]:
         """tok/s figures the server itself reported (llama.cpp `timings` for OpenAI-style answers)."""
@@ -110,10 +176,6 @@ class HttpProbe(Probe):
             return col.timings.predicted_n, "engine"
         return None, "usage"
 
-    def headers(self, ctx: ProbeContext) -> dict[str, str]:
-        """Request headers; the API key goes only here, never into a log line."""
-        return {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
-
     async def run_once(self, ctx: ProbeContext, *, timed: bool) -> RunResult:
         """Send one request and classify it; never raises."""
         plan = plan_for(ctx, timed=timed)
@@ -125,10 +187,7 @@ class HttpProbe(Probe):
             return status_mod.apply(result, status_mod.classify_exception(exc), ctx.log.redact)
 
     async def _run(self, ctx: ProbeContext, plan: RequestPlan, result: RunResult, timed: bool) -> RunResult:
-        url = self.url(ctx)
-        body = self.body(ctx, plan)
-        if wants_fixed_output(ctx.endpoint.kind, ctx.settings.fixed_output):
-            body.update(fixed_output_fields(ctx.endpoint.kind, plan.max_tokens))
+        url, body = self.request(ctx, plan)
         body = merge_body(body, ctx.endpoint.extra_body)  # the endpoint's own extra_body wins
         # Kinds that serve /metrics use it by default; any kind does when `metrics_url` is configured.
         wants_counters = self.uses_counters or ctx.endpoint.metrics_url is not None
@@ -142,7 +201,7 @@ class HttpProbe(Probe):
                 "POST",
                 url,
                 json_body=body,
-                headers=self.headers(ctx),
+                headers=self.headers(ctx.api_key),
                 timeout=ctx.endpoint.effective_timeout,
                 max_bytes=ctx.settings.max_response_bytes,
             ) as resp:

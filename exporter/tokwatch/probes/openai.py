@@ -1,42 +1,57 @@
-"""OpenAI-compatible chat completions probe: POST /v1/chat/completions, SSE chunks or one JSON answer."""
+"""The OpenAI kind: POST /v1/chat/completions, answered with SSE chunks or one JSON chat completion."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tokwatch.config import server_root
-from tokwatch.probes.base import ProbeContext
-from tokwatch.probes.http import HttpProbe, RequestPlan, chat_messages
+from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
 
 
 class OpenAIProbe(HttpProbe):
-    """POST {server_root}/v1/chat/completions with stream_options.include_usage when streaming."""
+    """Chat completions with `stream_options.include_usage` when streaming.
+
+    The fixed-output fields are vLLM's extension, which OpenAI-compatible servers such as vLLM and SGLang
+    accept; cloud APIs reject unknown parameters, so this kind sends them only when `probe.fixed_output`
+    is set to true.
+    """
 
     kind = "openai"
 
-    def url(self, ctx: ProbeContext) -> str:
+    @classmethod
+    def url(cls, base_url: str) -> str:
         """The chat completions route."""
-        return f"{server_root(ctx.endpoint.base_url)}/v1/chat/completions"
+        return f"{server_root(base_url)}/v1/chat/completions"
 
-    def body(self, ctx: ProbeContext, plan: RequestPlan) -> dict[str, Any]:
-        """Chat request with optional system prompt."""
+    @classmethod
+    def body(cls, request: ChatRequest) -> dict[str, Any]:
+        """Chat request; usage on the last chunk when streaming."""
         body: dict[str, Any] = {
-            "model": ctx.endpoint.model,
-            "messages": chat_messages(plan),
-            "max_tokens": plan.max_tokens,
-            "temperature": ctx.settings.temperature,
-            "stream": plan.stream,
+            "model": request.model,
+            "messages": list(request.messages),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": request.stream,
         }
-        if plan.stream:
+        if request.stream:
             body["stream_options"] = {"include_usage": True}
+        if request.fixed_output:
+            body.update(cls.fixed_output_fields(request.max_tokens))
         return body
 
-    def parser(self) -> StreamParser:
+    @classmethod
+    def fixed_output_fields(cls, max_tokens: int) -> dict[str, Any]:
+        """`ignore_eos` with `min_tokens`: the server then generates exactly max_tokens."""
+        return {"ignore_eos": True, "min_tokens": max_tokens}
+
+    @classmethod
+    def parser(cls) -> StreamParser:
         """SSE chat-completion chunks."""
         return OpenAIStreamParser()
 
-    def parse_whole(self, obj: Any, t: float) -> list[StreamEvent]:
+    @classmethod
+    def parse_whole(cls, obj: Any, t: float) -> list[StreamEvent]:
         """A non-streamed chat completion."""
         return parse_chat_completion(obj, t)
