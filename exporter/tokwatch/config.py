@@ -268,15 +268,6 @@ class EndpointSettings(_Strict):
             return self.timeout
         return LOCAL_TIMEOUT_S if self.is_local else DEFAULT_TIMEOUT_S
 
-    @property
-    def effective_metrics_url(self) -> str | None:
-        """Server /metrics URL: explicit, or `<base>/metrics` for kinds that expose one."""
-        if self.metrics_url:
-            return self.metrics_url
-        if self.kind in ("vllm", "llamacpp", "sglang"):
-            return f"{server_root(self.base_url)}/metrics"
-        return None
-
     def resolve_api_key(self) -> str | None:
         """The API key from inline value, environment variable or file; raises ConfigError if unreadable."""
         if self.api_key is not None:

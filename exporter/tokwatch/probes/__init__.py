@@ -1,11 +1,13 @@
 """The registry of endpoint kinds: one module per kind under this package, each registered here once.
 
 Everything tokwatch knows about a kind (URL, request body, stream parser, fixed-output fields, server
-counters) is a class-level answer of its probe class; the probe flow and the bench client ask
-`probe_class(kind)`.
+counters) is a class-level answer of its probe class; the probe flow, the bench client and the
+server-counter readers ask `probe_class(kind)`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from tokwatch.probes.base import Probe
 from tokwatch.probes.http import HttpProbe
@@ -14,6 +16,9 @@ from tokwatch.probes.ollama import OllamaProbe
 from tokwatch.probes.openai import OpenAIProbe
 from tokwatch.probes.sglang import SGLangProbe
 from tokwatch.probes.vllm import VllmProbe
+
+if TYPE_CHECKING:
+    from tokwatch.config import EndpointSettings
 
 PROBES: dict[str, type[HttpProbe]] = {
     p.kind: p for p in (OpenAIProbe, OllamaProbe, LlamaCppProbe, VllmProbe, SGLangProbe)
@@ -33,3 +38,7 @@ def get_probe(kind: str) -> Probe:
     """A probe instance for an endpoint kind; raises ValueError naming the known kinds."""
     return probe_class(kind)()
 
+
+def metrics_url(endpoint: EndpointSettings) -> str | None:
+    """The server's /metrics URL: the configured `metrics_url`, else its kind's default (None: none)."""
+    return endpoint.metrics_url or probe_class(endpoint.kind).default_metrics_url(endpoint.base_url)
