@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from tokwatch.kinds import Kind
 from tokwatch.result import TimingSource
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
@@ -183,7 +184,7 @@ class EndpointSettings(_Strict):
     """One probed endpoint."""
 
     name: str
-    kind: Literal["openai", "ollama", "llamacpp", "vllm", "sglang"]
+    kind: Kind
     base_url: str
     model: str
     api_key: SecretStr | None = None

@@ -20,8 +20,8 @@ from tokwatch.config import (
     parse_yaml_doc,
     read_config_file,
 )
+from tokwatch.kinds import Kind
 
-Kind = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
 DEFAULT_NUMBER = 100
 RANDOM_MULTI_TURN = "random-multi-turn"  # --dataset name of seed 003's synthetic conversations
 

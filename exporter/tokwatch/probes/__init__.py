@@ -1,8 +1,9 @@
 """The registry of endpoint kinds: one module per kind under this package, each registered here once.
 
 Everything tokwatch knows about a kind (URL, request body, stream parser, fixed-output fields, server
-counters) is a class-level answer of its probe class; the probe flow, the bench client and the
-server-counter readers ask `probe_class(kind)`.
+counters) is a class-level answer of its probe class; the bench client, the request options and the
+server-counter readers ask `probe_class(kind)`. The typed configs validate kind names against
+`tokwatch.kinds.Kind`, which tests pin to the keys of `PROBES`.
 """
 
 from __future__ import annotations
