@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from simproc import simulator
 from tokwatch.http import HttpClient
 from tokwatch.stats import percentile
-from tokwatch.streams import OpenAIStreamParser, StreamCollector
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.openai import OpenAIStreamParser
 from tokwatch.timing import itl, token_events, ttft
 
 

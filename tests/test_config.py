@@ -8,6 +8,7 @@ import pytest
 
 from tokwatch.cli import main
 from tokwatch.config import load_config, load_config_text, server_root
+from tokwatch.probes import metrics_url
 from tokwatch.setting_values import parse_duration
 from tokwatch.strict_yaml import ConfigError
 
@@ -112,8 +113,8 @@ def test_api_key_from_file(tmp_path: Path) -> None:
 def test_metrics_url_default_strips_v1() -> None:
     assert server_root("http://h:1/vllm-a/v1/") == "http://h:1/vllm-a"
     cfg = load_config_text(BASE.replace("kind: openai", "kind: vllm"))
-    assert cfg.endpoints[0].effective_metrics_url == "http://127.0.0.1:8000/metrics"
-    assert load_config_text(BASE).endpoints[0].effective_metrics_url is None
+    assert metrics_url(cfg.endpoints[0]) == "http://127.0.0.1:8000/metrics"
+    assert metrics_url(load_config_text(BASE).endpoints[0]) is None
 
 
 def test_probe_overrides_per_endpoint() -> None:

@@ -15,7 +15,7 @@ from tokwatch.status import (
     model_matches,
     unreadable_answer,
 )
-from tokwatch.streams import StreamProtocolError
+from tokwatch.streams.events import StreamProtocolError
 
 
 @pytest.mark.parametrize(

@@ -9,22 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from tokwatch.streams import (
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import (
     Done,
     Finish,
     LlamaTimings,
     OllamaFinal,
-    OllamaStreamParser,
-    OpenAIStreamParser,
-    SseDecoder,
-    StreamCollector,
     StreamEvent,
     StreamProtocolError,
     TextDelta,
-    ThinkTagSplitter,
     Usage,
-    parse_chat_completion,
 )
+from tokwatch.streams.framing import SseDecoder
+from tokwatch.streams.ollama import OllamaStreamParser
+from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
+from tokwatch.streams.think import ThinkTagSplitter
 
 # Real server captures, copied into the repository (tests/data/README.md says where each came from).
 SAMPLES = Path(__file__).resolve().parent / "data"

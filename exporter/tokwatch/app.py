@@ -23,7 +23,7 @@ from tokwatch.exposition import Exposition
 from tokwatch.http import HttpClient
 from tokwatch.measurement import MeasurementLoop, on_loop
 from tokwatch.metrics import ExporterCollector, ExporterStatus, ProbeMetrics, WindowCollector
-from tokwatch.probes import get_probe
+from tokwatch.probes import get_probe, metrics_url, probe_class
 from tokwatch.probes.base import CounterMeasurement, CounterWindow, ProbeContext, ProbeLog, run_probe
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult, Trigger
@@ -310,11 +310,14 @@ class App:
         await self._sync(
             self._counters,
             wanted,
-            lambda ep: ep.effective_metrics_url is not None,
+            lambda ep: metrics_url(ep) is not None,
             lambda ep: ServerCounters(ep, http),
         )
         await self._sync(
-            self._ollama, wanted, lambda ep: ep.kind == "ollama", lambda ep: OllamaSignals(ep, http)
+            self._ollama,
+            wanted,
+            lambda ep: probe_class(ep.kind).ollama_signals,
+            lambda ep: OllamaSignals(ep, http),
         )
 
     async def _sync(

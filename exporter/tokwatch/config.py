@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from tokwatch.kinds import Kind
 from tokwatch.result import TimingSource
 from tokwatch.setting_values import duration_fields, parse_listen, positive_duration_fields
 from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
@@ -130,7 +131,7 @@ class EndpointSettings(StrictModel):
     """One probed endpoint."""
 
     name: str
-    kind: Literal["openai", "ollama", "llamacpp", "vllm", "sglang"]
+    kind: Kind
     base_url: str
     model: str
     api_key: SecretStr | None = None
@@ -214,15 +215,6 @@ class EndpointSettings(StrictModel):
         if self.timeout is not None:
             return self.timeout
         return LOCAL_TIMEOUT_S if self.is_local else DEFAULT_TIMEOUT_S
-
-    @property
-    def effective_metrics_url(self) -> str | None:
-        """Server /metrics URL: explicit, or `<base>/metrics` for kinds that expose one."""
-        if self.metrics_url:
-            return self.metrics_url
-        if self.kind in ("vllm", "llamacpp", "sglang"):
-            return f"{server_root(self.base_url)}/metrics"
-        return None
 
     def resolve_api_key(self) -> str | None:
         """The API key from inline value, environment variable or file; raises ConfigError if unreadable."""

@@ -8,7 +8,7 @@ from typing import Protocol, TypeVar
 
 from tokwatch.http import HttpStatusError, TransportError
 from tokwatch.result import RunResult, Status
-from tokwatch.streams import StreamProtocolError
+from tokwatch.streams.events import StreamProtocolError
 
 MAX_ERROR_MESSAGE = 500
 _SPECIAL_TOKEN_SLACK = 8

@@ -17,7 +17,7 @@ TokensSource = Literal["usage", "engine", "chunk_usage", "client_estimate"]
 
 
 class DeltaLike(Protocol):
-    """What `token_events` needs from a parsed chunk (see `tokwatch.streams.TextDelta`)."""
+    """What `token_events` needs from a parsed chunk (see `tokwatch.streams.events.TextDelta`)."""
 
     @property
     def t(self) -> float: ...

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from tokwatch.bench.health import Check, _client_timing, _prompt_length
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.streams import OpenAIStreamParser, StreamCollector
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.openai import OpenAIStreamParser
 
 
 def _records(make_record: Callable[..., RequestRecord], stalls: list[float]) -> list[RequestRecord]:

@@ -6,7 +6,9 @@ import pytest
 
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import CounterMeasurement, run_probe
+from tokwatch.probes.http import plan_for
 from tokwatch.probes.vllm import VllmProbe
+from tokwatch.request_options import merge_body
 from tokwatch.result import Status, TimingSource
 
 
@@ -22,14 +24,11 @@ async def test_streamed_reasoning_and_chunks(start_sim, server, make_ctx) -> Non
 
 
 def test_body_requests_continuous_usage(make_ctx) -> None:
-    from tokwatch.probes.openai import plan_for
-
     ctx = make_ctx(
         "http://127.0.0.1:1/v1", "vllm", endpoint={"extra_body": {"stream_options": {"x": 1}, "top_k": 5}}
     )
-    from tokwatch.request_options import merge_body
-
-    body = merge_body(VllmProbe().body(ctx, plan_for(ctx)), ctx.endpoint.extra_body)
+    _, body = VllmProbe().request(ctx, plan_for(ctx))
+    body = merge_body(body, ctx.endpoint.extra_body)
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True, "x": 1}
     assert body["top_k"] == 5 and body["model"] == "m"
 

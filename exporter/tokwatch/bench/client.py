@@ -1,7 +1,8 @@
 """Sends one benchmark request over the shared HTTP layer and turns the stream into a RequestRecord.
 
-Parsing is `tokwatch.streams`, token counting and latency math are `tokwatch.timing`, failure statuses are
-`tokwatch.status`: the benchmark measures exactly what the probe measures.
+URL, body and stream parser are the kind's own (`tokwatch.probes`), parsing is `tokwatch.streams`, token
+counting and latency math are `tokwatch.timing`, failure statuses are `tokwatch.status`: the benchmark
+measures exactly what the probe measures.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from tokwatch import timing
 from tokwatch.bench.fluidity import fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
-from tokwatch.config import server_root
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
+from tokwatch.probes import probe_class
+from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.redact import Redactor
-from tokwatch.request_options import FIXED_LENGTH_KINDS, fixed_output_fields, merge_body
+from tokwatch.request_options import merge_body
 from tokwatch.result import Status
-from tokwatch.streams import OllamaStreamParser, OpenAIStreamParser, StreamCollector, TextDelta
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import TextDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,42 +43,35 @@ class Target:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def dialect(self) -> type[HttpProbe]:
+        """The kind's own answers (URL, body, stream parser), from the registry of kinds."""
+        return probe_class(self.kind)
+
+    @property
     def url(self) -> str:
         """The generation URL for this kind."""
-        root = server_root(self.base_url)
-        return f"{root}/api/chat" if self.kind == "ollama" else f"{root}/v1/chat/completions"
+        return self.dialect.url(self.base_url)
 
     def headers(self) -> dict[str, str]:
         """Request headers (Authorization when a key is set)."""
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return self.dialect.headers(self.api_key)
 
     def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
-        """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key)."""
-        body = self._base_body(messages, max_tokens, fixed_output)
-        return merge_body(body, dict(self.extra_body)) if self.extra_body else body
+        """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key).
 
-    def _base_body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
-        if self.kind == "ollama":
-            return {
-                "model": self.model,
-                "messages": list(messages),
-                "stream": True,
-                "options": {"num_predict": max_tokens, "temperature": 0},
-            }
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": list(messages),
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if self.kind == "vllm":
-            # Usage on every chunk gives exact per-chunk token counts (multi-token chunks counted as k).
-            body["stream_options"]["continuous_usage_stats"] = True
-        if fixed_output and self.kind in FIXED_LENGTH_KINDS:
-            body.update(fixed_output_fields(self.kind, max_tokens))
-        return body
+        The fixed-output fields go only to kinds whose server honours them (`fixed_length`).
+        """
+        dialect = self.dialect
+        request = ChatRequest(
+            self.model,
+            messages,
+            max_tokens,
+            stream=True,
+            temperature=0,
+            fixed_output=fixed_output and dialect.fixed_length,
+        )
+        body = dialect.body(request)
+        return merge_body(body, dict(self.extra_body)) if self.extra_body else body
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +102,7 @@ async def execute(
     max_tokens = record.max_tokens or 1
     body = target.body(messages, max_tokens, record.fixed_output)
     collector = StreamCollector()
-    parser: OpenAIStreamParser | OllamaStreamParser = (
-        OllamaStreamParser() if target.kind == "ollama" else OpenAIStreamParser()
-    )
+    parser = target.dialect.parser()
     sent_at = time.perf_counter()
     record.started_at_s = record.sent_at_s = sent_at - run_t0
     end: float | None = None

@@ -32,6 +32,7 @@ from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
 from tokwatch.config import Config, load_config
 from tokwatch.measurement import new_loop
+from tokwatch.probes import PROBES
 from tokwatch.strict_yaml import ConfigError
 
 T = TypeVar("T")
@@ -88,7 +89,7 @@ def add_commands(subparsers: Any) -> None:
         "--config nothing is stored. With compare: the store that stored run ids are read from",
     )
     t.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000/v1")
-    t.add_argument("--kind", choices=["openai", "vllm", "llamacpp", "ollama", "sglang"], help="API dialect")
+    t.add_argument("--kind", choices=list(PROBES), help="API dialect")
     t.add_argument("--model", help="model name (default: the endpoint's)")
     t.add_argument("--api-key-env", help="environment variable holding the API key (with --url)")
     t.add_argument("--timeout", help="per-request timeout, e.g. 300s")

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
+from tokwatch.kinds import Kind
 from tokwatch.setting_values import duration_fields, parse_listen
 from tokwatch.strict_yaml import (
     ConfigError,
@@ -21,7 +22,6 @@ from tokwatch.strict_yaml import (
     read_config_file,
 )
 
-Kind = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
 DEFAULT_NUMBER = 100
 RANDOM_MULTI_TURN = "random-multi-turn"  # --dataset name of seed 003's synthetic conversations
 

@@ -22,7 +22,8 @@ from tokwatch.bench.workload import (
     SyntheticConversations,
     SyntheticWorkload,
 )
-from tokwatch.config import load_config, server_root
+from tokwatch.config import load_config
+from tokwatch.probes import metrics_url, probe_class
 from tokwatch.request_options import merge_body
 from tokwatch.strict_yaml import ConfigError
 
@@ -50,7 +51,7 @@ def resolve_target(opts: BenchOptions) -> Resolved:
             model=opts.model or ep.model,
             api_key=ep.resolve_api_key(),
             timeout_s=opts.timeout,
-            metrics_url=opts.metrics_url or ep.effective_metrics_url,
+            metrics_url=opts.metrics_url or metrics_url(ep),
             extra_body=merge_body(ep.extra_body, opts.extra_body),  # --extra-body keys win
         )
         return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
@@ -62,11 +63,11 @@ def resolve_target(opts: BenchOptions) -> Resolved:
         api_key = os.environ.get(opts.api_key_env)
         if api_key is None:
             raise ConfigError(f"--api-key-env: environment variable {opts.api_key_env} is not set")
-    metrics_url = opts.metrics_url
-    if metrics_url is None and opts.kind in ("vllm", "llamacpp", "sglang"):
-        metrics_url = f"{server_root(opts.url)}/metrics"
+    counters_url = opts.metrics_url
+    if counters_url is None:
+        counters_url = probe_class(opts.kind).default_metrics_url(opts.url)
     target = Target(
-        opts.kind, opts.url.rstrip("/"), opts.model, api_key, opts.timeout, metrics_url, opts.extra_body
+        opts.kind, opts.url.rstrip("/"), opts.model, api_key, opts.timeout, counters_url, opts.extra_body
     )
     return Resolved(target, tuple(opts.mirror_metrics))
 

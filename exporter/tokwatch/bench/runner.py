@@ -26,7 +26,6 @@ from tokwatch.bench.workload import Conversation, Message, RequestSpec, Syntheti
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
-from tokwatch.request_options import FIXED_LENGTH_KINDS
 from tokwatch.result import Status
 
 RequestSource = SyntheticWorkload | list[RequestSpec]
@@ -127,7 +126,7 @@ class BenchRunner:
         )
 
     def _fixed(self, wanted: bool) -> bool:
-        return wanted and self.target.kind in FIXED_LENGTH_KINDS
+        return wanted and self.target.dialect.fixed_length
 
     async def _send(
         self, record: RequestRecord, messages: tuple[Message, ...] | list[Message]

@@ -13,6 +13,7 @@ from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_me
 from tokwatch.counters.reading import CounterReading
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
 from tokwatch.measurement import MeasurementLoop
+from tokwatch.probes import probe_class
 
 SCRAPE_TIMEOUT_S = 5.0
 
@@ -31,7 +32,7 @@ class ServerWatch:
     ) -> None:
         self._http = http
         self._url = url
-        self._kind = kind
+        self._adapter = probe_class(kind).counter_adapter if kind is not None else None
         self._model = model
         self._mirror = tuple(mirror)
         self._interval = sample_interval_s
@@ -53,7 +54,7 @@ class ServerWatch:
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
             self.problem = f"cannot read {self._url}: {exc}"
             return None
-        reading = read_counters(snap, self._kind, self._model)
+        reading = read_counters(snap, self._adapter, self._model)
         if reading is not None:
             self._track_peaks(reading)
         return text, time.perf_counter(), reading, snap

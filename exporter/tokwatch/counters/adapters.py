@@ -1,4 +1,7 @@
-"""Pick the adapter for a scrape: by the endpoint kind, or by the families the server actually exposes."""
+"""Pick the adapter for a scrape: the one the endpoint's kind names, or by the families the server exposes.
+
+A kind names its adapter in its probe module (`HttpProbe.counter_adapter`); tests pin that each one is here.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ _PREFIXES = {"vllm": "vllm:", "llamacpp": "llamacpp:", "sglang": "sglang:"}
 
 
 def detect_server(snap: MetricsSnapshot, hint: str | None = None) -> str | None:
-    """The server whose families the scrape holds; the endpoint kind wins when its families are present."""
+    """The server whose families the scrape holds; the hinted adapter wins when its families are present."""
     names = list(snap.names())
     present = [s for s, p in _PREFIXES.items() if any(n.startswith(p) for n in names)]
     if hint in present:
@@ -25,9 +28,12 @@ def detect_server(snap: MetricsSnapshot, hint: str | None = None) -> str | None:
     return present[0] if present else None
 
 
-def read_counters(snap: MetricsSnapshot, kind: str | None, model: str | None) -> CounterReading | None:
-    """The server-neutral reading of one scrape, or None when it holds no known server's families."""
-    server = detect_server(snap, kind)
+def read_counters(snap: MetricsSnapshot, adapter: str | None, model: str | None) -> CounterReading | None:
+    """The server-neutral reading of one scrape, or None when it holds no known server's families.
+
+    `adapter` is the one the endpoint's kind names (None: whichever server's families are present).
+    """
+    server = detect_server(snap, adapter)
     if server is None:
         return None
     return ADAPTERS[server](snap, model)

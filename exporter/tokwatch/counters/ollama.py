@@ -1,6 +1,6 @@
 """Ollama's server-side signals (it has no /metrics): cold reloads from run results, VRAM share from /api/ps.
 
-For the app (one per `kind: ollama` endpoint)::
+For the app (one per endpoint whose kind has `ollama_signals`, i.e. `kind: ollama`)::
 
     signals = OllamaSignals(endpoint: EndpointSettings, http: HttpClient, *, timeout: float | None = None)
     collector.add(signals.state)        # ServerCollector, tokwatch.counters.collector

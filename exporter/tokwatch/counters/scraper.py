@@ -1,13 +1,13 @@
 """Continuous per-endpoint /metrics scraping, and the one object the app creates per endpoint.
 
-For the app (one per endpoint whose `effective_metrics_url` is not None)::
+For the app (one per endpoint whose `tokwatch.probes.metrics_url` is not None)::
 
     counters = ServerCounters(endpoint: EndpointSettings, http: HttpClient, *,
                               timeout: float | None = None, max_bytes: int = 4 MiB,
                               headers: Mapping[str, str] | None = None)
     collector.add(counters.state)       # ServerCollector, tokwatch.counters.collector
     await counters.start()              # scrape loop every endpoint.scrape_interval
-    ctx.counters = counters.window      # CounterWindow for the probe (kinds vllm, sglang, llamacpp)
+    ctx.counters = counters.window      # CounterWindow for the probe
     await counters.close()              # on shutdown or config reload
 
 A malformed, truncated, oversized, slow or failing /metrics never raises out of here: it is counted in
@@ -29,6 +29,7 @@ from tokwatch.counters.reading import CounterReading
 from tokwatch.counters.state import ServerState, log
 from tokwatch.counters.window import ServerCounterWindow
 from tokwatch.http import HttpStatusError, TransportError
+from tokwatch.probes import metrics_url, probe_class
 from tokwatch.redact import Redactor
 
 if TYPE_CHECKING:
@@ -62,11 +63,12 @@ class ServerCounters:
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        url = endpoint.effective_metrics_url
+        url = metrics_url(endpoint)
         if url is None:
             raise ValueError(f"endpoint {endpoint.name}: kind {endpoint.kind} has no metrics_url")
         self.endpoint = endpoint
         self.url = url
+        self._adapter = probe_class(endpoint.kind).counter_adapter
         self._http = http
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self._max_bytes = max_bytes
@@ -88,7 +90,7 @@ class ServerCounters:
             duration = time.perf_counter() - started
             self.state.record_error(duration, self._redact(f"{self.url}: {type(exc).__name__}: {exc}"))
             return None
-        return read_counters(snap, self.endpoint.kind, self.endpoint.model), snap
+        return read_counters(snap, self._adapter, self.endpoint.model), snap
 
     async def read(self) -> CounterReading | None:
         """The server's current reading, for the probe's window.

@@ -1,6 +1,8 @@
-"""llama.cpp (llama-server) probe: the OpenAI route, `timings` as the engine source, /metrics counters."""
+"""The llama.cpp (llama-server) kind: the OpenAI route, `timings` as the engine source, /metrics counters."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from tokwatch.probes.openai import OpenAIProbe
 
@@ -9,4 +11,10 @@ class LlamaCppProbe(OpenAIProbe):
     """`engine` = predicted_n / (predicted_ms / 1000) from the answer's `timings`."""
 
     kind = "llamacpp"
-    uses_counters = True
+    counter_adapter = "llamacpp"
+    fixed_length = True
+
+    @classmethod
+    def fixed_output_fields(cls, max_tokens: int) -> dict[str, Any]:
+        """`ignore_eos` alone: llama-server has no min_tokens, and with ignore_eos it runs to n_predict."""
+        return {"ignore_eos": True}

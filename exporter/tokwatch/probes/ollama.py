@@ -1,4 +1,4 @@
-"""Ollama probe: /api/chat (or /api/generate) with engine timings from the final `done` object."""
+"""The Ollama kind: /api/chat (or /api/generate), engine timings from the final `done` object, /api/ps."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from typing import Any, Literal
 
 from tokwatch.config import server_root
 from tokwatch.probes.base import ProbeContext
-from tokwatch.probes.openai import HttpProbe, RequestPlan, StreamParser, chat_messages
+from tokwatch.probes.http import ChatRequest, HttpProbe, RequestPlan
 from tokwatch.result import RunResult, TimingSource
-from tokwatch.streams import OllamaStreamParser, StreamCollector, StreamEvent
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import StreamEvent, StreamParser
+from tokwatch.streams.ollama import OllamaStreamParser
 from tokwatch.timing import ollama_engine_tps, ollama_server_wall_tps
 
 # Ollama reports a few milliseconds of load_duration even when the model is already resident; a reload of
@@ -20,33 +22,46 @@ class OllamaProbe(HttpProbe):
     """`engine` = eval_count / eval_duration; `server_wall` = eval_count / total_duration when stripped."""
 
     kind = "ollama"
+    ollama_signals = True
 
-    def url(self, ctx: ProbeContext) -> str:
-        """/api/chat or /api/generate by `endpoint.ollama_api`."""
-        return f"{server_root(ctx.endpoint.base_url)}/api/{ctx.endpoint.ollama_api}"
+    @classmethod
+    def url(cls, base_url: str) -> str:
+        """/api/chat (a probe with `ollama_api: generate` goes to /api/generate: see `request`)."""
+        return f"{server_root(base_url)}/api/chat"
 
-    def body(self, ctx: ProbeContext, plan: RequestPlan) -> dict[str, Any]:
-        """Native request; `stream` is always explicit because Ollama defaults to streaming."""
-        body: dict[str, Any] = {
-            "model": ctx.endpoint.model,
-            "stream": plan.stream,
-            "options": {"num_predict": plan.max_tokens, "temperature": ctx.settings.temperature},
+    @classmethod
+    def body(cls, request: ChatRequest) -> dict[str, Any]:
+        """Native chat request; `stream` is always explicit because Ollama defaults to streaming.
+
+        Ollama has no fixed-output fields (`fixed_output` is ignored).
+        """
+        return {
+            "model": request.model,
+            "stream": request.stream,
+            "options": {"num_predict": request.max_tokens, "temperature": request.temperature},
+            "messages": list(request.messages),
         }
-        if ctx.endpoint.ollama_api == "chat":
-            body["messages"] = chat_messages(plan)
-        else:
-            body["prompt"] = plan.prompt
-            if plan.system_prompt:
-                body["system"] = plan.system_prompt
-        return body
 
-    def parser(self) -> StreamParser:
+    @classmethod
+    def parser(cls) -> StreamParser:
         """NDJSON lines."""
         return OllamaStreamParser()
 
-    def parse_whole(self, obj: Any, t: float) -> list[StreamEvent]:
+    @classmethod
+    def parse_whole(cls, obj: Any, t: float) -> list[StreamEvent]:
         """A non-streamed answer is one `done: true` object."""
         return OllamaStreamParser().parse_object(obj, t)
+
+    def request(self, ctx: ProbeContext, plan: RequestPlan) -> tuple[str, dict[str, Any]]:
+        """/api/chat, or /api/generate with the prompt and system prompt as fields (`endpoint.ollama_api`)."""
+        url, body = super().request(ctx, plan)
+        if ctx.endpoint.ollama_api == "chat":
+            return url, body
+        del body["messages"]
+        body["prompt"] = plan.prompt
+        if plan.system_prompt:
+            body["system"] = plan.system_prompt
+        return f"{server_root(ctx.endpoint.base_url)}/api/generate", body
 
     def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
         """eval_count from the final object."""

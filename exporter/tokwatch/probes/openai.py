@@ -1,336 +1,57 @@
-"""OpenAI-compatible chat completions probe, and the request/measure flow shared by every HTTP probe kind."""
+"""The OpenAI kind: POST /v1/chat/completions, answered with SSE chunks or one JSON chat completion."""
 
 from __future__ import annotations
 
-import time
-from abc import abstractmethod
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any
 
-from tokwatch import status as status_mod
 from tokwatch.config import server_root
-from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.request_options import fixed_output_fields, merge_body, unique_prefix, wants_fixed_output
-from tokwatch.result import RunResult, Status, TimingSource
-from tokwatch.streams import (
-    OpenAIStreamParser,
-    StreamCollector,
-    StreamEvent,
-    decode_utf8,
-    loads_json,
-    parse_chat_completion,
-)
-from tokwatch.timing import (
-    client_stream_tps,
-    client_wall_tps,
-    itl,
-    llamacpp_engine_tps,
-    output_itl,
-    select_source,
-    token_events,
-    total_tokens,
-    tpot,
-    trusted_candidates,
-    ttft,
-    ttot,
-)
-
-
-class StreamParser(Protocol):
-    """An incremental parser from `tokwatch.streams`."""
-
-    def feed(self, data: bytes, t: float) -> list[StreamEvent]: ...
-    def close(self, t: float) -> list[StreamEvent]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RequestPlan:
-    """Resolved request settings for one run (endpoint overrides applied)."""
-
-    stream: bool
-    max_tokens: int
-    prompt: str
-    system_prompt: str | None
-
-
-def plan_for(ctx: ProbeContext, *, timed: bool = False) -> RequestPlan:
-    """Probe settings with the endpoint's own overrides; a timed run's first message gets a unique prefix.
-
-    The prefix goes at the very start of the first message (the system prompt when there is one), since
-    prompt caches (vLLM's automatic prefix caching, llama.cpp's cache_prompt) reuse a shared leading run of
-    tokens: anything after a shared system prompt would still hit the cache for that part.
-    """
-    ep, s = ctx.endpoint, ctx.settings
-    prompt = ep.prompt or s.prompt
-    system = ep.system_prompt if ep.system_prompt is not None else s.system_prompt
-    if timed and s.timed_prompt == "unique":
-        if system:
-            system = unique_prefix() + system
-        else:
-            prompt = unique_prefix() + prompt
-    return RequestPlan(
-        stream=s.stream if ep.stream is None else ep.stream,
-        max_tokens=ep.max_tokens or s.max_tokens,
-        prompt=prompt,
-        system_prompt=system,
-    )
-
-
-def chat_messages(plan: RequestPlan) -> list[dict[str, str]]:
-    """Optional system message then the user prompt."""
-    msgs = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
-    msgs.append({"role": "user", "content": plan.prompt})
-    return msgs
-
-
-class HttpProbe(Probe):
-    """One POST, parsed incrementally, measured, classified; subclasses supply the dialect."""
-
-    uses_counters: ClassVar[bool] = False
-
-    @abstractmethod
-    def url(self, ctx: ProbeContext) -> str:
-        """Where the request goes."""
-
-    @abstractmethod
-    def body(self, ctx: ProbeContext, plan: RequestPlan) -> dict[str, Any]:
-        """The JSON request body (before `extra_body`)."""
-
-    @abstractmethod
-    def parser(self) -> StreamParser:
-        """A fresh incremental parser for a streamed answer."""
-
-    @abstractmethod
-    def parse_whole(self, obj: Any, t: float) -> list[StreamEvent]:
-        """Events from a non-streamed JSON answer."""
-
-    def server_candidates(self, col: StreamCollector, result: RunResult) -> dict[TimingSource, float]:
-        """tok/s figures the server itself reported (llama.cpp `timings` for OpenAI-style answers)."""
-        out: dict[TimingSource, float] = {}
-        if col.timings is not None:
-            t = col.timings
-            tps = llamacpp_engine_tps(t.predicted_n, t.predicted_ms, t.predicted_per_second)
-            if tps is not None:
-                out[TimingSource.ENGINE] = tps
-        return out
-
-    def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
-        """The server's completion-token total and where it came from."""
-        if col.usage is not None and col.usage.completion_tokens is not None:
-            return col.usage.completion_tokens, "usage"
-        if col.timings is not None and col.timings.predicted_n is not None:
-            return col.timings.predicted_n, "engine"
-        return None, "usage"
-
-    def headers(self, ctx: ProbeContext) -> dict[str, str]:
-        """Request headers; the API key goes only here, never into a log line."""
-        return {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
-
-    async def run_once(self, ctx: ProbeContext, *, timed: bool) -> RunResult:
-        """Send one request and classify it; never raises."""
-        plan = plan_for(ctx, timed=timed)
-        result = RunResult(endpoint=ctx.endpoint.name, started_at=time.time(), status=Status.OK)
-        result.streamed = plan.stream
-        try:
-            return await self._run(ctx, plan, result, timed)
-        except Exception as exc:  # the contract is "never raises": anything unforeseen is a provider error
-            return status_mod.apply(result, status_mod.classify_exception(exc), ctx.log.redact)
-
-    async def _run(self, ctx: ProbeContext, plan: RequestPlan, result: RunResult, timed: bool) -> RunResult:
-        url = self.url(ctx)
-        body = self.body(ctx, plan)
-        if wants_fixed_output(ctx.endpoint.kind, ctx.settings.fixed_output):
-            body.update(fixed_output_fields(ctx.endpoint.kind, plan.max_tokens))
-        body = merge_body(body, ctx.endpoint.extra_body)  # the endpoint's own extra_body wins
-        # Kinds that serve /metrics use it by default; any kind does when `metrics_url` is configured.
-        wants_counters = self.uses_counters or ctx.endpoint.metrics_url is not None
-        counters = ctx.counters if (timed and wants_counters) else None
-        before = await _snapshot(ctx, counters)
-        col = StreamCollector()
-        sent_at = end = time.perf_counter()
-        ctx.log(f"POST {url} stream={plan.stream} max_tokens={plan.max_tokens}")
-        try:
-            async with ctx.http.stream(
-                "POST",
-                url,
-                json_body=body,
-                headers=self.headers(ctx),
-                timeout=ctx.endpoint.effective_timeout,
-                max_bytes=ctx.settings.max_response_bytes,
-            ) as resp:
-                sent_at = resp.sent_at
-                result.send_delay_s = resp.send_delay_s
-                result.http_status = resp.status
-                bad = status_mod.classify_http_status(resp.status)
-                if bad is not None:
-                    text = await _error_body(resp)
-                    outcome = status_mod.classify_http_status(resp.status, text) or bad
-                    return status_mod.apply(result, outcome, ctx.log.redact)
-                content_type = resp.headers.get("Content-Type", "").lower()
-                is_json = "json" in content_type and "ndjson" not in content_type
-                if plan.stream and not is_json:
-                    parser = self.parser()
-                    async for t, data in resp.chunks():
-                        col.add(parser.feed(data, t))
-                    end = resp.last_byte_at or time.perf_counter()
-                    col.add(parser.close(end))
-                else:
-                    # A server that ignores `stream` (or answers an error object with 200) sends one JSON.
-                    raw = await resp.read()
-                    end = resp.last_byte_at or time.perf_counter()
-                    result.streamed = False
-                    col.add(self.parse_whole(loads_json(decode_utf8(raw)), end))
-                unreadable = status_mod.unreadable_answer(
-                    content_type, col.events, resp.bytes_received, resp.status
-                )
-                if unreadable is not None:  # e.g. a proxy's HTML page with 200: unreadable, not slow
-                    return status_mod.apply(result, unreadable, ctx.log.redact)
-        except Exception as exc:
-            outcome = status_mod.classify_exception(exc)
-            ctx.log(f"request failed: {outcome.error_class}")
-            if col.deltas and result.streamed:
-                result.ttft_s = col.deltas[0].t - sent_at
-            return status_mod.apply(result, outcome, ctx.log.redact)
-        if result.streamed:
-            result.merged_reads = col.merged_reads
-        if ctx.stalls is not None:
-            result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
-            result.timing_disturbed = result.max_stall_s >= ctx.settings.disturbance_threshold
-        after = await _snapshot(ctx, counters)
-        measurement = _measure(ctx, counters, before, after)
-        self._fill(ctx, result, col, sent_at, end, measurement)
-        return result
-
-    def _fill(
-        self,
-        ctx: ProbeContext,
-        result: RunResult,
-        col: StreamCollector,
-        sent_at: float,
-        end: float,
-        measurement: CounterMeasurement | None,
-    ) -> None:
-        """Derived figures, tok/s candidates, source choice and the ok/degraded verdict."""
-        total, total_source = self.server_total(col)
-        events, result.tokens_source = token_events(col.deltas, sent_at, total, total_source)
-        n = total if total is not None else total_tokens(events)
-        if result.tokens_source is None and total is not None:
-            result.tokens_source = total_source
-        result.output_tokens = total_tokens(events, "output") if events else (n if total is not None else 0)
-        result.think_tokens = total_tokens(events, "think") if events else 0
-        if col.usage is not None:
-            result.prompt_tokens = col.usage.prompt_tokens
-        result.finish_reason = col.finish_reason
-        result.e2e_s = end - sent_at
-        candidates = self.server_candidates(col, result)
-        if measurement is not None and measurement.tokens_per_second is not None:
-            candidates[TimingSource.VLLM_METRICS] = measurement.tokens_per_second
-        if result.streamed and events:
-            result.ttft_s = ttft(events)
-            result.itl_s = itl(events)
-            result.output_itl_s = output_itl(events)
-            result.ttot_s = ttot(events)
-            result.tpot_s = tpot(result.e2e_s, result.ttft_s, n)
-            cs = client_stream_tps(events, n)
-            if cs is not None:
-                candidates[TimingSource.CLIENT_STREAM] = cs
-        cw = client_wall_tps(n, result.e2e_s)
-        if cw is not None:
-            candidates[TimingSource.CLIENT_WALL] = cw
-        result.candidates = candidates
-        if result.timing_disturbed:
-            stall_ms = (result.max_stall_s or 0.0) * 1e3
-            ctx.log(f"timing disturbed: the measurement loop stalled {stall_ms:.1f} ms")
-        chosen = select_source(
-            trusted_candidates(candidates, disturbed=result.timing_disturbed),
-            ctx.settings.timing_preference,
-            counters_shared=bool(measurement and measurement.shared),
-            shared_policy=ctx.settings.shared_server_window,
-        )
-        result.source, result.tokens_per_second = chosen.source, chosen.tokens_per_second
-        result.server_shared = chosen.server_shared
-        for source, why in chosen.skipped.items():
-            ctx.log(f"timing source {source} skipped: {why}")
-        verdict = status_mod.judge_answer(
-            result,
-            completion_tokens=n,
-            max_tokens=plan_for(ctx).max_tokens,
-            short_output=ctx.settings.short_output,
-            text_bytes=_text_bytes(col) if col.deltas else None,
-            answered_model=col.model,
-            configured_model=ctx.endpoint.model,
-            model_aliases=ctx.endpoint.model_aliases,
-            max_plausible_tps=ctx.settings.max_plausible_tokens_per_second,
-        )
-        if verdict is not None:
-            status_mod.apply(result, verdict, ctx.log.redact)
-
-
-def _text_bytes(col: StreamCollector) -> int:
-    """UTF-8 bytes of the generated text, `<think>` tags included (stripped from `text`, not from `chars`)."""
-    return sum(len(d.text.encode()) + max(0, d.chars - len(d.text)) for d in col.deltas)
-
-
-async def _error_body(resp: Any) -> str:
-    """A bounded excerpt of an error answer's body; an unreadable body does not change the status."""
-    try:
-        return str(await resp.text())[:1000]
-    except Exception:
-        return ""
-
-
-async def _snapshot(ctx: ProbeContext, counters: Any) -> object | None:
-    """A counters snapshot; a failing scrape never fails the probe."""
-    if counters is None:
-        return None
-    try:
-        return await counters.snapshot()
-    except Exception as exc:
-        ctx.log(f"server counters snapshot failed: {type(exc).__name__}")
-        return None
-
-
-def _measure(
-    ctx: ProbeContext, counters: Any, before: object | None, after: object | None
-) -> CounterMeasurement | None:
-    if counters is None:
-        return None
-    try:
-        m: CounterMeasurement | None = counters.measure(before, after)
-    except Exception as exc:
-        ctx.log(f"server counters measure failed: {type(exc).__name__}")
-        return None
-    if m is not None and m.reason:
-        ctx.log(f"server counters: {m.reason}")
-    return m
+from tokwatch.probes.http import ChatRequest, HttpProbe
+from tokwatch.streams.events import StreamEvent, StreamParser
+from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
 
 
 class OpenAIProbe(HttpProbe):
-    """POST {server_root}/v1/chat/completions with stream_options.include_usage when streaming."""
+    """Chat completions with `stream_options.include_usage` when streaming.
+
+    The fixed-output fields are vLLM's extension, which OpenAI-compatible servers such as vLLM and SGLang
+    accept; cloud APIs reject unknown parameters, so this kind sends them only when `probe.fixed_output`
+    is set to true.
+    """
 
     kind = "openai"
 
-    def url(self, ctx: ProbeContext) -> str:
+    @classmethod
+    def url(cls, base_url: str) -> str:
         """The chat completions route."""
-        return f"{server_root(ctx.endpoint.base_url)}/v1/chat/completions"
+        return f"{server_root(base_url)}/v1/chat/completions"
 
-    def body(self, ctx: ProbeContext, plan: RequestPlan) -> dict[str, Any]:
-        """Chat request with optional system prompt."""
+    @classmethod
+    def body(cls, request: ChatRequest) -> dict[str, Any]:
+        """Chat request; usage on the last chunk when streaming."""
         body: dict[str, Any] = {
-            "model": ctx.endpoint.model,
-            "messages": chat_messages(plan),
-            "max_tokens": plan.max_tokens,
-            "temperature": ctx.settings.temperature,
-            "stream": plan.stream,
+            "model": request.model,
+            "messages": list(request.messages),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": request.stream,
         }
-        if plan.stream:
+        if request.stream:
             body["stream_options"] = {"include_usage": True}
+        if request.fixed_output:
+            body.update(cls.fixed_output_fields(request.max_tokens))
         return body
 
-    def parser(self) -> StreamParser:
+    @classmethod
+    def fixed_output_fields(cls, max_tokens: int) -> dict[str, Any]:
+        """`ignore_eos` with `min_tokens`: the server then generates exactly max_tokens."""
+        return {"ignore_eos": True, "min_tokens": max_tokens}
+
+    @classmethod
+    def parser(cls) -> StreamParser:
         """SSE chat-completion chunks."""
         return OpenAIStreamParser()
 
-    def parse_whole(self, obj: Any, t: float) -> list[StreamEvent]:
+    @classmethod
+    def parse_whole(cls, obj: Any, t: float) -> list[StreamEvent]:
         """A non-streamed chat completion."""
         return parse_chat_completion(obj, t)

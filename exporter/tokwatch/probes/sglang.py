@@ -1,4 +1,4 @@
-"""SGLang probe: the OpenAI route plus the server-counter window around the timed run."""
+"""The SGLang kind: the OpenAI route, fixed-length output, counters from SGLang's /metrics."""
 
 from __future__ import annotations
 
@@ -9,4 +9,5 @@ class SGLangProbe(OpenAIProbe):
     """OpenAI-compatible answers; tok/s from /metrics counters when a counter window is configured."""
 
     kind = "sglang"
-    uses_counters = True
+    counter_adapter = "sglang"
+    fixed_length = True

@@ -1,22 +1,24 @@
-"""vLLM probe: the OpenAI route plus the server-counter window around the timed run."""
+"""The vLLM kind: the OpenAI route, per-chunk usage, fixed-length output, counters from vLLM's /metrics."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tokwatch.probes.base import ProbeContext
-from tokwatch.probes.openai import OpenAIProbe, RequestPlan
+from tokwatch.probes.http import ChatRequest
+from tokwatch.probes.openai import OpenAIProbe
 
 
 class VllmProbe(OpenAIProbe):
     """Asks for per-chunk usage so multi-token chunks are counted by the server, not estimated."""
 
     kind = "vllm"
-    uses_counters = True
+    counter_adapter = "vllm"
+    fixed_length = True
 
-    def body(self, ctx: ProbeContext, plan: RequestPlan) -> dict[str, Any]:
+    @classmethod
+    def body(cls, request: ChatRequest) -> dict[str, Any]:
         """OpenAI body with vLLM's `continuous_usage_stats` when streaming."""
-        body = super().body(ctx, plan)
-        if plan.stream:
+        body = super().body(request)
+        if request.stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         return body

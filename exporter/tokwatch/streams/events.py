@@ -1,0 +1,115 @@
+"""What a stream parser emits: typed events, the protocol error, and the interface every parser offers.
+
+Parsers are fed `(receive time, bytes)` pieces as they arrive (from `HttpClient` or any other source) and
+return these events immediately. Payload problems raise `StreamProtocolError` with an `error_class` from the
+status vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from tokwatch.result import Phase
+
+ProtocolErrorClass = Literal["malformed_json", "bad_shape", "stream_error", "bad_encoding", "not_json"]
+
+
+class StreamProtocolError(Exception):
+    """The server answered, but the payload is malformed, mis-shaped or carries an error object."""
+
+    def __init__(self, error_class: ProtocolErrorClass, message: str) -> None:
+        super().__init__(message)
+        self.error_class: ProtocolErrorClass = error_class
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """Generated text from one chunk. `t` is the absolute perf_counter receive time.
+
+    `chars` counts every generated character, including stripped `<think>` tags (so a tag-only chunk is a
+    token event with empty `text`); `chunk_tokens` is the token count the server reported for this part.
+    A chunk whose text spans both phases yields one delta per phase, all with the same `chunk` number.
+    """
+
+    t: float
+    text: str
+    phase: Phase
+    chars: int
+    chunk_tokens: int | None = None
+    chunk: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A `usage` object (final chunk with include_usage, or every chunk with continuous usage stats)."""
+
+    t: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: prompt served from cache
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaTimings:
+    """llama.cpp `timings` (milliseconds as sent by the server)."""
+
+    t: float
+    predicted_n: int | None
+    predicted_ms: float | None
+    prompt_n: int | None
+    prompt_ms: float | None
+    predicted_per_second: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaFinal:
+    """Ollama's last (`done: true`) object; durations in nanoseconds as sent."""
+
+    t: float
+    eval_count: int | None
+    eval_duration_ns: int | None
+    total_duration_ns: int | None
+    load_duration_ns: int | None
+    prompt_eval_count: int | None
+    prompt_eval_duration_ns: int | None
+    done_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerModel:
+    """The `model` an answer says produced it (first chunk that names one)."""
+
+    t: float
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A choice's `finish_reason`."""
+
+    t: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The SSE `data: [DONE]` terminator."""
+
+    t: float
+
+
+StreamEvent = TextDelta | Usage | LlamaTimings | OllamaFinal | Finish | Done | AnswerModel
+
+
+class StreamParser(Protocol):
+    """An incremental dialect parser: network reads in, events out; `close` at the end of the body."""
+
+    def feed(self, data: bytes, t: float) -> list[StreamEvent]:
+        """Parse one network read received at `t`."""
+        ...
+
+    def close(self, t: float) -> list[StreamEvent]:
+        """End of body: flush whatever is still pending."""
+        ...

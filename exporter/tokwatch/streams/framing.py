@@ -1,0 +1,91 @@
+"""Byte framing: network reads -> complete SSE `data` payloads or NDJSON lines, decoded as strict UTF-8.
+
+The decoders never buffer more than one unfinished line; what a payload means is the dialect parsers' job.
+"""
+
+from __future__ import annotations
+
+from tokwatch.streams.events import StreamProtocolError
+
+
+class SseDecoder:
+    """Bytes -> SSE `data` payloads; tolerant of comments/pings, other fields, CRLF and any split."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()  # the unfinished line; bytearray so appends are amortised O(1)
+        self._data: list[str] = []
+
+    def feed(self, data: bytes, t: float) -> list[tuple[float, str]]:
+        """Feed one network read received at `t`; return the events it completed."""
+        out: list[tuple[float, str]] = []
+        if b"\n" not in data:  # a long line arriving in pieces: no rescan of what is already buffered
+            self._buf += data
+            return out
+        buf = self._buf + data
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            self._line(buf[start:nl], t, out)
+            start = nl + 1
+        self._buf = buf[start:]
+        return out
+
+    def close(self, t: float) -> list[tuple[float, str]]:
+        """End of body: a final event without its blank line still counts."""
+        out: list[tuple[float, str]] = []
+        if self._buf:
+            self._line(self._buf, t, out)
+            self._buf = bytearray()
+        if self._data:
+            out.append((t, "\n".join(self._data)))
+            self._data = []
+        return out
+
+    def _line(self, raw: bytes | bytearray, t: float, out: list[tuple[float, str]]) -> None:
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if not raw:
+            if self._data:
+                out.append((t, "\n".join(self._data)))
+                self._data = []
+            return
+        if raw.startswith(b":"):
+            return  # comment / keep-alive ping
+        name, _, value = raw.partition(b":")
+        if name != b"data":
+            return
+        if value.startswith(b" "):
+            value = value[1:]
+        self._data.append(decode_utf8(value))
+
+
+class NdjsonDecoder:
+    """Bytes -> complete lines (one JSON document each), blank lines skipped."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes, t: float) -> list[tuple[float, str]]:
+        """Feed one network read received at `t`; return the lines it completed."""
+        if b"\n" not in data:
+            self._buf += data
+            return []
+        *lines, self._buf = (self._buf + data).split(b"\n")
+        return [(t, s) for s in (decode_utf8(ln).strip() for ln in lines) if s]
+
+    def close(self, t: float) -> list[tuple[float, str]]:
+        """End of body: an unterminated last line still counts."""
+        rest, self._buf = decode_utf8(self._buf).strip(), bytearray()
+        return [(t, rest)] if rest else []
+
+
+def decode_utf8(raw: bytes | bytearray) -> str:
+    """Strict UTF-8: an answer with invalid bytes is garbage, not text with replacement characters.
+
+    Lines are split at newlines before decoding, so a multi-byte character is never cut in two here.
+    """
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StreamProtocolError(
+            "bad_encoding", f"invalid UTF-8 at byte {exc.start} of a {len(raw)}-byte line"
+        ) from None
