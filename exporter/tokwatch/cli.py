@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokwatch import __version__
+from tokwatch.argtypes import OneLineErrorParser, listen_address
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
 from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
@@ -266,14 +267,18 @@ def add_web_config_option(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="tokwatch", description=__doc__)
+    parser = OneLineErrorParser(prog="tokwatch", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tokwatch {__version__}")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the exporter (scheduled probes, /metrics, /probe)")
     p.add_argument("--config", "-c", required=True, help="tokwatch.yml")
-    p.add_argument("--listen", help=f"HOST:PORT to serve on (default from config, else {DEFAULT_LISTEN})")
+    p.add_argument(
+        "--listen",
+        type=listen_address,
+        help=f"HOST:PORT to serve on (default from config, else {DEFAULT_LISTEN})",
+    )
     p.add_argument(
         "--shard",
         metavar="I/N",

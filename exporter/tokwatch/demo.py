@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tokwatch.argtypes import listen_address
 from tokwatch.config import DEFAULT_LISTEN, Config, parse_listen, validate_yaml
 
 if TYPE_CHECKING:
@@ -181,7 +182,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     from tokwatch.cli import add_web_config_option
 
     p = sub.add_parser("demo", help="simulated server + exporter probing it: real numbers within a minute")
-    p.add_argument("--listen", help=f"HOST:PORT for the exporter (default {DEFAULT_LISTEN})")
+    p.add_argument(
+        "--listen", type=listen_address, help=f"HOST:PORT for the exporter (default {DEFAULT_LISTEN})"
+    )
     p.add_argument("--state-dir", default="tokwatch-state", help="where the demo keeps its SQLite history")
     p.add_argument("--rounds", type=int, help="exit after this many probe rounds (default: run until Ctrl-C)")
     add_web_config_option(p)
@@ -189,5 +192,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sim", help="run the simulated inference server")
     p.add_argument("--config", "-c", required=True, help="sim.yml (see docs/simulator.md)")
-    p.add_argument("--listen", help="HOST:PORT (default from the config)")
+    p.add_argument("--listen", type=listen_address, help="HOST:PORT (default from the config)")
     p.set_defaults(func=cmd_sim)

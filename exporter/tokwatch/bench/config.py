@@ -13,6 +13,7 @@ from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.config import (
     ConfigError,
+    check_http_url,
     format_validation_error,
     line_of,
     parse_duration,
@@ -96,7 +97,11 @@ class BenchOptions(BaseModel):
     receive_watcher: Literal["auto", "on", "off"] = "auto"
 
     _dur = field_validator(
-        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", "search_max_time",
+        "timeout",
+        "duration",
+        "fluidity_prefill_deadline",
+        "fluidity_decode_deadline",
+        "search_max_time",
         mode="before",
     )(lambda v: v if v is None else parse_duration(v))
 
@@ -121,6 +126,11 @@ class BenchOptions(BaseModel):
         if not isinstance(v, dict):
             raise ValueError("must be a JSON object, e.g. '{\"top_k\": 20}'")
         return v
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return v if v is None else check_http_url(v)
 
     @field_validator("listen")
     @classmethod
