@@ -17,6 +17,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from dashboards import generate, grafana_model
+from tests.npm_packages import install
 
 CHECK_DIR = Path(__file__).parent / "grafana_schema"
 DASHBOARDS = sorted(generate.JSON_DIR.glob("*.json"))
@@ -101,28 +102,11 @@ def test_loads_in_grafana_foundation_sdk_and_keeps_every_key(path: Path) -> None
     assert len(back["panels"]) == len(model["panels"])
 
 
-def _install() -> str | None:
-    """Install the pinned npm packages once; returns why not, or None."""
-    if (CHECK_DIR / "node_modules" / "@grafana" / "schema").is_dir() and (
-        CHECK_DIR / "node_modules" / "typescript"
-    ).is_dir():
-        return None
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        return "node/npm not installed"
-    cmd = [npm, "ci", "--no-audit", "--no-fund"]
-    try:
-        result = subprocess.run(cmd, cwd=CHECK_DIR, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"npm ci failed: {exc}"
-    return None if result.returncode == 0 else f"npm ci failed: {result.stderr.strip()[-500:]}"
-
-
 @pytest.mark.grafana_schema
 def test_type_checks_against_grafana_schema_with_tsc(tmp_path: Path) -> None:
     """Every dashboard as `const d: DashboardJson = <JSON>` compiled with tsc --strict (schema.ts): wrong
     types, unknown enum values, missing required fields and keys the model does not define are errors."""
-    reason = _install()
+    reason = install(CHECK_DIR, "@grafana/schema", "typescript")
     if reason:
         print(f"skipping the @grafana/schema type check: {reason}")
         pytest.skip(reason)
@@ -147,7 +131,7 @@ def test_type_checks_against_grafana_schema_with_tsc(tmp_path: Path) -> None:
 @pytest.mark.grafana_schema
 def test_the_type_check_catches_a_legacy_key_a_null_and_a_bad_enum(tmp_path: Path) -> None:
     """The check is not vacuous: one panel key Grafana no longer reads, one null, one unknown enum value."""
-    reason = _install()
+    reason = install(CHECK_DIR, "@grafana/schema", "typescript")
     if reason:
         pytest.skip(reason)
     for name in ("schema.ts", "tsconfig.json"):
