@@ -28,7 +28,6 @@ CONTENT_TYPES: dict[Format, str] = {
     "text": "text/plain; version=0.0.4; charset=utf-8",
     "openmetrics": "application/openmetrics-text; version=1.0.0; charset=utf-8",
 }
-CONTENT_TYPE = CONTENT_TYPES["text"]
 _EOF = b"# EOF\n"
 
 
