@@ -11,6 +11,9 @@ vLLM server figures (from the simulator's own vLLM /metrics), then times:
   (`Exposition.prerender`, every second) had rendered them: what the scrape then costs, and what the
   background pass cost.
 
+A second table times the OpenMetrics output (what Prometheus asks for): prometheus_client's full
+OpenMetrics render against the exposition's, whose parts carry both formats from one render.
+
     python benchmarks/metrics_render.py [--endpoints 100,1000] [--repeat 20]
 """
 
@@ -22,6 +25,7 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from tokwatch.config import EndpointSettings, load_config_text
 from tokwatch.counters import ServerCollector
@@ -133,6 +137,7 @@ def main() -> None:
         "| full / steady |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    openmetrics_rows = []
     for n in args.endpoints:
         registry, exposition, probe, counters_scraped = build(n)
         full = timed(lambda: generate_latest(registry), max(3, args.repeat // 5))  # noqa: B023
@@ -167,6 +172,23 @@ def main() -> None:
             f"| {statistics.median(ready) * 1e3:.2f} | {statistics.median(background) * 1e3:.1f} "
             f"| {full / steady:.0f}x |"
         )
+        om_full = timed(lambda: generate_openmetrics(registry), max(3, args.repeat // 5))  # noqa: B023
+        om_body = exposition.render("openmetrics")
+        om_steady = timed(lambda: exposition.render("openmetrics"), args.repeat)  # noqa: B023
+        counters_scraped()
+        exposition.prerender()
+        om_ready = timed(lambda: exposition.render("openmetrics"), args.repeat)  # noqa: B023
+        openmetrics_rows.append(
+            f"| {n} | {len(om_body) / 1e6:.2f} | {om_full * 1e3:.1f} | {om_steady * 1e3:.2f} "
+            f"| {om_ready * 1e3:.2f} | {om_full / om_steady:.0f}x |"
+        )
+    print()
+    print(
+        "| endpoints | OpenMetrics body MB | full OpenMetrics render ms | steady scrape ms "
+        "| after counters moved, prerendered: scrape ms | full / steady |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(openmetrics_rows))
 
 
 if __name__ == "__main__":

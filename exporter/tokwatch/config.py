@@ -19,7 +19,7 @@ from pydantic import (
 
 from tokwatch.kinds import Kind
 from tokwatch.result import TimingSource
-from tokwatch.setting_values import duration_fields, parse_listen, positive_duration_fields
+from tokwatch.setting_values import check_http_url, duration_fields, parse_listen, positive_duration_fields
 from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
@@ -171,12 +171,7 @@ class EndpointSettings(StrictModel):
     @field_validator("base_url", "metrics_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must be an http:// or https:// URL with a host, got {v!r}")
-        return v.rstrip("/")
+        return v if v is None else check_http_url(v).rstrip("/")
 
     @field_validator("labels")
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import field_validator
 
@@ -46,9 +47,30 @@ def parse_positive_duration(value: Any) -> float:
 def parse_listen(value: str) -> tuple[str, int]:
     """Split HOST:PORT (IPv6 as [::1]:PORT); raises ValueError naming the problem."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
-        raise ValueError(f"listen address {value!r} must be HOST:PORT")
+    if not sep or not port:
+        raise ValueError(
+            f"listen address {value!r} must be HOST:PORT, e.g. 127.0.0.1:9477 (:9477 for every interface)"
+        )
+    if not port.isdigit():
+        raise ValueError(f"listen address {value!r}: port {port!r} is not a number")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {value!r}: port {int(port)} is out of range (0-65535)")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def check_http_url(value: str) -> str:
+    """`value` if it is an http(s):// URL with a host and a valid port; ValueError naming the problem."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        hint = f"; did you mean http://{value}?" if "://" not in value else ""
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {value!r}{hint}")
+    if not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {value!r}")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        raise ValueError(f"{value!r}: the port is not a number in 0-65535") from None
+    return value
 
 
 def duration_fields(*names: str) -> Any:

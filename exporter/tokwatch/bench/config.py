@@ -12,7 +12,7 @@ from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.kinds import Kind
-from tokwatch.setting_values import duration_fields, parse_listen
+from tokwatch.setting_values import check_http_url, duration_fields, parse_listen
 from tokwatch.strict_yaml import (
     ConfigError,
     StrictModel,
@@ -118,6 +118,11 @@ class BenchOptions(StrictModel):
         if not isinstance(v, dict):
             raise ValueError("must be a JSON object, e.g. '{\"top_k\": 20}'")
         return v
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return v if v is None else check_http_url(v)
 
     @field_validator("listen")
     @classmethod

@@ -39,9 +39,14 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     checks: list[Check] = []
     measured = outcome.measured
     completion = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
+    succeeded = sum(1 for r in measured if r.ok)
+    # A run in which no request succeeded measured nothing about the server, however complete it is.
+    passed = outcome.complete and (succeeded > 0 or not measured)
     checks.append(
         Check(
-            "run", "PASS" if outcome.complete else "FAIL", f"{completion}; {len(measured)} measured requests"
+            "run",
+            "PASS" if passed else "FAIL",
+            f"{completion}; {len(measured)} measured requests, {succeeded} succeeded",
         )
     )
     sends = sorted(r.sent_at_s for r in measured)
