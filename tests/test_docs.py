@@ -50,7 +50,7 @@ endpoints:
                 await counters.scrape_once()
             served = app.exposition.render().decode()
             # /metrics (pre-rendered per endpoint) carries exactly the registry's samples
-            assert _samples(served) == _samples(generate_latest(app.registry).decode())
+            assert _samples(served) == _samples(generate_latest(app.exposition).decode())
             return served
         finally:
             await app.stop()

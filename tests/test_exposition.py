@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_metrics import CONFIG, ok_run
 from tokwatch.exposition import Exposition, _One, render_families
-from tokwatch.metrics import ProbeMetrics
+from tokwatch.metrics.probe import ProbeMetrics
 
 
 def samples(text: bytes) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
@@ -100,3 +100,14 @@ def test_families_the_fast_path_does_not_handle_fall_back_to_prometheus_client()
     headers, lines = render_families([info])
     reference = generate_latest(_One(info))  # type: ignore[arg-type]
     assert b"".join(headers.values()) + b"".join(lines.values()) == reference
+
+
+def test_the_exposition_is_the_registry_queries_and_full_renders_read() -> None:
+    """One registration serves /metrics, `generate_latest` and `get_sample_value` alike."""
+    pm, exposition = probe_metrics()
+    pm.record(ok_run("a", 50.0))
+    labels = {"endpoint": "a", "gpu": "3090", "site": "", "source": "engine"}
+    assert exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) == 50.0
+    assert samples(exposition.render()) == samples(generate_latest(exposition))
+    exposition.unregister(pm)
+    assert exposition.render() == b"" and exposition.get_sample_value("tokwatch_endpoint_info") is None

@@ -14,15 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.registry import Collector
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 
 from tokwatch.config import Config, ConfigError, EndpointSettings, load_config, server_key
 from tokwatch.counters import OllamaSignals, ServerCollector, ServerCounters
 from tokwatch.exposition import Exposition
 from tokwatch.http import HttpClient
 from tokwatch.measurement import MeasurementLoop, on_loop
-from tokwatch.metrics import ExporterCollector, ExporterStatus, ProbeMetrics, WindowCollector
+from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus
+from tokwatch.metrics.probe import ProbeMetrics
+from tokwatch.metrics.window import WindowCollector
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import CounterMeasurement, CounterWindow, ProbeContext, ProbeLog, run_probe
 from tokwatch.redact import Redactor
@@ -121,34 +122,32 @@ class App:
         self.keys = Keys(config)
         self.instance = instance or config.instance or socket.gethostname()
         self.runner = ProbeRunner(self._start_probe)
-        # Both serve the same collectors: the registry answers queries (tests, `get_sample_value`), the
-        # exposition builds /metrics from per-endpoint pieces rendered once per change.
-        self.registry = CollectorRegistry(auto_describe=False)
+        # The one registry: /metrics is built from per-endpoint pieces rendered once per change.
         self.exposition = Exposition()
         self.probe_metrics = ProbeMetrics()
         self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
         self.windows = MemoryWindows()
-        self._register(self.probe_metrics)
-        self._register(
+        self.exposition.register(self.probe_metrics)
+        self.exposition.register(
             ExporterCollector(self.status, lambda: self.runner.in_flight, lambda: self.scheduler_stats)
         )
         self._window_snapshot: Callable[[], WindowSnapshot] = self.windows.snapshot
         # process_* and python_* as every Prometheus client exports them, on the app's own registry.
-        self._register(ProcessCollector(registry=None))
-        self._register(PlatformCollector(registry=None))
-        self._register(GCCollector(registry=CollectorRegistry()))  # it insists on registering somewhere
+        ProcessCollector(registry=self.exposition)
+        PlatformCollector(registry=self.exposition)
+        GCCollector(registry=self.exposition)
         # Fleet-wide figures: one replica exports them (docs/scaling.md, "Sharding"); `_update_fleet_duty`
         # moves them to the next live replica while the lower ones are down.
         self._fleet_duty = self.shard.exports_fleet(self._fleet_owners().values())
         self._started_at = time.time()
-        self._register(
+        self.exposition.register(
             WindowCollector(lambda: self._window_snapshot(), export_fleet=lambda: self._fleet_duty)
         )
         self.store: Store | None = None
         self.writer: RunWriter | None = None
         self._window_cache: WindowCache | None = None
         self.server_collector = ServerCollector()
-        self._register(self.server_collector)
+        self.exposition.register(self.server_collector)
         self._counters: dict[str, ServerCounters] = {}
         self._ollama: dict[str, OllamaSignals] = {}
         self.http: HttpClient | None = None  # main loop: server-counter and Ollama watchers
@@ -161,10 +160,6 @@ class App:
         self._scheduler: Scheduler | None = None
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
         self._apply(config)
-
-    def _register(self, collector: Collector) -> None:
-        self.registry.register(collector)
-        self.exposition.register(collector)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -238,7 +233,7 @@ class App:
         )
         self.writer.sync_endpoints(self.config.endpoints)
         await self.writer.start()
-        self._register(StorageCollector(self.writer))
+        self.exposition.register(StorageCollector(self.writer))
         self._window_cache = WindowCache(
             self.store,
             window_s=self.config.schedule.window,

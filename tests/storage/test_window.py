@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tokwatch.config import EndpointSettings
-from tokwatch.metrics import WindowCollector
+from tokwatch.metrics.window import WindowCollector
 from tokwatch.storage import RunWriter, StorageCollector, WindowCache
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore

@@ -1,7 +1,7 @@
 """Storage: every run in PostgreSQL/TimescaleDB or an embedded SQLite file, with a durable outbox.
 
 Entry points for the exporter: `open_store`, `make_writer` (a `RunWriter`), `WindowCache` (read by
-`tokwatch.metrics.WindowCollector`), `StorageCollector`, and `add_commands` for the CLI.
+`tokwatch.metrics.window.WindowCollector`), `StorageCollector`, and `add_commands` for the CLI.
 """
 
 from tokwatch.storage.base import EndpointSpec, LastRun, Store, WindowStats
