@@ -22,6 +22,7 @@ from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
 from tokwatch.storage.devserver import LocalPostgres
 from tokwatch.storage.report import build_report
+from tokwatch.window_rule import WindowRule
 
 NAMES = [f"endpoint-{i}" for i in range(600)]
 
@@ -145,7 +146,8 @@ async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_onc
             assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
             # `tokwatch report` from either replica covers the whole fleet (it reads the shared store).
             for app in shards:
-                report = await build_report(app.store, time.time(), 7 * 86400)  # type: ignore[arg-type]
+                rule = WindowRule.of(app.config.schedule.window_includes)
+                report = await build_report(app.store, time.time(), 7 * 86400, rule=rule)  # type: ignore[arg-type]
                 assert sorted(r.endpoint for r in report.endpoints) == sorted(probed)
             # Per-endpoint series are disjoint between replicas and together what one exporter exports,
             # so Prometheus sums over both replicas count every endpoint once.

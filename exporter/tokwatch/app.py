@@ -35,6 +35,7 @@ from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, ma
 from tokwatch.storage.factory import resolve_dsn
 from tokwatch.storage.writer import resume_bound
 from tokwatch.window import MemoryWindows, WindowSnapshot
+from tokwatch.window_rule import WindowRule
 
 log = logging.getLogger("tokwatch")
 PRERENDER_INTERVAL_S = 1.0  # changed /metrics parts are rendered this often in the background
@@ -235,9 +236,7 @@ class App:
         await self.writer.start()
         self.exposition.register(StorageCollector(self.writer))
         self._window_cache = WindowCache(
-            self.store,
-            window_s=self.config.schedule.window,
-            include=frozenset(self.config.schedule.window_includes),
+            self.store, rule=self._window_rule(self.config), window_s=self.config.schedule.window
         )
         self._window_cache.configure(self.config.endpoints, fleet=self.full_config.endpoints)
         await self._window_cache.start()
@@ -287,12 +286,13 @@ class App:
     def _apply(self, config: Config) -> None:
         self.config = config
         self.probe_metrics.set_endpoints(config.endpoints)
-        self.windows.configure(config.endpoints, config.schedule.window)
+        rule = self._window_rule(config)
+        self.windows.configure(config.endpoints, config.schedule.window, rule)
         if self.writer is not None:
             self.writer.sync_endpoints(config.endpoints)
             self.writer.resume_within(resume_bound(config.schedule.interval))
         if self._window_cache is not None:
-            self._window_cache.configure(config.endpoints, fleet=self.full_config.endpoints)
+            self._window_cache.configure(config.endpoints, fleet=self.full_config.endpoints, rule=rule)
         self.status.interval_s = config.schedule.interval
 
     async def _sync_server_watchers(self) -> None:
@@ -438,12 +438,9 @@ class App:
             servers.setdefault(server_key(ep.base_url), []).append(ep.name)
         return s.interval, s.offset, RoundPlan(servers, s.parallelism, s.per_server)
 
-    def _in_window(self, result: RunResult) -> bool:
-        """Whether a run counts in window figures (the store applies the same rule in SQL)."""
-        include = self.config.schedule.window_includes
-        if result.trigger == "on_demand" and "on_demand" not in include:
-            return False
-        return not (result.timing_disturbed and "timing_disturbed" not in include)
+    @staticmethod
+    def _window_rule(config: Config) -> WindowRule:
+        return WindowRule.of(config.schedule.window_includes)
 
     @property
     def scheduler_stats(self) -> SchedulerStats | None:
@@ -524,8 +521,8 @@ class App:
         self.probe_metrics.record(result)
         if self.writer is not None:
             self.writer.submit(result)  # never waits on the database
-        elif self._in_window(result):
-            self.windows.add(result.endpoint, result.started_at, result.ok, result.tokens_per_second)
+        else:
+            self.windows.add(result)
         if (signals := self._ollama.get(result.endpoint)) is not None:
             signals.observe(result)
 
