@@ -9,17 +9,13 @@ from __future__ import annotations
 import itertools
 import time
 import typing
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from tokwatch.config import Config, EndpointSettings, ScheduleSettings
 from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.storage.base import Store
-from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
-from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.storage.window import window_figures
 from tokwatch.window import MemoryWindows
 from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
@@ -45,21 +41,6 @@ def _runs(now: float) -> list[RunResult]:
             )
         )
     return out
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SQLiteStore(tmp_path / "tw.db")
-    else:
-        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=3.0)
-        await pg.open()
-        s = pg
-    await s.ensure_ready()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @pytest.mark.parametrize("include", INCLUDES, ids=lambda i: "+".join(sorted(i)) or "neither")
