@@ -89,7 +89,7 @@ def test_metrics_output_is_unchanged_for_a_fixed_state() -> None:
     app.status.reload_success_ts = T0
     app.status.lag_s, app.status.last_round_ts, app.status.next_round_ts = 0.25, T0 + 7200, T0 + 10800
     for run in _runs():
-        app.record(run)
+        app.probes.record(run)
     text = exposition(app)
     if os.environ.get("TOKWATCH_REGENERATE_GOLDEN"):
         GOLDEN.write_text(text)

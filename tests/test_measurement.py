@@ -144,7 +144,7 @@ endpoints:
 
 
 async def _probe_with_block(app: App, name: str, block_s: float) -> object:
-    loop = app.measurement.loop
+    loop = app.probes.measurement.loop
     assert loop is not None
     # 100 ms into a ~300 ms stream, block the measurement loop (as a stalled client would be).
     loop.call_soon_threadsafe(loop.call_later, 0.1, time.sleep, block_s)

@@ -201,7 +201,7 @@ async def test_report_metrics_and_status_page_agree(storage: str, tmp_path: Path
                 _config(config, storage, includes)
                 ok, message = await app.reload()
                 assert ok, message
-                await app._refresh_windows()
+                await app.refresh_windows()
                 async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
                     metrics = _from_metrics(await resp.text())
                 async with http.get(f"http://127.0.0.1:{port}/") as resp:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tokwatch import __version__
 from tokwatch.config import DEFAULT_LISTEN, Config, ConfigError, load_config, parse_listen
+from tokwatch.keys import Keys
 from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
@@ -245,8 +246,6 @@ def print_results(results: Sequence[RunResult], title: str = "tokwatch probe") -
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config file; exit 0 if valid, 2 with file:line: field: message lines if not."""
     config = load_config(args.file)
-    from tokwatch.app import Keys
-
     Keys(config)  # env vars and key files must resolve too
     print(f"{args.file}: ok ({len(config.endpoints)} endpoints, {len(config.enabled_endpoints)} enabled)")
     return EXIT_OK
