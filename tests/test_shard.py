@@ -115,6 +115,15 @@ def own_outbox(config: Config, path: Path) -> Config:
     return config.model_copy(update={"storage": storage})
 
 
+async def _disturbed(app: App) -> set[str]:
+    """Endpoints with a stored run flagged timing_disturbed (a busy test machine): with
+    `window_includes: [timing_disturbed]` their client figure, off by up to the stall, counts in the
+    window, so which endpoint is fastest is certain only without them."""
+    assert app.store is not None
+    runs = await app.store.recent_runs(0, None)
+    return {name for name, points in runs.items() if any(p.timing_disturbed for p in points)}
+
+
 async def _stored_runs(app: App) -> dict[str, int]:
     """Runs per endpoint in the (shared) store, every run counted (a busy machine's `timing_disturbed`
     ones too, which window figures leave out)."""
@@ -149,9 +158,11 @@ async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_onc
             fleet = "tokwatch_fleet_fastest_vs_slowest_ratio"
             assert any(n == fleet for n, _ in series(shards[0]))
             assert not any(n == fleet for n, _ in series(shards[1]))
-            assert owner_of("ep7", 2) == 1  # the fastest endpoint is replica 1's
             snap = shards[0]._window_snapshot()
-            assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
+            assert snap.ranking is not None and {n for n, _ in snap.ranking.ranked} == set(probed)
+            assert owner_of("ep7", 2) == 1  # the fastest endpoint is replica 1's
+            if not await _disturbed(shards[0]):
+                assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
             # `tokwatch report` from either replica covers the whole fleet (it reads the shared store).
             for app in shards:
                 rule = WindowRule.of(app.config.schedule.window_includes)
@@ -278,8 +289,11 @@ async def test_while_replica_0_is_down_replica_1_exports_the_fleet_figures(
             assert apps[1].fleet_duty.exports
             assert any(n == fleet for n, _ in series(apps[1]))
             snap = apps[1]._window_snapshot()  # from the store: replica 0's endpoints included
-            assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
+            assert snap.ranking is not None
+            assert {n for n, _ in snap.ranking.ranked} == {e.name for e in config.endpoints}
             assert owner_of("ep0", 2) == 0
+            if not await _disturbed(apps[1]):
+                assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
             # Replica 0 restarts and probes: it exports at once, and replica 1 hands back.
             back = App(own_outbox(config, tmp_path / "r0-back.jsonl"), shard=Shard(0, 2), instance="r0")
             await back.start(schedule=False)
