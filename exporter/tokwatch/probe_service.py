@@ -25,7 +25,7 @@ from tokwatch.probes import get_probe
 from tokwatch.probes.base import CounterMeasurement, CounterWindow, ProbeContext, ProbeLog, run_probe
 from tokwatch.result import RunResult, Trigger
 from tokwatch.runner import ProbeOutcome, ProbeRunner
-from tokwatch.storage import RunWriter
+from tokwatch.storage.writer import RunWriter
 from tokwatch.window import MemoryWindows
 
 log = logging.getLogger("tokwatch")
