@@ -116,26 +116,26 @@ async def run_phase(app: App, phase: Phase, rounds: int, pauses: GcPauses) -> No
     """`rounds` rounds; every timed run compared with its truth right after its round."""
     pauses.into = phase.gc_pauses
     collected: list[RunResult] = []
-    record = app.record
+    record = app.probes.record
 
     def keep(result: RunResult) -> None:
         collected.append(result)
         record(result)
 
-    app.record = keep  # type: ignore[method-assign]
+    app.probes.record = keep  # type: ignore[method-assign]
     try:
         async with aiohttp.ClientSession() as http:
             for _ in range(rounds):
                 collected.clear()
                 await run_round(app._schedule_settings()[2], app.probe)  # the scheduler's own plan
-                await app._refresh_windows()  # as the scheduler does after every round
+                await app.refresh_windows()  # as the scheduler does after every round
                 for r in collected:
                     ep = app.config.endpoint(r.endpoint)
                     assert ep is not None
                     base = ep.base_url.removesuffix("/s/v1")
                     compare(r, await truth_of(http, base, ep.model), phase, with_ttft=ep.kind == "openai")
     finally:
-        app.record = record  # type: ignore[method-assign]
+        app.probes.record = record  # type: ignore[method-assign]
         pauses.into = None
 
 

@@ -1,15 +1,20 @@
-"""Fixtures shared across the suite: a local aiohttp server and one throwaway PostgreSQL per session."""
+"""Fixtures shared across the suite: a local aiohttp server, one throwaway PostgreSQL per session, a store of
+each backend."""
 
 from __future__ import annotations
 
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from tests.support.postgres import LocalPostgres, find_bindir
+from tokwatch.storage.base import Store
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.sqlite import SQLiteStore
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -82,3 +87,19 @@ def free_port() -> Callable[[], int]:
             return int(s.getsockname()[1])
 
     return pick
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A migrated, empty store of each backend in turn (SQLite, then PostgreSQL): one behaviour, one test."""
+    if request.param == "sqlite":
+        s: Store = SQLiteStore(tmp_path / "tw.db")
+    else:
+        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=3.0)
+        await pg.open()
+        s = pg
+    await s.ensure_ready()
+    try:
+        yield s
+    finally:
+        await s.close()

@@ -51,25 +51,25 @@ async def test_vllm_probe_uses_counter_deltas(app: App) -> None:
     r = outcome.result
     assert r.ok and r.source is TimingSource.VLLM_METRICS
     assert r.tokens_per_second == pytest.approx(400, rel=0.1)
-    assert app.registry.get_sample_value("tokwatch_server_up", {"endpoint": "vllm"}) == 1
+    assert app.exposition.get_sample_value("tokwatch_server_up", {"endpoint": "vllm"}) == 1
 
 
 async def test_ollama_cold_load_counts_as_reload(app: App) -> None:
     outcome = await app.probe("ollama")
     assert outcome.result.ok and outcome.result.cold is True
     assert outcome.result.source is TimingSource.ENGINE
-    assert app.registry.get_sample_value("tokwatch_server_model_reloads_total", {"endpoint": "ollama"}) == 1
+    assert app.exposition.get_sample_value("tokwatch_server_model_reloads_total", {"endpoint": "ollama"}) == 1
 
 
 async def test_window_figures_from_ok_runs(app: App) -> None:
     for _ in range(3):
         await app.probe("vllm")
     labels = {"endpoint": "vllm", "window": "1h"}
-    assert app.registry.get_sample_value("tokwatch_window_runs", labels) == 3
-    assert app.registry.get_sample_value("tokwatch_window_uptime_ratio", labels) == 1.0
-    median = app.registry.get_sample_value("tokwatch_window_decode_tokens_per_second_median", labels)
+    assert app.exposition.get_sample_value("tokwatch_window_runs", labels) == 3
+    assert app.exposition.get_sample_value("tokwatch_window_uptime_ratio", labels) == 1.0
+    median = app.exposition.get_sample_value("tokwatch_window_decode_tokens_per_second_median", labels)
     assert median == pytest.approx(400, rel=0.1)
-    assert app.registry.get_sample_value("tokwatch_window_decode_tokens_per_second_cv_ratio", labels) < 0.1
+    assert app.exposition.get_sample_value("tokwatch_window_decode_tokens_per_second_cv_ratio", labels) < 0.1
 
 
 async def test_a_rotated_api_key_file_is_used_without_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -156,7 +156,7 @@ endpoints:
                 await asyncio.sleep(0.05)
             stats = app.scheduler_stats
             assert stats is not None and stats.skipped_slots >= 1
-            skipped = app.registry.get_sample_value("tokwatch_scheduler_skipped_rounds_total")
+            skipped = app.exposition.get_sample_value("tokwatch_scheduler_skipped_rounds_total")
             assert skipped == stats.skipped_slots
             # ... and /metrics serves the same sample
             served = app.exposition.render().decode()

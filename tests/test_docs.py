@@ -45,12 +45,12 @@ endpoints:
         try:
             for name in ("vllm", "ollama", "vllm"):
                 await app.probe(name)
-            await app._refresh_windows()
-            for counters in app._counters.values():
+            await app.refresh_windows()
+            for counters in app.watchers.counters.values():
                 await counters.scrape_once()
             served = app.exposition.render().decode()
             # /metrics (pre-rendered per endpoint) carries exactly the registry's samples
-            assert _samples(served) == _samples(generate_latest(app.registry).decode())
+            assert _samples(served) == _samples(generate_latest(app.exposition).decode())
             return served
         finally:
             await app.stop()

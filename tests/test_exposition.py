@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_metrics import CONFIG, ok_run
 from tokwatch.exposition import Exposition, Families, _One, negotiate, render_families
-from tokwatch.metrics import ProbeMetrics
+from tokwatch.metrics.probe import ProbeMetrics
 
 
 def samples(text: bytes) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
@@ -152,3 +152,14 @@ def test_openmetrics_from_parts_has_the_samples_of_a_full_render_and_ends_with_e
 )
 def test_negotiation_follows_the_accept_header(accept: str, fmt: str) -> None:
     assert negotiate(accept) == fmt
+
+
+def test_the_exposition_is_the_registry_queries_and_full_renders_read() -> None:
+    """One registration serves /metrics, `generate_latest` and `get_sample_value` alike."""
+    pm, exposition = probe_metrics()
+    pm.record(ok_run("a", 50.0))
+    labels = {"endpoint": "a", "gpu": "3090", "site": "", "source": "engine"}
+    assert exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) == 50.0
+    assert samples(exposition.render()) == samples(generate_latest(exposition))
+    exposition.unregister(pm)
+    assert exposition.render() == b"" and exposition.get_sample_value("tokwatch_endpoint_info") is None

@@ -144,7 +144,7 @@ endpoints:
 
 
 async def _probe_with_block(app: App, name: str, block_s: float) -> object:
-    loop = app.measurement.loop
+    loop = app.probes.measurement.loop
     assert loop is not None
     # 100 ms into a ~300 ms stream, block the measurement loop (as a stalled client would be).
     loop.call_soon_threadsafe(loop.call_later, 0.1, time.sleep, block_s)
@@ -157,11 +157,11 @@ async def test_a_run_whose_loop_was_blocked_is_flagged_and_kept_out_of_figures(a
     assert result.timing_disturbed  # type: ignore[attr-defined]
     assert result.max_stall_s >= 0.05  # type: ignore[attr-defined]
     labels = {"endpoint": "oa"}
-    assert app.registry.get_sample_value("tokwatch_probe_timing_disturbed_total", labels) == 1
-    assert app.registry.get_sample_value("tokwatch_probe_max_stall_seconds", labels) >= 0.05
+    assert app.exposition.get_sample_value("tokwatch_probe_timing_disturbed_total", labels) == 1
+    assert app.exposition.get_sample_value("tokwatch_probe_max_stall_seconds", labels) >= 0.05
     # not a plain ok figure: no histogram observation, no last-ok tok/s from a client source
-    assert app.registry.get_sample_value("tokwatch_ttft_seconds_count", labels) == 0
-    assert app.registry.get_sample_value("tokwatch_probe_last_ok_timestamp_seconds", labels) is None
+    assert app.exposition.get_sample_value("tokwatch_ttft_seconds_count", labels) == 0
+    assert app.exposition.get_sample_value("tokwatch_probe_last_ok_timestamp_seconds", labels) is None
 
 
 async def test_a_disturbed_run_falls_back_to_the_servers_own_timing(app: App) -> None:
@@ -171,4 +171,4 @@ async def test_a_disturbed_run_falls_back_to_the_servers_own_timing(app: App) ->
     assert result.source is TimingSource.ENGINE  # type: ignore[attr-defined]
     assert result.tokens_per_second == pytest.approx(100, rel=0.05)  # type: ignore[attr-defined]
     labels = {"endpoint": "lc", "source": "engine"}
-    assert app.registry.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) is not None
+    assert app.exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) is not None

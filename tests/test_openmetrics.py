@@ -68,8 +68,8 @@ endpoints:
         try:
             for name in ("vllm", "ollama"):
                 await app.probe(name)
-            await app._refresh_windows()
-            for counters in app._counters.values():
+            await app.refresh_windows()
+            for counters in app.watchers.counters.values():
                 await counters.scrape_once()
             yield Exporter(app, f"http://127.0.0.1:{port}")
         finally:

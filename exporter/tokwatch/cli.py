@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokwatch import __version__
-from tokwatch.app import App, Keys
+from tokwatch.app import App
 from tokwatch.argtypes import OneLineErrorParser, listen_address
 from tokwatch.bench.commands import add_commands as bench_commands
 from tokwatch.config import DEFAULT_LISTEN, Config, load_config
 from tokwatch.demo import add_commands as demo_commands
+from tokwatch.keys import Keys
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor

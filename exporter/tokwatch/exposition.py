@@ -20,7 +20,7 @@ from typing import Literal, Protocol, runtime_checkable
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 Format = Literal["text", "openmetrics"]
@@ -163,10 +163,15 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-class Exposition:
-    """Builds /metrics bodies from partitioned collectors (cached per part) and plain ones (each scrape)."""
+class Exposition(CollectorRegistry):
+    """The app's one registry: builds /metrics bodies from partitioned collectors (cached per part) and
+    plain ones (each scrape).
+
+    Being a `CollectorRegistry`, it also answers what client_python's tools ask of one (`generate_latest`,
+    `get_sample_value`) from the same collectors, so each collector is registered once, here."""
 
     def __init__(self) -> None:
+        super().__init__(auto_describe=False)
         self._partitioned: list[PartitionedCollector] = []
         self._plain: list[Collector] = []
         self._cache: dict[tuple[int, Hashable], _Rendered] = {}
@@ -174,6 +179,7 @@ class Exposition:
 
     def register(self, collector: Collector) -> None:
         """Serve `collector`; partitioned ones are cached per part."""
+        super().register(collector)
         if isinstance(collector, PartitionedCollector):
             self._partitioned.append(collector)
         else:
@@ -181,6 +187,7 @@ class Exposition:
 
     def unregister(self, collector: Collector) -> None:
         """Stop serving `collector`."""
+        super().unregister(collector)
         if any(c is collector for c in self._partitioned):
             self._partitioned = [c for c in self._partitioned if c is not collector]
             self._cache = {k: v for k, v in self._cache.items() if k[0] != id(collector)}

@@ -15,7 +15,7 @@ from prometheus_client.exposition import choose_encoder
 
 from tokwatch import webconfig
 from tokwatch.exposition import CONTENT_TYPES, negotiate
-from tokwatch.metrics import probe_result_families
+from tokwatch.metrics.probe import probe_result_families
 from tokwatch.statuspage import Page, StatusPages
 from tokwatch.webconfig import WebConfig
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from tokwatch.config import Config, EndpointSettings
@@ -19,9 +16,7 @@ from tokwatch.statuspage.model import (
 )
 from tokwatch.statuspage.render import render_overview
 from tokwatch.storage.base import EndpointSpec, RunPoint, Store
-from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
-from tokwatch.storage.sqlite import SQLiteStore
 
 NOW = 1_790_000_000.0  # fixed clock: a Wednesday, mid-day UTC
 HOUR = 3600.0
@@ -41,21 +36,6 @@ def _row(ep: str, t: float, status: str = "ok", tps: float | None = 50.0, **kw: 
         timing_source="engine" if status == "ok" else None,
         **kw,  # type: ignore[arg-type]
     )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SQLiteStore(tmp_path / "tw.db")
-    else:
-        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=3.0)
-        await pg.open()
-        s = pg
-    await s.ensure_ready()
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_incident(store: Store) -> None:

@@ -23,9 +23,9 @@ from tokwatch.storage import (
     open_store,
     window_figures,
 )
-from tokwatch.storage.base import WINDOW_INCLUDABLE
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
+from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
 
 
 async def _store(dsn: str, **kw: object) -> PostgresStore:
@@ -106,7 +106,7 @@ async def test_rename_keeps_id_and_history(pg_dsn: str) -> None:
         assert renamed["new-name"] == ids["old-name"]
         # A late replay under the old name lands on the same endpoint.
         await store.write_runs([_row("old-name", now - 60, 50.0)])
-        stats = await store.window_stats(now - 86400, now + 1)
+        stats = await store.window_stats(now - 86400, now + 1, rule=WindowRule())
         assert set(stats) == {"new-name"}
         assert stats["new-name"].runs == 3
         assert stats["new-name"].median == pytest.approx(50.0)
@@ -133,7 +133,7 @@ async def test_window_figures_match_numpy(pg_dsn: str) -> None:
             ok_in = [float(values[i]) for i in range(37) if 600 + i * 1800 < 86400]
             expected[ep] = (ok_in, sum(1 for i in range(40) if 600 + i * 1800 < 86400))
         await store.write_runs(rows)
-        figures = await window_figures(store, now)
+        figures = await window_figures(store, now, rule=WindowRule())
         for ep, (ok_in, n_all) in expected.items():
             f = figures[ep]
             arr = np.array(ok_in)
@@ -242,9 +242,9 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(pg
                 RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
             ]
         )
-        plain = (await store.window_stats(now - 60, now))["a"]
+        plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
         assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
-        everything = (await store.window_stats(now - 60, now, include=frozenset(WINDOW_INCLUDABLE)))["a"]
+        everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
         assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     finally:
         await store.close()

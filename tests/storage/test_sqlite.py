@@ -11,9 +11,9 @@ import pytest
 
 from tokwatch.config import StorageSettings
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
-from tokwatch.storage.base import WINDOW_INCLUDABLE
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
 
 
 def _row(endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok") -> RunRow:
@@ -61,7 +61,7 @@ async def test_rename_keeps_id_and_history(tmp_path: Path) -> None:
         renamed = await store.sync_endpoints([EndpointSpec("new", ("old",)), EndpointSpec("other")])
         assert renamed["new"] == ids["old"] and renamed["other"] == ids["other"]
         await store.write_runs([_row("old", now - 50, 20.0)])  # late replay under the old name
-        stats = await store.window_stats(now - 86400, now)
+        stats = await store.window_stats(now - 86400, now, rule=WindowRule())
         assert stats["new"].runs == 3 and stats["new"].median == 20.0
         assert "old" not in stats
     finally:
@@ -78,7 +78,7 @@ async def test_window_figures_match_numpy(tmp_path: Path) -> None:
         rows += [_row("x", now - 30 - i, None, "rate_limited") for i in range(4)]
         await store.write_runs(rows)
         inside = np.array([v for i, v in enumerate(values) if 60 + i * 2000 < 86400])
-        f = (await window_figures(store, now))["x"]
+        f = (await window_figures(store, now, rule=WindowRule()))["x"]
         assert f.median == pytest.approx(float(np.median(inside)), rel=1e-12)
         assert f.stddev == pytest.approx(float(np.std(inside, ddof=1)), rel=1e-12)
         assert f.cv == pytest.approx(float(np.std(inside, ddof=1) / np.mean(inside)), rel=1e-12)
@@ -141,9 +141,9 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(tm
                 RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
             ]
         )
-        plain = (await store.window_stats(now - 60, now))["a"]
+        plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
         assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
-        everything = (await store.window_stats(now - 60, now, include=frozenset(WINDOW_INCLUDABLE)))["a"]
+        everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
         assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     finally:
         await store.close()

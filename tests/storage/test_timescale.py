@@ -18,6 +18,7 @@ from tests.npm_packages import install
 from tokwatch.storage.bench_rows import BENCH_RUN_COLUMNS, BenchRunRow
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
+from tokwatch.window_rule import WindowRule
 
 pytestmark = pytest.mark.timescale
 
@@ -128,7 +129,7 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
         assert await store.write_bench(bench, []) is False
         assert [b.id for b in await store.bench_runs(now - 1)] == ["b1"]
 
-        stats = await store.window_stats(now - DAY, now)
+        stats = await store.window_stats(now - DAY, now, rule=WindowRule())
         assert sum(s.runs for s in stats.values()) == 4
         hourly = await store.hourly(now - 2 * DAY, now + 3600)
         assert sum(int(h["runs"]) for h in hourly) == 8  # type: ignore[call-overload]

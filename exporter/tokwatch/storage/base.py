@@ -10,11 +10,9 @@ from typing import Any, NamedTuple
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
+from tokwatch.window_rule import WindowRule
 
 HOUR_S = 3600.0
-# Runs window figures leave out unless asked to include them (`schedule.window_includes`).
-WindowIncludes = frozenset[str]
-WINDOW_INCLUDABLE = frozenset({"on_demand", "timing_disturbed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +132,10 @@ class Store(ABC):
 
     @abstractmethod
     async def window_stats(
-        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+        self, since: float, until: float, *, rule: WindowRule
     ) -> dict[str, WindowStats]:
-        """Per-endpoint aggregates of runs with since <= time < until, keyed by current endpoint name.
-
-        On-demand (`/probe`) and `timing_disturbed` runs are left out unless named in `include`."""
+        """Per-endpoint aggregates of the runs `rule` counts with since <= time < until, keyed by current
+        endpoint name (tok/s figures over its samples)."""
 
     @abstractmethod
     async def last_runs(self, since: float) -> dict[str, LastRun]:
@@ -151,10 +148,10 @@ class Store(ABC):
         limit: int | None,
         *,
         endpoint: str | None = None,
-        include: WindowIncludes | None = None,
+        rule: WindowRule | None = None,
     ) -> dict[str, list[RunPoint]]:
         """Per endpoint (current name; one `endpoint` if given), its newest `limit` runs (all when None) at or
-        after `since`, newest first. `include` applies the window rule (None: every run)."""
+        after `since`, newest first: the runs `rule` counts (None: every run)."""
 
     @abstractmethod
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:

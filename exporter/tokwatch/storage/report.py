@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from tokwatch.storage.base import Store
 from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.window import FleetComparison, compare_fleet, window_label
+from tokwatch.window_rule import WindowRule
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +44,12 @@ class Report:
     comparison: FleetComparison | None
 
 
-async def build_report(store: Store, now: float, since_s: float) -> Report:
-    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per endpoint."""
+async def build_report(store: Store, now: float, since_s: float, *, rule: WindowRule) -> Report:
+    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per endpoint; the
+    figures over the runs `rule` counts, as on /metrics and the status page."""
     label = window_label(since_s)
-    day = await window_figures(store, now, window_s=WINDOW_S)
-    period = await window_figures(store, now, window_s=since_s)
+    day = await window_figures(store, now, rule=rule, window_s=WINDOW_S)
+    period = await window_figures(store, now, rule=rule, window_s=since_s)
     last = await store.last_runs(now - since_s)
     names = sorted(set(day) | set(period) | set(last))
     rows = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -99,15 +98,3 @@ class RunRow:
 # Column order shared by every backend's INSERT/COPY (endpoint becomes endpoint_id).
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "endpoint")
 
-
-def window_filter(include: Iterable[str]) -> str:
-    """SQL appended to a `runs r` WHERE clause: leave out on-demand and disturbed runs unless included.
-
-    Both backends accept it (`timing_disturbed` is INTEGER 0/1 in SQLite and boolean in PostgreSQL)."""
-    wanted = set(include)
-    sql = ""
-    if "on_demand" not in wanted:
-        sql += " AND r.triggered_by = 'scheduled'"
-    if "timing_disturbed" not in wanted:
-        sql += " AND NOT r.timing_disturbed"
-    return sql

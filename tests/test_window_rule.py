@@ -1,0 +1,99 @@
+"""The window rule's two forms held against each other: Python (in-memory window), SQL (SQLite, PostgreSQL).
+
+Every kind of run (scheduled or on-demand, disturbed or not, ok with or without a tok/s figure, failed) under
+every `schedule.window_includes`: the same runs count, the same samples feed the same figures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import typing
+
+import pytest
+
+from tokwatch.config import Config, EndpointSettings, ScheduleSettings
+from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.storage.base import Store
+from tokwatch.storage.rows import RunRow
+from tokwatch.storage.window import window_figures
+from tokwatch.window import MemoryWindows
+from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
+
+INCLUDES = [frozenset(c) for n in range(3) for c in itertools.combinations(WINDOW_INCLUDABLE, n)]
+
+
+def _runs(now: float) -> list[RunResult]:
+    """One run of every kind, each ok run with its own tok/s so that a wrong sample moves the median."""
+    out = []
+    kinds = itertools.product(("scheduled", "on_demand"), (False, True), ("ok", "ok-no-figure", "timeout"))
+    for i, (trigger, disturbed, what) in enumerate(kinds):
+        ok = what != "timeout"
+        out.append(
+            RunResult(
+                endpoint="a",
+                started_at=now - 600 - i * 60,
+                status=Status.OK if ok else Status.TIMEOUT,
+                tokens_per_second=10.0 + 7 * i if what == "ok" else None,
+                source=TimingSource.ENGINE if what == "ok" else None,
+                trigger=typing.cast("typing.Literal['scheduled', 'on_demand']", trigger),
+                timing_disturbed=disturbed,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("include", INCLUDES, ids=lambda i: "+".join(sorted(i)) or "neither")
+async def test_python_and_sql_count_the_same_runs(store: Store, include: frozenset[str]) -> None:
+    now = time.time()
+    runs = _runs(now)
+    rows = [RunRow.from_result(r) for r in runs]
+    await store.write_runs(rows)
+    rule = WindowRule.of(include)
+
+    counted_py = sorted(r.time for r in rows if rule.counts(r))
+    counted_sql = sorted(p.time for p in (await store.recent_runs(0.0, None, rule=rule))["a"])
+    assert counted_sql == pytest.approx(counted_py)
+    # the rule sets aside exactly what is not included, and nothing else
+    expected = [
+        r.time
+        for r in rows
+        if ("on_demand" in include or r.triggered_by == "scheduled")
+        and ("timing_disturbed" in include or not r.timing_disturbed)
+    ]
+    assert counted_py == sorted(expected)
+
+    from_store = (await window_figures(store, now, rule=rule))["a"]
+    memory = MemoryWindows()
+    memory.configure([_ep("a")], 86400.0, rule)
+    for r in runs:
+        memory.add(r)
+    from_memory = memory.snapshot().figures["a"]
+    samples = sorted(v for r in rows if rule.counts(r) and (v := rule.sample(r)) is not None)
+    assert (from_store.runs, from_store.ok_runs) == (from_memory.runs, from_memory.ok_runs)
+    assert from_store.runs == len(counted_py)
+    assert from_store.ok_runs == sum(r.status == "ok" for r in rows if rule.counts(r))
+    assert from_store.median == pytest.approx(from_memory.median) and from_memory.median is not None
+    assert from_store.stddev == pytest.approx(from_memory.stddev)
+    assert from_store.uptime == pytest.approx(from_memory.uptime)
+    assert len(samples) == sum(1 for r in rows if rule.counts(r) and r.tokens_per_second is not None)
+
+
+def test_the_rule_knows_the_names_the_config_accepts() -> None:
+    field = ScheduleSettings.model_fields["window_includes"].annotation
+    literal = typing.get_args(field)[0]
+    assert typing.get_args(literal) == WINDOW_INCLUDABLE
+    config = Config(schedule={"window_includes": ["on_demand"]})  # type: ignore[arg-type]
+    assert WindowRule.of(config.schedule.window_includes) == WindowRule(frozenset({"on_demand"}))
+    with pytest.raises(ValueError, match="window_includes: unknown cached"):
+        WindowRule.of(["cached"])
+
+
+def test_the_sql_form() -> None:
+    assert WindowRule().where() == " AND r.triggered_by = 'scheduled' AND NOT r.timing_disturbed"
+    assert WindowRule.of(WINDOW_INCLUDABLE).where("x") == ""
+    assert WindowRule().sample_sql("x") == "x.status = 'ok' AND x.tokens_per_second IS NOT NULL"
+
+
+def _ep(name: str) -> EndpointSettings:
+    return EndpointSettings(name=name, kind="openai", base_url="http://127.0.0.1:1/v1", model="m")

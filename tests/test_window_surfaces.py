@@ -1,0 +1,215 @@
+"""One answer everywhere: `tokwatch report`, the /metrics window gauges and the status page, on one store.
+
+The store holds scheduled, on-demand and timing-disturbed runs (one endpoint with nothing but disturbed runs,
+as on a busy host); under each `schedule.window_includes` the three surfaces, read as a user reads them
+(the report command's JSON, /metrics and / over HTTP), give the same window figures, and the expected ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import tokwatch
+from tokwatch.app import App
+from tokwatch.config import load_config
+from tokwatch.server import start_site
+from tokwatch.storage.base import Store
+from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.rows import RunRow
+from tokwatch.storage.sqlite import SQLiteStore
+
+
+@dataclass(frozen=True)
+class Figures:
+    runs: int
+    ok_runs: int | None  # the report does not print ok runs
+    median: float | None
+    stddev: float | None
+    uptime: float | None
+
+
+def _rows(now: float) -> list[RunRow]:
+    def run(ep: str, minutes: float, status: str = "ok", tps: float | None = None, **kw: object) -> RunRow:
+        return RunRow(
+            run_id=f"{ep}-{minutes}",
+            time=now - minutes * 60,
+            endpoint=ep,
+            status=status,
+            tokens_per_second=tps,
+            timing_source="engine" if tps is not None else None,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    disturbed = {"timing_disturbed": True, "max_stall_s": 0.02}
+    return [
+        run("mixed", 60, tps=40.0),
+        run("mixed", 120, tps=42.0),
+        run("mixed", 180, "timeout"),
+        run("mixed", 240, tps=45.0, **disturbed),
+        run("mixed", 300, tps=47.0, **disturbed),
+        run("mixed", 360, **disturbed),  # ok, but no figure survived the stall
+        run("mixed", 30, tps=90.0, triggered_by="on_demand"),
+        run("mixed", 35, tps=95.0, triggered_by="on_demand", **disturbed),
+        *(run("busy-host", 60 * (i + 1), tps=45.0, **disturbed) for i in range(4)),
+    ]
+
+
+# What each surface must say, worked out by hand from the rows above.
+EXPECTED: dict[tuple[str, ...], dict[str, Figures | None]] = {
+    (): {"mixed": Figures(3, 2, 41.0, 2 ** 0.5, 2 / 3), "busy-host": None},
+    ("timing_disturbed",): {
+        "mixed": Figures(6, 5, 43.5, 3.1091263510296048, 5 / 6),
+        "busy-host": Figures(4, 4, 45.0, 0.0, 1.0),
+    },
+    ("on_demand", "timing_disturbed"): {
+        "mixed": Figures(8, 7, 46.0, 25.46697207495753, 7 / 8),
+        "busy-host": Figures(4, 4, 45.0, 0.0, 1.0),
+    },
+}
+
+
+def _config(path: Path, storage: str, includes: tuple[str, ...]) -> None:
+    path.write_text(f"""
+storage: {storage}
+schedule: {{interval: 1h, run_on_start: false, window_includes: [{", ".join(includes)}]}}
+endpoints:
+  - {{name: mixed, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}}
+  - {{name: busy-host, kind: openai, base_url: 'http://127.0.0.1:2/v1', model: m}}
+""")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The `storage:` setting of a store already holding the rows."""
+    if request.param == "sqlite":
+        store: Store = SQLiteStore(tmp_path / "tw.db")
+        setting = f"{{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox.jsonl'}}"
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        store = PostgresStore(dsn, timeout_s=3.0)
+        await store.open()
+        setting = f"{{dsn: '{dsn}', outbox_path: '{tmp_path}/outbox.jsonl'}}"
+    try:
+        await store.migrate()
+        await store.write_runs(_rows(time.time()))
+    finally:
+        await store.close()
+    yield setting
+
+
+def _from_report(config: Path) -> dict[str, Figures | None]:
+    env = {**os.environ, "PYTHONPATH": str(Path(tokwatch.__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokwatch", "report", "-c", str(config), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Figures | None] = {}
+    for e in json.loads(proc.stdout)["endpoints"]:
+        figures = Figures(e["runs_24h"], None, e["median_24h"], e["stddev_24h"], e["uptime_24h"])
+        out[e["endpoint"]] = figures if e["runs_24h"] else None
+    return out
+
+
+def _from_metrics(text: str) -> dict[str, Figures | None]:
+    values: dict[str, dict[str, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("tokwatch_window_"):
+            for s in fam.samples:
+                assert s.labels["window"] == "24h"
+                values.setdefault(s.labels["endpoint"], {})[s.name] = s.value
+    return {
+        name: Figures(
+            int(v["tokwatch_window_runs"]),
+            int(v["tokwatch_window_ok_runs"]),
+            v.get("tokwatch_window_decode_tokens_per_second_median"),
+            v.get("tokwatch_window_decode_tokens_per_second_stddev"),
+            v.get("tokwatch_window_uptime_ratio"),
+        )
+        for name, v in values.items()
+    }
+
+
+_TILE = re.compile(r'<article class="tile" data-endpoint="([^"]+)".*?</article>', re.S)
+_MEDIAN = re.compile(r'<div class="median"><dt>24 h median</dt><dd>(?:([\d.]+)<small> tok/s</small>|—)</dd>')
+_CV = re.compile(r"<dt>CV \(stddev\)</dt><dd>(?:[\d.]+ %<small> ±([\d.]+) tok/s</small>|—)")
+_UPTIME = re.compile(
+    r'<dt>24 h uptime</dt><dd>(?:([\d.]+) %<small class="muted"> (\d+)/(\d+)</small>|—)</dd>'
+)
+
+
+def _from_page(html: str) -> dict[str, Figures | None]:
+    """The tile figures as the page prints them (rounded: one decimal)."""
+    out: dict[str, Figures | None] = {}
+    for m in _TILE.finditer(html):
+        tile = m.group(0)
+        median, cv, uptime = _MEDIAN.search(tile), _CV.search(tile), _UPTIME.search(tile)
+        assert median and cv and uptime, tile
+        if uptime.group(1) is None:
+            out[m.group(1)] = None
+            continue
+        out[m.group(1)] = Figures(
+            int(uptime.group(3)),
+            int(uptime.group(2)),
+            float(median.group(1)) if median.group(1) else None,
+            float(cv.group(1)) if cv.group(1) else None,
+            float(uptime.group(1)) / 100,
+        )
+    return out
+
+
+def _same(got: dict[str, Figures | None], want: dict[str, Figures | None], *, printed: bool = False) -> None:
+    """Equal figures; `printed`: as the page prints them (tok/s to 0.1, uptime to 0.1 %)."""
+    assert {n for n, f in got.items() if f is not None} == {n for n, f in want.items() if f is not None}
+    tps, ratio = (0.05, 0.0005) if printed else (1e-9, 1e-12)
+    for name, w in want.items():
+        g = got.get(name)
+        if w is None:
+            continue
+        assert g is not None
+        assert g.runs == w.runs, name
+        assert g.ok_runs is None or g.ok_runs == w.ok_runs, name
+        assert g.median == pytest.approx(w.median, abs=tps), name
+        assert g.uptime == pytest.approx(w.uptime, abs=ratio), name
+        assert g.stddev == pytest.approx(w.stddev, abs=tps), name
+
+
+async def test_report_metrics_and_status_page_agree(storage: str, tmp_path: Path) -> None:
+    config = tmp_path / "tokwatch.yml"
+    _config(config, storage, ())
+    app = App(load_config(str(config)), str(config))
+    await app.start(schedule=False)
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+            for includes, want in EXPECTED.items():
+                _config(config, storage, includes)
+                ok, message = await app.reload()
+                assert ok, message
+                await app.refresh_windows()
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                    metrics = _from_metrics(await resp.text())
+                async with http.get(f"http://127.0.0.1:{port}/") as resp:
+                    page = _from_page(await resp.text())
+                report = _from_report(config)
+                _same(metrics, want)
+                _same(report, want)
+                _same(page, want, printed=True)
+    finally:
+        await app.stop()
+        await runner.cleanup()
