@@ -300,9 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _command_modules() -> list[Callable[[argparse._SubParsersAction], None]]:
     from tokwatch.bench.commands import add_commands as bench_commands
     from tokwatch.demo import add_commands as demo_commands
+    from tokwatch.healthcheck import add_commands as healthcheck_commands
     from tokwatch.storage import add_commands as storage_commands
 
-    return [demo_commands, storage_commands, bench_commands]
+    return [demo_commands, storage_commands, bench_commands, healthcheck_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
