@@ -194,6 +194,8 @@ def check(req: Request, timeout_s: float) -> str:
         raise CheckError(f"{req.url}: no answer within {timeout_s:g}s") from None
     except OSError as exc:
         raise CheckError(f"{req.url}: cannot connect to {where}: {exc.strerror or exc}") from None
+    except http.client.HTTPException as exc:
+        raise CheckError(f"{req.url}: not an HTTP answer ({exc.__class__.__name__})") from None
     finally:
         conn.close()
     shown = _one_line(body)[:_BODY_SHOWN]

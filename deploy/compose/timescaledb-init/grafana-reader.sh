@@ -13,9 +13,11 @@ if [ -z "${GRAFANA_PG_PASSWORD-}" ]; then
     echo "grafana-reader.sh: GRAFANA_PG_PASSWORD is not set" >&2
     exit 1
 fi
-# The password travels as a psql variable (quoted by psql), never through the shell into SQL text.
+# psql reads the password from the environment (\getenv, psql 15+) and quotes it itself: it never sits on a
+# command line (ps) or passes through the shell into SQL text.
 psql -v ON_ERROR_STOP=1 --no-psqlrc --quiet --username "${POSTGRES_USER:-postgres}" \
-    --dbname "${POSTGRES_DB:-${POSTGRES_USER:-postgres}}" --set=reader_password="$GRAFANA_PG_PASSWORD" <<'SQL'
+    --dbname "${POSTGRES_DB:-${POSTGRES_USER:-postgres}}" <<'SQL'
+\getenv reader_password GRAFANA_PG_PASSWORD
 SELECT 'CREATE ROLE grafana_reader' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'grafana_reader')
 \gexec
 ALTER ROLE grafana_reader WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT
