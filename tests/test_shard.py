@@ -352,7 +352,7 @@ def test_the_statefulset_example_derives_each_shard_from_its_pod_name() -> None:
         for r in kustomization["resources"]
         for d in yaml.safe_load_all((sharded / r).read_text())
     }
-    assert set(docs) == {"ConfigMap", "Service", "StatefulSet", "ServiceMonitor"}
+    assert set(docs) == {"ConfigMap", "Service", "StatefulSet", "ServiceMonitor", "NetworkPolicy"}
     sts = docs["StatefulSet"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in container["env"]}

@@ -15,6 +15,7 @@ from tokwatch.argtypes import OneLineErrorParser, listen_address
 from tokwatch.bench.commands import add_commands as bench_commands
 from tokwatch.config import DEFAULT_LISTEN, Config, load_config
 from tokwatch.demo import add_commands as demo_commands
+from tokwatch.healthcheck import add_commands as healthcheck_commands
 from tokwatch.keys import Keys
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
@@ -214,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(func=cmd_check_config)
 
-    for register in (demo_commands, storage_commands, bench_commands):
+    for register in (demo_commands, storage_commands, bench_commands, healthcheck_commands):
         register(sub)
     return parser
 
