@@ -184,6 +184,7 @@ async def run_capacity(opts: BenchOptions, out_dir: Path, run_point: RunPoint) -
         "slos": [s.name for s in opts.parsed_slos()],
         "fluidity_prefill_deadline_s": opts.fluidity_prefill_deadline,
         "fluidity_decode_deadline_s": opts.fluidity_decode_deadline,
+        "fluidity_mode": opts.fluidity_mode,
     }
     started = time.monotonic()
     points: list[CapacityPoint] = []

@@ -14,7 +14,7 @@ from typing import Any
 
 from tokwatch import status as status_mod
 from tokwatch import timing
-from tokwatch.bench.fluidity import fluidity_index
+from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
 from tokwatch.config import server_root
@@ -80,10 +80,11 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Deadlines:
-    """fluidity-index deadlines in seconds."""
+    """fluidity-index deadlines in seconds, and how a late token is counted (tokwatch.bench.fluidity)."""
 
     prefill_s: float
     decode_s: float
+    mode: FluidityMode = "etalon"
 
 
 def _runaway_limit(max_tokens: int) -> int:
@@ -215,6 +216,6 @@ def _fill_figures(
     record.decode_tokens_per_s = timing.client_stream_tps(events, n)
     if record.ttft_s is not None:
         record.fluidity_index = fluidity_index(
-            record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s
+            record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s, deadlines.mode
         )
 

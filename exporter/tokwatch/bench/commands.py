@@ -16,6 +16,7 @@ from rich.console import Console
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import DEFAULT_GATE, CompareError, run_compare
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
+from tokwatch.bench.fluidity import FLUIDITY_MODES
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
@@ -29,7 +30,8 @@ _VALUE_FLAGS = (
     "endpoint", "config", "url", "kind", "model", "api_key_env", "timeout", "concurrency", "rate", "arrivals",
     "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
     "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
-    "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
+    "fluidity_decode_deadline", "fluidity_mode", "output_dir", "live_interval", "listen", "metrics_url",
+    "fail_fast",
     "max_consecutive_failures", "workers", "receive_watcher", "sweep", "search", "search_start",
     "search_max_rate", "search_tolerance", "search_max_points", "search_max_time", "fluid_index",
     "fluid_fraction",
@@ -120,6 +122,12 @@ def add_commands(subparsers: Any) -> None:
     f.add_argument("--slo", action="append", default=[], help="e.g. ttft:p99<=0.5 (repeatable)")
     f.add_argument("--fluidity-prefill-deadline", help="fluidity-index prefill deadline (1s)")
     f.add_argument("--fluidity-decode-deadline", help="fluidity-index decode deadline (50ms)")
+    f.add_argument(
+        "--fluidity-mode",
+        choices=FLUIDITY_MODES,
+        help="late tokens count as etalon's code does (missed deadlines, default) or as seed 004's text "
+        "(one miss per late token)",
+    )
     c = p.add_argument_group("capacity (one run per load point; capacity.json and capacity.png)")
     c.add_argument("--sweep", help="rate=1,2,4,8 or concurrency=1,4,16,64: one run per value")
     c.add_argument(

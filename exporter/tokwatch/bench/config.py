@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tokwatch.bench.arrivals import ArrivalKind
+from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.config import (
@@ -66,6 +67,7 @@ class BenchOptions(BaseModel):
     # figures
     fluidity_prefill_deadline: float = Field(1.0, gt=0)
     fluidity_decode_deadline: float = Field(0.05, gt=0)
+    fluidity_mode: FluidityMode = "etalon"  # how a late token counts (tokwatch.bench.fluidity)
     slos: tuple[str | dict[str, Any], ...] = ()
     # outputs and live view
     output_dir: str | None = None

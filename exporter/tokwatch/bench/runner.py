@@ -90,7 +90,9 @@ class BenchRunner:
         self._on_record = on_record
         self._on_start = on_start
         self._redactor = Redactor([target.api_key])
-        self._deadlines = Deadlines(options.fluidity_prefill_deadline, options.fluidity_decode_deadline)
+        self._deadlines = Deadlines(
+            options.fluidity_prefill_deadline, options.fluidity_decode_deadline, options.fluidity_mode
+        )
         self._ids = itertools.count(worker[0], worker[1])
         self._worker = worker
         self._counter = token_counter(options.tokenizer)
