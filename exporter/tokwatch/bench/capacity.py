@@ -112,8 +112,9 @@ def point_from(
 
 
 def point_passes(point: CapacityPoint, opts: BenchOptions) -> bool:
-    """The search criterion: fluid enough (`fluid`) or every SLO met (`slo`); an incomplete run fails."""
-    if not point.complete or point.requests == 0:
+    """The search criterion: fluid enough (`fluid`) or every SLO met (`slo`); an incomplete run, or one
+    whose failed share is above --max-error-rate, fails."""
+    if not point.complete or point.requests == 0 or point.failures / point.requests > opts.max_error_rate:
         return False
     if opts.search == "slo":
         return bool(point.slos_met)

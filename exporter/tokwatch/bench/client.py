@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +102,11 @@ async def execute(
     deadlines: Deadlines,
     redactor: Redactor,
     stalls: StallMonitor | None = None,
+    on_answer: Callable[[float], None] | None = None,
 ) -> RequestRecord:
-    """Send the request, stream the answer, fill `record`; never raises except on cancellation."""
+    """Send the request, stream the answer, fill `record`; never raises except on cancellation.
+
+    `on_answer(t)` is told of every byte the server sent (headers, then each read) after it was stamped."""
     max_tokens = record.max_tokens or 1
     body = target.body(messages, max_tokens, record.fixed_output)
     collector = StreamCollector()
@@ -121,6 +124,8 @@ async def execute(
             sent_at = resp.sent_at
             record.sent_at_s = sent_at - run_t0
             record.http_status = resp.status
+            if on_answer is not None:
+                on_answer(time.perf_counter())
             headers = resp.headers
             record.server_request_id = headers.get("x-sim-request-id") or headers.get("x-request-id")
             if not 200 <= resp.status < 300:
@@ -130,6 +135,8 @@ async def execute(
                     return _fail(record, failure, redactor, run_t0)
             client_tokens = 0
             async for t, data in resp.chunks():
+                if on_answer is not None:
+                    on_answer(t)
                 events = parser.feed(data, t)
                 collector.add(events)
                 client_tokens += sum((ev.chunk_tokens or 1) for ev in events if isinstance(ev, TextDelta))

@@ -17,6 +17,7 @@ from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import DEFAULT_GATE, CompareError, run_compare
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.fluidity import FLUIDITY_MODES
+from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
@@ -30,12 +31,12 @@ _VALUE_FLAGS = (
     "endpoint", "config", "url", "kind", "model", "api_key_env", "timeout", "concurrency", "rate", "arrivals",
     "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
     "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
-    "fluidity_decode_deadline", "fluidity_mode", "output_dir", "live_interval", "listen", "metrics_url",
-    "fail_fast",
+    "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
     "max_consecutive_failures", "workers", "receive_watcher", "sweep", "search", "search_start",
     "search_max_rate", "search_tolerance", "search_max_points", "search_max_time", "fluid_index",
     "fluid_fraction",
     "min_turns", "dataset_offset", "tokenizer", "extra_body",
+    "fluidity_mode", "max_error_rate", "unresponsive_timeout", "drain_timeout",
 )  # fmt: skip
 
 
@@ -45,7 +46,8 @@ def add_commands(subparsers: Any) -> None:
         "bench",
         help="benchmark an endpoint: load generator, latency percentiles, SLOs, report",
         description="Benchmark one endpoint. Exit codes: 0 complete and all SLOs met, 1 an SLO missed, "
-        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded. "
+        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded, 5 more than "
+        "--max-error-rate of the requests failed. "
         "`tokwatch bench compare RUN_A RUN_B` compares two runs instead, each a result directory or (with "
         "--config) a stored run id or `store:ID` (exit 1 when B is "
         "worse than A beyond --threshold on a gated figure).",
@@ -154,6 +156,21 @@ def add_commands(subparsers: Any) -> None:
         "--max-consecutive-failures",
         type=int,
         help="after a success, stop when N requests in a row fail (50); exit 3",
+    )
+    o.add_argument(
+        "--max-error-rate",
+        type=float,
+        help="a run whose failed share of measured requests is above this fails: exit 5 (0.05; 1 = never)",
+    )
+    o.add_argument(
+        "--unresponsive-timeout",
+        help="stop the run when the server has answered nothing for this long while requests waited, "
+        "after its first answer (10s); exit 3",
+    )
+    o.add_argument(
+        "--drain-timeout",
+        help="with --duration: abandon requests still running this long after it (counted as failed; "
+        "default: wait for them)",
     )
     o.add_argument(
         "--no-store",
@@ -345,9 +362,14 @@ def print_result(outcome: BenchOutcome, out_dir: str, console: Console) -> None:
         return "-" if v is None else f"{v * 1e3:.1f}ms"
 
     state = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
+    if outcome.complete and outcome.too_many_failures:
+        state = "FAILED (too many failed requests)"
     console.print(f"run {state}: {req['ok']}/{req['total']} ok in {outcome.wall_s:.1f}s", highlight=False)
     if outcome.message:
         console.print(f"  {outcome.message}", highlight=False)
+    for check in run_checks(outcome):
+        if check.verdict in ("WARN", "FAIL"):
+            console.print(f"  {check.line()}", highlight=False, soft_wrap=True)
     console.print(
         f"  TTFT p50 {ms('ttft', 'p50')} p99 {ms('ttft', 'p99')} | TBT p50 {ms('tbt', 'p50')} "
         f"p99 {ms('tbt', 'p99')} | E2E p99 {ms('e2e', 'p99')}",

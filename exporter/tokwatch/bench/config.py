@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
+from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.config import (
     ConfigError,
@@ -92,6 +93,12 @@ class BenchOptions(BaseModel):
     fluid_fraction: float = Field(0.99, gt=0, le=1)
     # After the first success: stop when this many requests in a row fail (a dead or broken server).
     max_consecutive_failures: int = Field(50, ge=1)
+    # A larger failed share of the measured requests fails the run (exit 5, FAIL health check).
+    max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)
+    # After the first answer: no byte from the server for this long while requests wait stops the run.
+    unresponsive_timeout: float = Field(DEFAULT_UNRESPONSIVE_S, gt=0)
+    # With duration: requests still in flight this long after it are abandoned (counted as failed).
+    drain_timeout: float | None = Field(None, gt=0)
     workers: int = Field(1, ge=1, le=64)
     # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
     # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
@@ -99,7 +106,7 @@ class BenchOptions(BaseModel):
 
     _dur = field_validator(
         "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", "search_max_time",
-        mode="before",
+        "unresponsive_timeout", "drain_timeout", mode="before",
     )(lambda v: v if v is None else parse_duration(v))
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")

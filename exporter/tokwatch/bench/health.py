@@ -38,12 +38,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     """Every check that applies to this run."""
     checks: list[Check] = []
     measured = outcome.measured
-    completion = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
-    checks.append(
-        Check(
-            "run", "PASS" if outcome.complete else "FAIL", f"{completion}; {len(measured)} measured requests"
-        )
-    )
+    checks.append(_run_check(outcome))
     sends = sorted(r.sent_at_s for r in measured)
     dispatches = sorted(r.dispatched_at_s for r in measured)
     planned = sorted(r.intended_at_s for r in measured if r.intended_at_s is not None)
@@ -113,12 +108,37 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             key = r.status.value + (f" ({r.error_class})" if r.error_class else "")
             by[key] = by.get(key, 0) + 1
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
-        checks.append(Check("errors", "WARN", f"{len(errored)}/{len(measured)} failed: {detail}"))
+        verdict: Literal["WARN", "FAIL"] = "FAIL" if outcome.too_many_failures else "WARN"
+        checks.append(
+            Check("errors", verdict, f"{len(errored)}/{len(measured)} failed{_limit(outcome)}: {detail}")
+        )
     elif measured:
         checks.append(Check("errors", "PASS", "no failed requests"))
     else:
         checks.append(Check("errors", "FAIL", "no request was measured"))
     return checks
+
+
+def _limit(outcome: BenchOutcome) -> str:
+    """` (12.5 %, above --max-error-rate 5 %)` or the share alone."""
+    share, limit = outcome.failure_share, outcome.max_error_rate
+    if share is None:
+        return ""
+    if limit is None:
+        return f" ({share:.1%})"
+    side = "above" if outcome.too_many_failures else "within"
+    return f" ({share:.1%}, {side} --max-error-rate {limit:.0%})"
+
+
+def _run_check(outcome: BenchOutcome) -> Check:
+    """FAIL for a run that stopped early or whose requests failed beyond --max-error-rate."""
+    n = len(outcome.measured)
+    if not outcome.complete:
+        return Check("run", "FAIL", f"INCOMPLETE ({outcome.stop_reason}); {n} measured requests")
+    failed = sum(1 for r in outcome.measured if not r.ok)
+    if outcome.too_many_failures:
+        return Check("run", "FAIL", f"complete, but {failed}/{n} requests failed{_limit(outcome)}")
+    return Check("run", "PASS", f"complete; {n} measured requests, {failed} failed{_limit(outcome)}")
 
 
 def _client_timing(measured: Sequence[RequestRecord]) -> list[Check]:

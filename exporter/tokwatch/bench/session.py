@@ -267,6 +267,7 @@ def _outcome(
         metrics_before=watch.before_text if watch else None,
         metrics_after=watch.after_text if watch else None,
         perf_t0=state.t0,
+        max_error_rate=opts.max_error_rate,
     )
     outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
     return outcome
