@@ -207,9 +207,11 @@ def _fill_figures(
         prompt = c.usage.prompt_tokens
         record.cached_tokens = c.usage.cached_tokens
     elif c.ollama is not None:
-        prompt = c.ollama.prompt_eval_count
-    elif c.timings is not None:
-        prompt = c.timings.prompt_n
+        prompt = c.ollama.prompt_eval_count  # Ollama reports no cached count
+    elif c.timings is not None and c.timings.prompt_n is not None:
+        prompt = c.timings.prompt_n + (c.timings.cache_n or 0)  # prompt_n leaves the cached tokens out
+    if record.cached_tokens is None and c.timings is not None:
+        record.cached_tokens = c.timings.cache_n  # llama-server without usage.prompt_tokens_details
     record.prompt_tokens = prompt
     record.reply_text = c.text
     record.e2e_s = end - sent_at

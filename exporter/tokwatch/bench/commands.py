@@ -94,7 +94,14 @@ def add_commands(subparsers: Any) -> None:
     ld.add_argument("--number", type=int, help="measured requests (conversations with --multi-turn)")
     ld.add_argument("--duration", help="measured duration, e.g. 60s; in-flight requests finish")
     ld.add_argument("--warmup", type=int, help="requests sent first and excluded from figures")
-    ld.add_argument("--seed", type=int, help="seed for arrivals and workload (0)")
+    ld.add_argument("--seed", type=int, help="seed for arrivals, lengths and the request mix (0)")
+    ld.add_argument(
+        "--repeat-prompts",
+        action="store_true",
+        default=None,
+        help="prompt text from --seed alone, the same every run (a server's prefix cache will answer "
+        "repeats); by default each run draws fresh prompts",
+    )
     ld.add_argument("--workers", type=int, help="client processes sharing the load (1)")
     ld.add_argument(
         "--receive-watcher",
@@ -193,7 +200,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         value = getattr(args, name, None)
         if value is not None:
             values[name] = value
-    for name in ("fixed_output", "multi_turn", "server_metrics"):
+    for name in ("fixed_output", "multi_turn", "server_metrics", "repeat_prompts"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "mirror_metrics", None):

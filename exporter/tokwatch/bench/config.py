@@ -51,6 +51,9 @@ class BenchOptions(BaseModel):
     duration: float | None = Field(None, gt=0)
     warmup: int = Field(0, ge=0)
     seed: int = 0
+    # Prompts drawn from the seed alone (the same text every run); by default each run salts its own.
+    repeat_prompts: bool = False
+    prompt_salt: str | None = None  # set for each run from its run id (tokwatch.bench.prompt_salt)
     # workload
     input_tokens: str = "128"
     output_tokens: str = "128"
@@ -236,6 +239,12 @@ def load_bench_file(path: str | Path) -> tuple[dict[str, Any], Any]:
 
 def build_options(values: dict[str, Any], *, source: str = "options", doc: Any = None) -> BenchOptions:
     """Validate option values; raises ConfigError with `source:line: field: message` lines."""
+    if "prompt_salt" in values:
+        line = line_of(doc, ("prompt_salt",)) if doc is not None else None
+        raise ConfigError(
+            f"{source}{f':{line}' if line else ''}: prompt_salt: set by tokwatch for each run; "
+            "use repeat_prompts (with seed) for prompts that repeat"
+        )
     try:
         opts = BenchOptions.model_validate(values)
     except ValidationError as exc:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.stats import median, percentile
 
@@ -89,6 +90,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             )
         )
     checks.extend(_prompt_length(measured))
+    checks.extend(_prompt_cache(outcome))
     fixed = [r for r in measured if r.ok and r.fixed_output and r.max_tokens]
     if fixed:
         exact = sum(1 for r in fixed if r.generated_tokens == r.max_tokens)
@@ -139,6 +141,35 @@ def _run_check(outcome: BenchOutcome) -> Check:
     if outcome.too_many_failures:
         return Check("run", "FAIL", f"complete, but {failed}/{n} requests failed{_limit(outcome)}")
     return Check("run", "PASS", f"complete; {n} measured requests, {failed} failed{_limit(outcome)}")
+
+
+def _prompt_cache(outcome: BenchOutcome) -> list[Check]:
+    """Prompt tokens the server answered from its cache beyond conversation history and chat template."""
+    fig = cache_figures(outcome.records)
+    if not fig["requests"]:
+        return []
+    repeated = bool(outcome.options.get("repeat_prompts"))
+    prompts = "repeated (--repeat-prompts)" if repeated else "fresh for this run"
+    if not fig["requests_reporting_cached_tokens"]:
+        return [
+            Check(
+                "prompt cache",
+                "INFO",
+                f"the server reported no cached prompt tokens (Ollama never does; vLLM and SGLang only when "
+                f"enabled): cache reuse cannot be checked; prompts were {prompts}",
+            )
+        ]
+    share = fig["cached_outside_history_share"] or 0.0
+    counts = (
+        f"{fig['cached_tokens']}/{fig['prompt_tokens']} prompt tokens cached ({fig['cached_share']:.1%}), "
+        f"{fig['cached_outside_history_tokens']} ({share:.1%}) beyond conversation history and chat template "
+        f"(limit {OUTSIDE_HISTORY_WARN:.0%}); prompts were {prompts}"
+    )
+    if share > OUTSIDE_HISTORY_WARN:
+        why = "" if repeated else " (prompts repeat within the run, or the server reuses more than a prefix)"
+        detail = f"{counts}: the server answered them from its prefix cache, so TTFT measures cache hits{why}"
+        return [Check("prompt cache", "WARN", detail)]
+    return [Check("prompt cache", "PASS", counts)]
 
 
 def _client_timing(measured: Sequence[RequestRecord]) -> list[Check]:

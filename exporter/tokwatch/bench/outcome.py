@@ -9,6 +9,7 @@ from typing import Any
 
 from tokwatch.bench import conversations
 from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
+from tokwatch.bench.prompt_cache import cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
 from tokwatch.bench.stop_policy import failure_share, too_many_failures
@@ -105,6 +106,7 @@ class BenchOutcome:
             "requested_rate_per_s": self.requested_rate,
             "achieved_send_rate_per_s": (len(sends) - 1) / span if span > 0 else None,
             "metrics": all_summaries(self.records),
+            "prompt_cache": cache_figures(self.records),
             "goodput": goodput(self.slos, self.records, self.wall_s),
             "server": self.server,
             # perf_counter_origin_s: the run's t0, so `*_at_s` + origin compares with another process's

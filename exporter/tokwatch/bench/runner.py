@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from tokwatch.bench.arrivals import arrival_offsets, sleep_until
 from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.prompt_salt import SaltedPrompts
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.stop_policy import Silence, check_period
 from tokwatch.bench.tokens import count_messages, token_counter
@@ -32,7 +33,7 @@ from tokwatch.redact import Redactor
 from tokwatch.request_options import FIXED_LENGTH_KINDS
 from tokwatch.result import Status
 
-RequestSource = SyntheticWorkload | list[RequestSpec]
+RequestSource = SyntheticWorkload | SaltedPrompts | list[RequestSpec]
 OnRecord = Callable[[RequestRecord], None]
 _IMMEDIATE_STOP = frozenset({Status.AUTH_FAILURE, Status.UNREACHABLE})
 # Pause after a connection error, doubling per consecutive one (closed loops; an open loop keeps its clock).
@@ -123,7 +124,7 @@ class BenchRunner:
     def _next_spec(self) -> RequestSpec:
         if self._dataset_cycle is not None:
             return next(self._dataset_cycle)
-        assert isinstance(self._requests, SyntheticWorkload)
+        assert isinstance(self._requests, SyntheticWorkload | SaltedPrompts)
         return self._requests.next_request()
 
     def _new_record(self, spec: RequestSpec | None, warmup: bool, category: str = "dataset") -> RequestRecord:
@@ -323,7 +324,9 @@ class BenchRunner:
         async def worker() -> None:
             while next(counter) < n and not self._stopping.is_set():
                 if self._conversations is not None:
-                    conv = self._conversations[0]
+                    # The last one (of an endless sequence, one no run reaches): the warm-up must not put
+                    # the first measured turn into the server's prefix cache.
+                    conv = self._conversations[len(self._conversations) - 1]
                     record = self._new_record(None, True, "dataset")
                     record.max_tokens = conv.turns[0].max_tokens
                     messages: tuple[Message, ...] = (

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import os
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,18 +22,13 @@ from tokwatch.bench.datasets import load_conversations, load_prompts
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
+from tokwatch.bench.prompt_salt import PromptSalt, SaltedConversations, SaltedPrompts, run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
 from tokwatch.bench.tokens import token_counter
 from tokwatch.bench.workers import effective_workers, run_workers
-from tokwatch.bench.workload import (
-    Conversation,
-    LengthRange,
-    RequestSpec,
-    SyntheticConversations,
-    SyntheticWorkload,
-)
+from tokwatch.bench.workload import Conversation, LengthRange, SyntheticConversations, SyntheticWorkload
 from tokwatch.config import ConfigError, load_config, parse_listen, server_root
 from tokwatch.measurement import loop_name
 from tokwatch.redact import Redactor
@@ -85,29 +81,32 @@ def resolve_target(opts: BenchOptions) -> Resolved:
 
 def build_workload(
     opts: BenchOptions,
-) -> tuple[SyntheticWorkload | list[RequestSpec] | None, Sequence[Conversation] | None]:
-    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn).
+) -> tuple[SyntheticWorkload | SaltedPrompts | None, Sequence[Conversation] | None]:
+    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn), their text
+    fresh for the run's `prompt_salt` (tokwatch.bench.prompt_salt).
 
     Raises WorkloadError naming the file and line of a bad dataset entry, or a tokenizer that cannot load.
     """
     counter = token_counter(opts.tokenizer)
+    salt = PromptSalt(opts.prompt_salt, opts.seed, counter)
     if opts.dataset == RANDOM_MULTI_TURN:
         assert opts.max_turns is not None  # checked by BenchOptions
         turns = LengthRange(opts.min_turns, opts.max_turns)
         return None, SyntheticConversations(
             opts.input_range, opts.output_range, turns, opts.seed,
             fixed_output=opts.fixed_output, counter=counter, offset=opts.dataset_offset,
+            salt=opts.prompt_salt,
         )  # fmt: skip
     if opts.dataset is not None and opts.multi_turn:
-        return None, load_conversations(
+        return None, SaltedConversations(load_conversations(
             opts.dataset, opts.output_range, opts.seed, opts.max_turns,
             counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
-        )  # fmt: skip
+        ), salt)  # fmt: skip
     if opts.dataset is not None:
-        return load_prompts(
+        return SaltedPrompts(load_prompts(
             opts.dataset, opts.output_range, opts.seed,
             counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
-        ), None  # fmt: skip
+        ), salt), None  # fmt: skip
     return (
         SyntheticWorkload(
             opts.input_range,
@@ -117,6 +116,7 @@ def build_workload(
             reasoning_tokens=opts.reasoning_range,
             fixed_output=opts.fixed_output,
             counter=counter,
+            salt=opts.prompt_salt,
         ),
         None,
     )
@@ -149,6 +149,8 @@ async def run_bench(
     from tokwatch.http import HttpClient
 
     console = console or Console(stderr=True)
+    run_id = uuid.uuid4().hex
+    opts = opts.model_copy(update={"prompt_salt": run_salt(run_id, opts.repeat_prompts)})
     resolved = resolve_target(opts)
     target = resolved.target
     slos = opts.parsed_slos()
@@ -232,7 +234,7 @@ async def run_bench(
             live_server.shutdown()
     if state.end_s is None:
         state.end_s = time.perf_counter() - state.t0
-    outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch)
+    outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
     if worker_cpu:
         outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state, opts.watch_receives)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
@@ -247,6 +249,7 @@ def _outcome(
     started_unix: float,
     interrupted: bool,
     watch: ServerWatch | None,
+    run_id: str,
 ) -> BenchOutcome:
     wall = state.end_s if state.end_s is not None else time.perf_counter() - state.t0
     reason = "interrupted" if interrupted else (state.stop_reason or "finished")
@@ -268,6 +271,7 @@ def _outcome(
         metrics_after=watch.after_text if watch else None,
         perf_t0=state.t0,
         max_error_rate=opts.max_error_rate,
+        run_id=run_id,
     )
     outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
     return outcome
