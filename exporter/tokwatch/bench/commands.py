@@ -71,6 +71,12 @@ def add_commands(subparsers: Any) -> None:
     )
     c.add_argument("--resamples", type=int, default=400, help="bootstrap resamples (400)")
     c.add_argument("--format", choices=["table", "json"], default="table")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs under different load shapes (loop, concurrency/rate, arrivals, token lengths, "
+        "prompt-cache share) anyway; the output says how they differ",
+    )
     t = p.add_argument_group("target")
     t.add_argument("--endpoint", help="endpoint name from --config")
     t.add_argument(
@@ -232,6 +238,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             seed=args.seed or 0,
             as_json=args.format == "json",
             config=args.config,
+            force=args.force,
         )
     except (CompareError, ValueError) as exc:
         print(f"tokwatch bench compare: {exc}", file=sys.stderr)
