@@ -150,7 +150,11 @@ def add_commands(subparsers: Any) -> None:
         choices=("fluid", "slo"),
         help="highest rate that stays fluid (seed 004) or meets every --slo: bracket, then bisect",
     )
-    c.add_argument("--search-start", type=float, help="first rate tried, req/s (1)")
+    c.add_argument(
+        "--search-start",
+        type=float,
+        help="first rate tried, req/s (default: 1 / the median E2E of 4 sequential requests)",
+    )
     c.add_argument("--search-max-rate", type=float, help="highest rate tried, req/s (1000)")
     c.add_argument("--search-tolerance", type=float, help="stop when the bracket is within this share (0.1)")
     c.add_argument("--search-max-points", type=int, help="at most this many runs (16)")

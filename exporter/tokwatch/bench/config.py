@@ -85,7 +85,8 @@ class BenchOptions(BaseModel):
     # capacity (tokwatch.bench.capacity): a sweep over load points, or a search for the highest good rate
     sweep: str | None = None  # "rate=1,2,4" or "concurrency=1,4,16"
     search: Literal["fluid", "slo"] | None = None
-    search_start: float = Field(1.0, gt=0, allow_inf_nan=False)  # first rate tried (req/s)
+    # first rate tried (req/s); None: 1 / median E2E of a few sequential requests (tokwatch.bench.capacity)
+    search_start: float | None = Field(None, gt=0, allow_inf_nan=False)
     search_max_rate: float = Field(1000.0, gt=0, allow_inf_nan=False)
     # bisect until (lowest fail - highest pass) <= this x highest pass
     search_tolerance: float = Field(0.1, gt=0, lt=1)
