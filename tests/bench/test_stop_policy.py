@@ -126,8 +126,8 @@ async def test_drain_timeout_abandons_requests_still_running(sim: RunningSim, tm
     assert outcome.wall_s < 30  # not the 600 s stall
 
 
-async def test_a_server_killed_mid_run_ends_the_bench_within_the_bound(tmp_path: Path) -> None:
-    """Issue 19: killed 4 s into a 15 s closed-loop run, the bench used to exit 0 with `[PASS] run`."""
+async def _killed_mid_run(tmp_path: Path, *extra: str) -> tuple[int, str, dict, list[dict]]:
+    """Issue 19's scenario: a simulator process killed 4 s into a 15 s closed-loop run."""
     config = ("listen: 127.0.0.1:{port}\nservers:\n  - name: oa\n    dialect: openai\n"
               "    models:\n      - {{name: m, decode_tps: 200, prefill_tps: 200000}}\n")  # fmt: skip
     out = tmp_path / "run"
@@ -137,24 +137,30 @@ async def test_a_server_killed_mid_run_ends_the_bench_within_the_bound(tmp_path:
             bench = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/oa/v1",
                 "--model", "m", "--concurrency", "2", "--duration", "15s", "--output-tokens", "32",
-                "--unresponsive-timeout", "3s", "--output-dir", str(out), "--no-server-metrics",
+                "--output-dir", str(out), "--no-server-metrics", *extra,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "MPLBACKEND": "Agg"},
             )  # fmt: skip
             await asyncio.sleep(4)
             sim.kill()
             await sim.wait()
-            _, err = await asyncio.wait_for(bench.communicate(), timeout=60)
+            _, err = await asyncio.wait_for(bench.communicate(), timeout=90)
         finally:
             if bench is not None and bench.returncode is None:
                 bench.kill()
                 await bench.wait()
-    text = err.decode()
-    assert bench.returncode == ExitCode.INCOMPLETE, text
-    assert "INCOMPLETE (unresponsive)" in text and "[FAIL] run" in text and "Traceback" not in text
+    assert bench.returncode is not None
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["stop_reason"] == "unresponsive" and summary["requests"]["ok"] > 0
     lines = [json.loads(x) for x in (out / "request_level_metrics.jsonl").read_text().splitlines()]
+    return bench.returncode, err.decode(), summary, lines
+
+
+async def test_a_server_killed_mid_run_ends_the_bench_within_the_bound(tmp_path: Path) -> None:
+    """It used to exit 0 with `run complete: 44/78 ok` and `[PASS] run: complete`."""
+    code, text, summary, lines = await _killed_mid_run(tmp_path, "--unresponsive-timeout", "3s")
+    assert code == ExitCode.INCOMPLETE, text
+    assert "INCOMPLETE (unresponsive)" in text and "[FAIL] run" in text and "Traceback" not in text
+    assert summary["stop_reason"] == "unresponsive" and summary["requests"]["ok"] > 0
     last_ok = max(r["completed_at_s"] for r in lines if r["status"] == "ok")
     after = [r for r in lines if r["status"] != "ok"]
     print(f"{summary['requests']['ok']} ok; {len(after)} failed after the kill; stopped "
@@ -163,3 +169,14 @@ async def test_a_server_killed_mid_run_ends_the_bench_within_the_bound(tmp_path:
     assert summary["wall_time_s"] < 15
     assert summary["wall_time_s"] - last_ok < 3 + 5  # the bound, plus generous slack for a loaded host
     assert len(after) < 50
+
+
+async def test_with_default_limits_the_killed_run_fails_on_its_error_share(tmp_path: Path) -> None:
+    # The 30 s silence bound is longer than what is left of the run: it ends at its duration, but failed.
+    code, text, summary, lines = await _killed_mid_run(tmp_path)
+    assert code in (ExitCode.ERRORS, ExitCode.INCOMPLETE), text
+    assert "[FAIL] run" in text and "Traceback" not in text
+    health = (tmp_path / "run" / "health_checks.txt").read_text()
+    assert "[FAIL] run" in health and "[PASS] run" not in health
+    assert summary["requests"]["error_rate_exceeded"] or not summary["complete"]
+    assert len([r for r in lines if r["status"] != "ok"]) < 50

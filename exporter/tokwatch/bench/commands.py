@@ -182,7 +182,7 @@ def add_commands(subparsers: Any) -> None:
     o.add_argument(
         "--unresponsive-timeout",
         help="stop the run when the server has answered nothing for this long while requests waited, "
-        "after its first answer (10s); exit 3",
+        "after its first answer (30s); exit 3",
     )
     o.add_argument(
         "--drain-timeout",

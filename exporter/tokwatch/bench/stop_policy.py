@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from tokwatch.bench.request_metrics import RequestRecord
 
 DEFAULT_MAX_ERROR_RATE = 0.05  # --max-error-rate: a larger failure share fails the run (exit 5)
-DEFAULT_UNRESPONSIVE_S = 10.0  # --unresponsive-timeout: no byte for this long while waiting stops the run
+# --unresponsive-timeout: no byte for this long while waiting stops the run. Long enough for a long prompt's
+# prefill on a CPU server with nothing else streaming (a 4k-token prompt at 200 tok/s takes 20 s).
+DEFAULT_UNRESPONSIVE_S = 30.0
 _CHECK_EVERY_S = 0.5  # the watchdog's own period (at most a quarter of the limit)
 
 
