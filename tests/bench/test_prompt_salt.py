@@ -138,24 +138,11 @@ async def _llama_answer(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-@pytest.fixture
-async def llama_like() -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _llama_answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
-
-
-async def test_llama_timings_give_cached_and_whole_prompt_counts(llama_like: str) -> None:
+async def test_llama_timings_give_cached_and_whole_prompt_counts(serve) -> None:
+    root = await serve({"/v1/chat/completions": _llama_answer})
     record = RequestRecord(0, "chat", max_tokens=1)
     async with HttpClient() as http:
-        target = Target("llamacpp", llama_like, "m", None, 10.0)
+        target = Target("llamacpp", f"{root}/v1", "m", None, 10.0)
         await execute(http, target, [{"role": "user", "content": "x"}], record, run_t0=0.0,
                       deadlines=Deadlines(1.0, 0.05), redactor=Redactor([]))  # fmt: skip
     assert record.ok and record.cached_tokens == 90

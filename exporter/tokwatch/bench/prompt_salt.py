@@ -14,13 +14,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
 
 from tokwatch.bench.tokens import TokenCounter
-from tokwatch.bench.workload import Conversation, RequestSpec
+from tokwatch.bench.workload import Conversation, EndlessConversations, RequestSpec
 
 NONCE_TOKENS = 3  # random single-token words: 1 in ~8 million that two requests share them all
 SALT_CHARS = 12  # hex characters of the run id used as the salt
@@ -86,24 +84,13 @@ class SaltedPrompts:
         return self._salt.spec(next(self._cycle), next(self._sends))
 
 
-class SaltedConversations(Sequence[Conversation]):
+class SaltedConversations(EndlessConversations):
     """Dataset conversations cycled endlessly: item i is conversation i mod n with the nonce of i."""
 
     def __init__(self, conversations: Sequence[Conversation], salt: PromptSalt) -> None:
         self._base = conversations
         self._salt = salt
 
-    def __len__(self) -> int:
-        return sys.maxsize
-
-    @overload
-    def __getitem__(self, index: int) -> Conversation: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Conversation]: ...
-    def __getitem__(self, index: int | slice) -> Conversation | Sequence[Conversation]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(min(len(self), 1 << 20)))]
-        if index < 0:
-            raise IndexError("salted conversations are endless: no negative index")
+    def conversation(self, index: int) -> Conversation:
+        """File entry `index` mod n, with its own nonce."""
         return self._salt.conversation(self._base[index % len(self._base)], index)
-

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import sys
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
@@ -134,7 +135,31 @@ class SyntheticWorkload:
         )
 
 
-class SyntheticConversations(Sequence[Conversation]):
+class EndlessConversations(Sequence[Conversation]):
+    """Conversations built on demand, without end: item i is `conversation(i)`; a slice stops at 2**20."""
+
+    offset = 0  # items skipped at the start (--dataset-offset)
+
+    @abstractmethod
+    def conversation(self, index: int) -> Conversation:
+        """Conversation `index` (0-based, after the offset)."""
+
+    def __len__(self) -> int:
+        return sys.maxsize - self.offset
+
+    @overload
+    def __getitem__(self, index: int) -> Conversation: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Conversation]: ...
+    def __getitem__(self, index: int | slice) -> Conversation | Sequence[Conversation]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(min(len(self), 1 << 20)))]
+        if index < 0:
+            raise IndexError("these conversations are endless: no negative index")
+        return self.conversation(index)
+
+
+class SyntheticConversations(EndlessConversations):
     """Seed 003's random_multi_turn: [min_turns, max_turns] user turns of `input_tokens` random words each.
 
     Conversation k is built from the seed and k alone, so the sequence is endless and its lengths the same in
@@ -159,18 +184,8 @@ class SyntheticConversations(Sequence[Conversation]):
         self.counter = counter or CharEstimate()
         self.salt = salt
 
-    def __len__(self) -> int:
-        return sys.maxsize - self.offset
-
-    @overload
-    def __getitem__(self, index: int) -> Conversation: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Conversation]: ...
-    def __getitem__(self, index: int | slice) -> Conversation | Sequence[Conversation]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(min(len(self), 1 << 20)))]
-        if index < 0:
-            raise IndexError("synthetic conversations are endless: no negative index")
+    def conversation(self, index: int) -> Conversation:
+        """Conversation `index` after the offset, from the seed, its position and the salt."""
         k = index + self.offset
         rng = random.Random(f"{self.seed}:conversation:{k}")
         words = random.Random(_text_key(self.seed, self.salt, "conversation", k, "text"))
@@ -190,6 +205,7 @@ def _text_key(seed: int, salt: str | None, *parts: object) -> str:
 __all__ = [
     "Category",
     "Conversation",
+    "EndlessConversations",
     "LengthRange",
     "Message",
     "RequestSpec",
