@@ -227,11 +227,14 @@ async def test_a_default_fluid_search_is_bounded_and_states_its_bracket(tmp_path
     assert all(p["duration_s"] == 10.0 and p["drain_timeout_s"] == 10.0 for p in points)
     bound = sum(p["duration_s"] + p["drain_timeout_s"] for p in points) + 5 * calib["e2e_p50_s"]
     assert bound <= 180, f"{len(points)} points: up to {bound:.0f} s"
-    # The bracket is stated and within the tolerance; the knee lies below saturation (in arrivals that came:
-    # a 10 s Poisson schedule averages a little off the requested rate, the same way at every point).
+    # The bracket is stated and within the tolerance, and the knee is near saturation in the arrivals that
+    # came (a 10 s Poisson schedule averages a little off the requested rate). Not below it only: a 10 s
+    # point at a rate x times saturation builds a backlog of about (x - 1) x 10 s of work, and a first token
+    # up to ~1.65 s late still leaves a 128-token answer fluid (etalon counting, D_p 1 s, D_d 50 ms), so a
+    # point up to ~1.16 x saturation can pass (docs/methodology.md).
     assert hi is not None and data["result_is_lower_bound"] is False and hi - lo <= 0.1 * lo
     best = next(p for p in points if p["value"] == lo)
-    assert 0.5 * 12.5 <= best["achieved_rate_per_s"] <= 1.05 * 12.5
+    assert 0.5 * 12.5 <= best["achieved_rate_per_s"] <= 1.2 * 12.5
     assert "fluid token generation rate:" in text and "lowest fail" in text
 
 
