@@ -133,7 +133,7 @@ async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_pa
                 sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/oa/v1",
                 "--model", "m",
                 "--concurrency", "8", "--duration", "120", "--output-tokens", "16", "--output-dir", str(out),
-                "--no-server-metrics",
+                "--no-server-metrics", "--unresponsive-timeout", "120s",  # the consecutive-failure stop
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "MPLBACKEND": "Agg"},
             )  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 
 from tests.bench.processes import tokwatch_cli
 from tokwatch.bench.commands import run_compare
+from tokwatch.bench.compare import CompareError
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import write_run
 from tokwatch.bench.request_metrics import RequestRecord
@@ -53,11 +54,13 @@ def _records(seed: int, gap_ms: float, n: int = 60) -> list[RequestRecord]:
 
 
 def _save(
-    tmp_path: Path, config: Path, name: str, seed: int, gap_ms: float, run_id: str | None = None
+    tmp_path: Path, config: Path, name: str, seed: int, gap_ms: float, run_id: str | None = None,
+    load: dict[str, Any] | None = None,
 ) -> tuple[Path, str]:
     """One run as `tokwatch bench --config` leaves it: a result directory and the stored run."""
+    options = {"target": "http://127.0.0.1:9/v1", "model": "m", "kind": "openai", "load": "closed loop 2"}
     outcome = BenchOutcome(
-        options={"target": "http://127.0.0.1:9/v1", "model": "m", "kind": "openai", "load": "closed loop 2"},
+        options={**options, **(load or {"concurrency": 2})},
         records=_records(seed, gap_ms),
         started_at_unix=T0 + seed,
         wall_s=4.0,
@@ -113,6 +116,13 @@ def test_stored_runs_compare_exactly_as_their_directories(tmp_path: Path, config
     assert doc["a"]["name"] == f"store:{id_a}" and doc["b"]["name"] == "b"
     code, same = _compare(id_a, id_a, config)
     assert code == 0 and same["regressions"] == []
+
+
+def test_stored_runs_under_different_loads_are_refused(tmp_path: Path, config: Path) -> None:
+    _, closed = _save(tmp_path, config, "a", seed=1, gap_ms=20)
+    opened, _ = _save(tmp_path, config, "b", seed=2, gap_ms=20, load={"rate": 3.0, "arrivals": "poisson"})
+    with pytest.raises(CompareError, match="A closed loop, concurrency 2, B open loop 3/s poisson"):
+        _compare(closed, str(opened), config)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -134,12 +134,23 @@ async def test_cancelling_the_run_still_writes_incomplete_results(tmp_path, stre
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-async def test_seeded_runs_send_the_same_workload(tmp_path, stream_server, seed):
-    await _bench(tmp_path / "a", stream_server.url, concurrency=1, number=4, seed=seed, input_tokens="5:50")
-    first = [b["messages"] for b in stream_server.bodies]
-    stream_server.bodies.clear()
-    await _bench(tmp_path / "b", stream_server.url, concurrency=1, number=4, seed=seed, input_tokens="5:50")
-    assert [b["messages"] for b in stream_server.bodies] == first
+async def test_seeded_runs_send_the_same_lengths_and_fresh_words(tmp_path, stream_server, seed):
+    def sent() -> list[str]:
+        texts = [b["messages"][0]["content"] for b in stream_server.bodies]
+        stream_server.bodies.clear()
+        return texts
+
+    kw = {"concurrency": 1, "number": 4, "seed": seed, "input_tokens": "5:50"}
+    await _bench(tmp_path / "a", stream_server.url, **kw)
+    a = sent()
+    await _bench(tmp_path / "b", stream_server.url, **kw)
+    b = sent()
+    assert [len(t.split()) for t in a] == [len(t.split()) for t in b]  # the seed's lengths ...
+    assert all(x != y for x, y in zip(a, b, strict=True))  # ... with each run's own words
+    await _bench(tmp_path / "c", stream_server.url, repeat_prompts=True, **kw)
+    c = sent()
+    await _bench(tmp_path / "d", stream_server.url, repeat_prompts=True, **kw)
+    assert sent() == c and [len(t.split()) for t in c] == [len(t.split()) for t in a]
 
 
 async def test_worker_processes_share_one_timeline(tmp_path, stream_server):
@@ -214,7 +225,7 @@ async def test_duration_lets_conversations_in_flight_run_all_their_turns(tmp_pat
 async def test_trace_replay_waits_between_turns_outside_latency(tmp_path, stream_server):
     stream_server.gap = 0.002
     outcome, out_dir = await _bench(tmp_path, stream_server.url, kind="vllm", dataset=str(TRACE),
-                                    multi_turn=True, parallel=2, number=2)  # fmt: skip
+                                    multi_turn=True, parallel=2, number=2, repeat_prompts=True)  # fmt: skip
     assert all(r.ok for r in outcome.records) and len(outcome.records) == 5
     waits = {0: [0.3, 0.2], 1: [0.1]}  # tests/data/datasets/trace.jsonl
     for cid, expected in waits.items():
@@ -242,7 +253,7 @@ async def test_tokenizer_gives_exact_prompt_lengths(tmp_path, stream_server, tok
     assert all(r.prompt_tokens_target == 37 for r in outcome.records)
     stream_server.bodies.clear()
     await _bench(tmp_path / "b", stream_server.url, dataset=str(TRACE), multi_turn=True, parallel=1, number=1,
-                 tokenizer=tokenizer_json)  # fmt: skip
+                 tokenizer=tokenizer_json, repeat_prompts=True)  # fmt: skip
     users = [b["messages"][-1]["content"] for b in stream_server.bodies]
     assert [tok.count(u) for u in users] == [60, 20, 15]
 
@@ -269,7 +280,8 @@ async def test_extra_body_from_flag_and_endpoint_reaches_the_server(tmp_path, st
 
 
 async def test_dataset_offset_skips_the_first_entries(tmp_path, stream_server):
-    await _bench(tmp_path, stream_server.url, dataset=str(DATA / "prompts.jsonl"), dataset_offset=1, number=2)
+    await _bench(tmp_path, stream_server.url, dataset=str(DATA / "prompts.jsonl"), dataset_offset=1, number=2,
+                 repeat_prompts=True)  # fmt: skip
     assert [b["messages"][-1]["content"] for b in stream_server.bodies] == [
         "Hi",
         "What is the capital of France?",

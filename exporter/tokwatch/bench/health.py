@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.stats import median, percentile
 
@@ -38,17 +39,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     """Every check that applies to this run."""
     checks: list[Check] = []
     measured = outcome.measured
-    completion = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
-    succeeded = sum(1 for r in measured if r.ok)
-    # A run in which no request succeeded measured nothing about the server, however complete it is.
-    passed = outcome.complete and (succeeded > 0 or not measured)
-    checks.append(
-        Check(
-            "run",
-            "PASS" if passed else "FAIL",
-            f"{completion}; {len(measured)} measured requests, {succeeded} succeeded",
-        )
-    )
+    checks.append(_run_check(outcome))
     sends = sorted(r.sent_at_s for r in measured)
     dispatches = sorted(r.dispatched_at_s for r in measured)
     planned = sorted(r.intended_at_s for r in measured if r.intended_at_s is not None)
@@ -99,6 +90,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             )
         )
     checks.extend(_prompt_length(measured))
+    checks.extend(_prompt_cache(outcome))
     fixed = [r for r in measured if r.ok and r.fixed_output and r.max_tokens]
     if fixed:
         exact = sum(1 for r in fixed if r.generated_tokens == r.max_tokens)
@@ -118,12 +110,68 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             key = r.status.value + (f" ({r.error_class})" if r.error_class else "")
             by[key] = by.get(key, 0) + 1
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
-        checks.append(Check("errors", "WARN", f"{len(errored)}/{len(measured)} failed: {detail}"))
+        verdict: Literal["WARN", "FAIL"] = "FAIL" if outcome.too_many_failures else "WARN"
+        checks.append(
+            Check("errors", verdict, f"{len(errored)}/{len(measured)} failed{_limit(outcome)}: {detail}")
+        )
     elif measured:
         checks.append(Check("errors", "PASS", "no failed requests"))
     else:
         checks.append(Check("errors", "FAIL", "no request was measured"))
     return checks
+
+
+def _limit(outcome: BenchOutcome) -> str:
+    """` (12.5 %, above --max-error-rate 5 %)` or the share alone."""
+    share, limit = outcome.failure_share, outcome.max_error_rate
+    if share is None:
+        return ""
+    if limit is None:
+        return f" ({share:.1%})"
+    side = "above" if outcome.too_many_failures else "within"
+    return f" ({share:.1%}, {side} --max-error-rate {limit:.0%})"
+
+
+def _run_check(outcome: BenchOutcome) -> Check:
+    """FAIL for a run that stopped early or whose requests failed beyond --max-error-rate."""
+    n = len(outcome.measured)
+    if not outcome.complete:
+        return Check("run", "FAIL", f"INCOMPLETE ({outcome.stop_reason}); {n} measured requests")
+    failed = sum(1 for r in outcome.measured if not r.ok)
+    if n and failed == n:  # nothing succeeded: the run measured nothing about the server
+        return Check("run", "FAIL", f"complete; {n} measured requests, 0 succeeded")
+    if outcome.too_many_failures:
+        return Check("run", "FAIL", f"complete, but {failed}/{n} requests failed{_limit(outcome)}")
+    return Check("run", "PASS", f"complete; {n} measured requests, {failed} failed{_limit(outcome)}")
+
+
+def _prompt_cache(outcome: BenchOutcome) -> list[Check]:
+    """Prompt tokens the server answered from its cache beyond conversation history and chat template."""
+    fig = cache_figures(outcome.records)
+    if not fig["requests"]:
+        return []
+    repeated = bool(outcome.options.get("repeat_prompts"))
+    prompts = "repeated (--repeat-prompts)" if repeated else "fresh for this run"
+    if not fig["requests_reporting_cached_tokens"]:
+        return [
+            Check(
+                "prompt cache",
+                "INFO",
+                f"the server reported no cached prompt tokens (Ollama never does; vLLM and SGLang only when "
+                f"enabled): cache reuse cannot be checked; prompts were {prompts}",
+            )
+        ]
+    share = fig["cached_outside_history_share"] or 0.0
+    counts = (
+        f"{fig['cached_tokens']}/{fig['prompt_tokens']} prompt tokens cached ({fig['cached_share']:.1%}), "
+        f"{fig['cached_outside_history_tokens']} ({share:.1%}) beyond conversation history and chat template "
+        f"(limit {OUTSIDE_HISTORY_WARN:.0%}); prompts were {prompts}"
+    )
+    if share > OUTSIDE_HISTORY_WARN:
+        why = "" if repeated else " (prompts repeat within the run, or the server reuses more than a prefix)"
+        detail = f"{counts}: the server answered them from its prefix cache, so TTFT measures cache hits{why}"
+        return [Check("prompt cache", "WARN", detail)]
+    return [Check("prompt cache", "PASS", counts)]
 
 
 def _client_timing(measured: Sequence[RequestRecord]) -> list[Check]:
