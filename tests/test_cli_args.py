@@ -77,7 +77,7 @@ def test_a_bad_address_is_one_line_naming_the_flag(argv: list[str], flag: str, s
 
 def test_a_bench_file_url_without_a_scheme_names_the_file_and_option(tmp_path: Path) -> None:
     from tokwatch.bench.config import build_options
-    from tokwatch.config import ConfigError
+    from tokwatch.strict_yaml import ConfigError
 
     with pytest.raises(ConfigError, match="url: must be an http:// or https:// URL"):
         build_options({"url": "127.0.0.1:28900", "model": "m"}, source="bench.yml")

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 from aiohttp import web
-from tokwatch.storage.devserver import LocalPostgres
+
+from tests.support.postgres import PASSWORD, USER, LocalPostgres
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -154,7 +155,6 @@ def test_grafana_reads_the_store_through_a_read_only_role(pg_server: LocalPostgr
     migrations create the tables), then tokwatch's migrations: grafana_reader can read every table and
     write, alter or create nothing. Real PostgreSQL; the grant on TimescaleDB's hypertable chunks follows
     from the grant on the hypertable (TimescaleDB propagates it), which needs a TimescaleDB server."""
-    from tokwatch.storage.devserver import PASSWORD, USER
 
     dsn = pg_server.new_database()
     db = dsn.rsplit("/", 1)[1]
