@@ -1,5 +1,5 @@
-"""Fixtures shared across the suite: a local aiohttp server, one throwaway PostgreSQL per session, a store of
-each backend."""
+"""Fixtures shared across the suite: a local aiohttp server, one throwaway PostgreSQL per session, a database
+and a store of each backend."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import pytest
 from aiohttp import web
 
 from tests.support.postgres import LocalPostgres, find_bindir
+from tests.support.stores import BACKENDS, Database
 from tokwatch.storage.base import Store
-from tokwatch.storage.postgres import PostgresStore
-from tokwatch.storage.sqlite import SQLiteStore
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -89,15 +88,18 @@ def free_port() -> Callable[[], int]:
     return pick
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """A migrated, empty store of each backend in turn (SQLite, then PostgreSQL): one behaviour, one test."""
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    """An empty database of each backend in turn (SQLite, then PostgreSQL): one behaviour, one test."""
     if request.param == "sqlite":
-        s: Store = SQLiteStore(tmp_path / "tw.db")
-    else:
-        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=3.0)
-        await pg.open()
-        s = pg
+        return Database("sqlite", str(tmp_path / "tw.db"))
+    return Database("postgres", request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+async def store(database: Database) -> AsyncIterator[Store]:
+    """A migrated, empty store on `database`, of each backend in turn."""
+    s = await database.open()
     await s.ensure_ready()
     try:
         yield s
