@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.postgres import LocalPostgres
+from tests.support.thread_server import ThreadServer
 
 SIM = """
 listen: 127.0.0.1:{port}
@@ -309,9 +311,6 @@ endpoints:
 
 
 def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_path: Path) -> None:
-    import http.server
-    import threading
-
     hits: list[str] = []
 
     class Metrics(http.server.BaseHTTPRequestHandler):
@@ -326,12 +325,9 @@ def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_p
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with ThreadServer(Metrics) as server:
         cfg = write_config(tmp_path, sim)
-        other = f"http://127.0.0.1:{server.server_address[1]}"
+        other = server.url
         cfg.write_text(
             cfg.read_text()
             + f"  - {{name: other, kind: vllm, base_url: '{other}/v1', model: m,"
@@ -344,9 +340,6 @@ def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_p
             timeout=60,
             env={k: v for k, v in os.environ.items() if k != "TW_UNSET_KEY"},
         )
-    finally:
-        server.shutdown()
-        server.server_close()
     # `other` is neither probed nor scraped, and its missing key does not stop probing `good`.
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert hits == []
