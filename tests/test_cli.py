@@ -64,7 +64,8 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def sim(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
+def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
+    """`tokwatch sim` as a process of its own: the commands under test block this test's thread."""
     port = free_port()
     cfg = tmp_path / "sim.yml"
     cfg.write_text(SIM.format(port=port))
@@ -89,8 +90,8 @@ endpoints:
     return cfg
 
 
-def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, sim)
+def test_probe_command_prints_table_and_fails_on_non_ok(sim_url: str, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, sim_url)
     proc = subprocess.run(
         [sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg)],
         capture_output=True,
@@ -114,9 +115,9 @@ def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path
     assert "client_stream" in proc.stdout
 
 
-def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path) -> None:
+def test_probe_command_unknown_endpoint_is_usage_error(sim_url: str, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim)), "nope"],
+        [sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim_url)), "nope"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -125,9 +126,9 @@ def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path)
 
 
 def test_serve_scrapes_then_exits_cleanly_on_sigterm(
-    sim: str, tmp_path: Path, free_port: Callable[[], int]
+    sim_url: str, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
-    cfg = write_config(tmp_path, sim)
+    cfg = write_config(tmp_path, sim_url)
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
     try:
@@ -190,14 +191,14 @@ def test_demo_runs_a_round_and_exits(tmp_path: Path, free_port: Callable[[], int
 
 
 def test_sigterm_cancels_a_probe_in_flight_and_exits_cleanly(
-    sim: str, tmp_path: Path, free_port: Callable[[], int]
+    sim_url: str, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
     cfg = tmp_path / "stuck.yml"
     cfg.write_text(f"""
 schedule: {{interval: 1h, offset: 0s}}
 storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
 endpoints:
-  - {{name: stuck, kind: openai, base_url: '{sim}/oa/v1', model: stuck, timeout: 60s}}
+  - {{name: stuck, kind: openai, base_url: '{sim_url}/oa/v1', model: stuck, timeout: 60s}}
 """)
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
@@ -254,7 +255,7 @@ def _runs_total(port: int) -> int:
 
 
 def test_kill_9_of_serve_during_a_database_outage_loses_no_run(
-    sim: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
+    sim_url: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
 ) -> None:
     import psycopg
 
@@ -264,7 +265,7 @@ probe: {{max_tokens: 8}}
 schedule: {{interval: 1s, offset: 0s}}
 storage: {{dsn: '{pg_dsn}', outbox_path: '{tmp_path}/outbox'}}
 endpoints:
-  - {{name: good, kind: openai, base_url: '{sim}/oa/v1', model: m}}
+  - {{name: good, kind: openai, base_url: '{sim_url}/oa/v1', model: m}}
 """)
 
     def stored(until: float = 2e9) -> list[tuple[str, int]]:
@@ -310,7 +311,7 @@ endpoints:
     assert "Traceback" not in err
 
 
-def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_path: Path) -> None:
+def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim_url: str, tmp_path: Path) -> None:
     hits: list[str] = []
 
     class Metrics(http.server.BaseHTTPRequestHandler):
@@ -326,7 +327,7 @@ def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_p
             pass
 
     with ThreadServer(Metrics) as server:
-        cfg = write_config(tmp_path, sim)
+        cfg = write_config(tmp_path, sim_url)
         other = server.url
         cfg.write_text(
             cfg.read_text()
