@@ -13,31 +13,19 @@ import psycopg
 import pytest
 
 from tests.support.postgres import PASSWORD, LocalPostgres
+from tests.support.stores import run_row
 from tokwatch.result import Status
 from tokwatch.storage import (
     RunWriter,
     StorageError,
 )
 from tokwatch.storage.postgres import PostgresStore
-from tokwatch.storage.rows import RunRow
 
 
 async def _store(dsn: str, **kw: object) -> PostgresStore:
     store = PostgresStore(dsn, timeout_s=3.0, **kw)  # type: ignore[arg-type]
     await store.open()
     return store
-
-
-def _row(
-    endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None
-) -> RunRow:
-    return RunRow(
-        run_id=run_id or f"{endpoint}-{t}",
-        time=t,
-        endpoint=endpoint,
-        status=status,
-        tokens_per_second=tps,
-    )
 
 
 async def test_runs_is_a_partitioned_table_without_timescaledb(pg_dsn: str) -> None:
@@ -63,7 +51,7 @@ async def test_partitions_ahead_and_retention_drop(pg_dsn: str) -> None:
         assert len(parts) >= 4  # previous, current and two ahead
         # A replayed run far in the past gets its own partition on demand.
         old = datetime(2020, 3, 15, tzinfo=UTC).timestamp()
-        assert await store.write_runs([_row("a", old), _row("a", now)]) == 2
+        assert await store.write_runs([run_row("a", old), run_row("a", now)]) == 2
         assert "runs_p2020_03" in await store.partitions()
         report = await store.maintain(now, retention_s=400 * 86400)
         assert "runs_p2020_03" in report.partitions_dropped
@@ -190,8 +178,9 @@ async def test_shards_starting_together_share_one_schema(pg_dsn: str) -> None:
         # Every store then creates next months' partitions and writes at once: no "already exists".
         now = time.time()
         await asyncio.gather(*(s.maintain(now + 40 * 86400, 400 * 86400.0) for s in stores))
+        later = now + 70 * 86400
         written = await asyncio.gather(
-            *(s.write_runs([_row("a", now + 70 * 86400 + i, run_id=f"r{i}")]) for i, s in enumerate(stores))
+            *(s.write_runs([run_row("a", later + i, run_id=f"r{i}")]) for i, s in enumerate(stores))
         )
         assert written == [1, 1, 1, 1]
     finally:

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.support.stores import Database
+from tests.support.stores import Database, run_row
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
@@ -25,14 +25,6 @@ FUTURE_SCHEMA = {
     "sqlite": "INSERT INTO tokwatch_schema (version, name, applied_at) VALUES (99, 'from_the_future', 0)",
     "postgres": "INSERT INTO tokwatch_schema (version, name) VALUES (99, 'from_the_future')",
 }
-
-
-def _row(
-    endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None
-) -> RunRow:
-    return RunRow(
-        run_id=run_id or f"{endpoint}-{t}", time=t, endpoint=endpoint, status=status, tokens_per_second=tps
-    )
 
 
 async def test_migrate_from_empty_then_idempotent(database: Database) -> None:
@@ -59,7 +51,7 @@ async def test_refuses_newer_schema(database: Database) -> None:
 
 async def test_history_survives_restart_and_replay_is_idempotent(database: Database) -> None:
     now = time.time()
-    rows = [_row("a", now - i * 3600, 40.0 + i) for i in range(20)]
+    rows = [run_row("a", now - i * 3600, 40.0 + i) for i in range(20)]
     store = await open_store(database.settings, instance="i1")
     try:
         assert await store.write_runs(rows) == 20
@@ -80,10 +72,10 @@ async def test_history_survives_restart_and_replay_is_idempotent(database: Datab
 async def test_rename_keeps_id_and_history(store: Store) -> None:
     now = time.time()
     ids = await store.sync_endpoints([EndpointSpec("old"), EndpointSpec("other")])
-    await store.write_runs([_row("old", now - 3600, 10.0), _row("old", now - 7200, 30.0)])
+    await store.write_runs([run_row("old", now - 3600, 10.0), run_row("old", now - 7200, 30.0)])
     renamed = await store.sync_endpoints([EndpointSpec("new", ("old",)), EndpointSpec("other")])
     assert renamed["new"] == ids["old"] and renamed["other"] == ids["other"]
-    await store.write_runs([_row("old", now - 60, 20.0)])  # a late replay under the old name: same endpoint
+    await store.write_runs([run_row("old", now - 60, 20.0)])  # a late replay under the old name: same id
     stats = await store.window_stats(now - 86400, now + 1, rule=WindowRule())
     assert set(stats) == {"new"}
     assert "old" not in stats
@@ -103,11 +95,11 @@ async def test_window_figures_match_numpy(database: Database, store: Store) -> N
         statuses = ["ok"] * 37 + ["timeout"] * 3
         for i, st in enumerate(statuses):
             tps = float(values[i]) if st == "ok" else None
-            rows.append(_row(ep, now - 600 - i * 1800, tps, st))
-        rows.append(_row(ep, now - 3 * 86400, 999.0))  # outside 24 h, inside 7 d
+            rows.append(run_row(ep, now - 600 - i * 1800, tps, st))
+        rows.append(run_row(ep, now - 3 * 86400, 999.0))  # outside 24 h, inside 7 d
         ok_in = [float(values[i]) for i in range(37) if 600 + i * 1800 < 86400]
         expected[ep] = (ok_in, sum(1 for i in range(40) if 600 + i * 1800 < 86400))
-    rows += [_row("alpha", now - 30 - i, None, "rate_limited") for i in range(4)]
+    rows += [run_row("alpha", now - 30 - i, None, "rate_limited") for i in range(4)]
     expected["alpha"] = (expected["alpha"][0], expected["alpha"][1] + 4)
     await store.write_runs(rows)
     figures = await window_figures(store, now, rule=WindowRule())
@@ -127,8 +119,8 @@ async def test_window_figures_match_numpy(database: Database, store: Store) -> N
 
 async def test_hourly_rollup_recomputed_per_hour(store: Store) -> None:
     hour = 1_700_000_000 - 1_700_000_000 % 3600
-    await store.write_runs([_row("h", hour + 10, 10.0), _row("h", hour + 20, 30.0)])
-    await store.write_runs([_row("h", hour + 30, 20.0), _row("h", hour + 40, None, "timeout")])
+    await store.write_runs([run_row("h", hour + 10, 10.0), run_row("h", hour + 20, 30.0)])
+    await store.write_runs([run_row("h", hour + 30, 20.0), run_row("h", hour + 40, None, "timeout")])
     (row,) = await store.hourly(hour, hour + 3600)
     assert row["runs"] == 4 and row["ok_runs"] == 3 and row["tps_samples"] == 3
     assert row["tps_median"] == 20.0 and row["tps_min"] == 10.0 and row["tps_max"] == 30.0
@@ -137,7 +129,7 @@ async def test_hourly_rollup_recomputed_per_hour(store: Store) -> None:
 
 async def test_retention_removes_old_runs_and_keeps_recent_ones(store: Store) -> None:
     now = time.time()
-    await store.write_runs([_row("a", now - 500 * 86400), _row("a", now - 10)])
+    await store.write_runs([run_row("a", now - 500 * 86400), run_row("a", now - 10)])
     report = await store.maintain(now, 400 * 86400)
     assert await store.count_runs() == 1
     if store.backend == "sqlite":  # row by row; PostgreSQL drops whole months (test_postgres.py names them)

@@ -1,5 +1,6 @@
 """One empty database of a storage backend, for the store contract run against each: a store opened on it
-(again after a restart), its `storage:` settings, and plain SQL on it as another client sees it."""
+(again after a restart), its `storage:` settings, and plain SQL on it as another client sees it; runs to
+store."""
 
 from __future__ import annotations
 
@@ -14,9 +15,19 @@ import psycopg
 from tokwatch.config import StorageSettings
 from tokwatch.storage.base import Store
 from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 
 BACKENDS = ("sqlite", "postgres")
+
+
+def run_row(
+    endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None
+) -> RunRow:
+    """A stored run with the fields the store's figures read; its id from endpoint and time unless given."""
+    return RunRow(
+        run_id=run_id or f"{endpoint}-{t}", time=t, endpoint=endpoint, status=status, tokens_per_second=tps
+    )
 
 
 @dataclass(frozen=True)
