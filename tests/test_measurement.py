@@ -13,8 +13,7 @@ from tokwatch.app import App
 from tokwatch.config import load_config_text
 from tokwatch.measurement import MeasurementLoop, StallMonitor
 from tokwatch.result import TimingSource
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 
 
 def test_max_stall_counts_only_the_part_inside_the_window() -> None:
@@ -125,9 +124,8 @@ servers:
 
 
 @pytest.fixture
-async def app() -> AsyncIterator[App]:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg = load_config_text(f"""
+async def app(sim: RunningSim) -> AsyncIterator[App]:
+    cfg = load_config_text(f"""
 probe: {{max_tokens: 30, warmup: false}}
 storage: {{enabled: false}}
 schedule: {{interval: 1h, run_on_start: false}}
@@ -135,12 +133,12 @@ endpoints:
   - {{name: oa, kind: openai, base_url: '{sim.url}/oa/v1', model: m}}
   - {{name: lc, kind: llamacpp, base_url: '{sim.url}/lc', model: m}}
 """)
-        application = App(cfg)
-        await application.start(schedule=False)
-        try:
-            yield application
-        finally:
-            await application.stop()
+    application = App(cfg)
+    await application.start(schedule=False)
+    try:
+        yield application
+    finally:
+        await application.stop()
 
 
 async def _probe_with_block(app: App, name: str, block_s: float) -> object:

@@ -27,8 +27,7 @@ from tokwatch.app import App
 from tokwatch.config import load_config_text
 from tokwatch.exposition import CONTENT_TYPES
 from tokwatch.server import start_site
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 
 # What Prometheus 2.42 (Debian 12's package, the one the e2e tests run) sends.
 PROMETHEUS_ACCEPT = (
@@ -51,10 +50,9 @@ class Exporter:
 
 
 @pytest.fixture
-async def exporter(tmp_path: Path) -> AsyncIterator[Exporter]:
+async def exporter(sim: RunningSim, tmp_path: Path) -> AsyncIterator[Exporter]:
     """An exporter that probed a vLLM and an Ollama endpoint, with storage and server counters."""
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg = load_config_text(f"""
+    cfg = load_config_text(f"""
 probe: {{max_tokens: 8}}
 schedule: {{interval: 1h, run_on_start: false}}
 storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
@@ -62,19 +60,19 @@ endpoints:
   - {{name: vllm, kind: vllm, base_url: '{sim.url}/v/v1', model: m}}
   - {{name: ollama, kind: ollama, base_url: '{sim.url}/o', model: 'q:1b'}}
 """)
-        app = App(cfg)
-        await app.start(schedule=False)
-        runner, port = await start_site(app, "127.0.0.1", 0)
-        try:
-            for name in ("vllm", "ollama"):
-                await app.probe(name)
-            await app.refresh_windows()
-            for counters in app.watchers.counters.values():
-                await counters.scrape_once()
-            yield Exporter(app, f"http://127.0.0.1:{port}")
-        finally:
-            await app.stop()
-            await runner.cleanup()
+    app = App(cfg)
+    await app.start(schedule=False)
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    try:
+        for name in ("vllm", "ollama"):
+            await app.probe(name)
+        await app.refresh_windows()
+        for counters in app.watchers.counters.values():
+            await counters.scrape_once()
+        yield Exporter(app, f"http://127.0.0.1:{port}")
+    finally:
+        await app.stop()
+        await runner.cleanup()
 
 
 def _samples(families: object) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:

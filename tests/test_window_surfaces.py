@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +21,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import tokwatch
+from tests.support.stores import Database
 from tokwatch.app import App
 from tokwatch.config import load_config
 from tokwatch.server import start_site
-from tokwatch.storage.base import Store
-from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
-from tokwatch.storage.sqlite import SQLiteStore
 
 
 @dataclass(frozen=True)
@@ -90,23 +87,17 @@ endpoints:
 """)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """The `storage:` setting of a store already holding the rows."""
-    if request.param == "sqlite":
-        store: Store = SQLiteStore(tmp_path / "tw.db")
-        setting = f"{{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox.jsonl'}}"
-    else:
-        dsn = request.getfixturevalue("pg_dsn")
-        store = PostgresStore(dsn, timeout_s=3.0)
-        await store.open()
-        setting = f"{{dsn: '{dsn}', outbox_path: '{tmp_path}/outbox.jsonl'}}"
+@pytest.fixture
+async def storage(database: Database, tmp_path: Path) -> str:
+    """The `storage:` setting of a store of each backend already holding the rows."""
+    store = await database.open()
     try:
         await store.migrate()
         await store.write_runs(_rows(time.time()))
     finally:
         await store.close()
-    yield setting
+    where = "sqlite_path" if database.backend == "sqlite" else "dsn"
+    return f"{{{where}: '{database.where}', outbox_path: '{tmp_path}/outbox.jsonl'}}"
 
 
 def _from_report(config: Path) -> dict[str, Figures | None]:

@@ -4,7 +4,6 @@ whose saturation point is known from its `max_running` and decode rate."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,7 @@ from tokwatch.bench.config import BenchOptions, build_options
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.result import Status
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 from tokwatch.strict_yaml import ConfigError
 
 # max_running 2, 8 tokens at 200 tok/s (5 ms per token, prefill negligible): 40 ms per request, so the
@@ -152,9 +150,8 @@ def test_bad_capacity_options_are_usage_errors() -> None:
 
 
 @pytest.fixture
-async def sim_url() -> AsyncIterator[str]:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        yield f"{sim.base_url('oa')}/v1"
+def sim_url(sim: RunningSim) -> str:
+    return f"{sim.base_url('oa')}/v1"
 
 
 @pytest.mark.timeout(300)

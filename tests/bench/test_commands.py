@@ -13,6 +13,7 @@ import aiohttp
 from rich.console import Console
 
 from tests.bench.processes import sim_process
+from tests.support.thread_server import ThreadServer
 from tokwatch.bench.commands import add_commands
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
@@ -174,25 +175,15 @@ def test_bad_extra_body_and_tokenizer_exit_2(tmp_path, capsys):
 def test_a_run_in_which_no_request_succeeded_fails_the_run_check(tmp_path, capsys):
     """A TCP server that answers garbage, not HTTP: every request fails on the client side (bad_http).
     The run completes its 3 requests, but its health check must not say PASS."""
-    import socketserver
-    import threading
 
-    class Garbage(socketserver.BaseRequestHandler):
-        def handle(self):
-            self.request.recv(65536)
-            self.request.sendall(b"SSH-2.0-not-http\r\n\r\n")
+    def garbage(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-not-http\r\n\r\n")
 
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Garbage) as server:
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        try:
-            out = tmp_path / "run"
-            code = _cmd(["--url", f"http://127.0.0.1:{server.server_address[1]}/v1", "--model", "m",
-                         "--number", "3", "--output-dir", str(out), "--no-server-metrics"])  # fmt: skip
-        finally:
-            server.shutdown()
-            thread.join(timeout=10)
+    with ThreadServer(garbage) as server:
+        out = tmp_path / "run"
+        code = _cmd(["--url", f"{server.url}/v1", "--model", "m",
+                     "--number", "3", "--output-dir", str(out), "--no-server-metrics"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == ExitCode.FAILED
     health = (out / "health_checks.txt").read_text()

@@ -23,8 +23,7 @@ from tokwatch.bench.storing import store_outcome
 from tokwatch.cli import main
 from tokwatch.config import load_config
 from tokwatch.result import Status
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 
 T0 = 1_790_000_000.0
 
@@ -216,26 +215,25 @@ servers:
 """
 
 
-async def test_real_bench_runs_compare_from_the_store(tmp_path: Path) -> None:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg = tmp_path / "tokwatch.yml"
-        cfg.write_text(
-            "endpoints:\n"
-            + "".join(
-                f"  - {{name: {n}, kind: openai, base_url: '{sim.base_url(n)}/v1', model: m}}\n"
-                for n in ("fast", "slow")
-            )
-            + f"storage:\n  sqlite_path: {tmp_path / 'tw.db'}\n"
+async def test_real_bench_runs_compare_from_the_store(sim: RunningSim, tmp_path: Path) -> None:
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "endpoints:\n"
+        + "".join(
+            f"  - {{name: {n}, kind: openai, base_url: '{sim.base_url(n)}/v1', model: m}}\n"
+            for n in ("fast", "slow")
         )
-        ids = []
-        for name in ("fast", "slow"):
-            code, _, err = await tokwatch_cli(
-                "bench", "-c", str(cfg), "--endpoint", name, "--number", "12", "--concurrency", "2",
-                "--output-tokens", "8", "--input-tokens", "16", "--no-server-metrics",
-                "--live-interval", "60", "--output-dir", str(tmp_path / name),
-            )  # fmt: skip
-            assert code == 0, err
-            ids.append(json.loads((tmp_path / name / "summary.json").read_text())["run_id"])
+        + f"storage:\n  sqlite_path: {tmp_path / 'tw.db'}\n"
+    )
+    ids = []
+    for name in ("fast", "slow"):
+        code, _, err = await tokwatch_cli(
+            "bench", "-c", str(cfg), "--endpoint", name, "--number", "12", "--concurrency", "2",
+            "--output-tokens", "8", "--input-tokens", "16", "--no-server-metrics",
+            "--live-interval", "60", "--output-dir", str(tmp_path / name),
+        )  # fmt: skip
+        assert code == 0, err
+        ids.append(json.loads((tmp_path / name / "summary.json").read_text())["run_id"])
     gate = ("--gate", "tpot:p50", "--format", "json")
     fast, slow = str(tmp_path / "fast"), str(tmp_path / "slow")
     code, out, err = await tokwatch_cli("bench", "compare", fast, slow, *gate)
