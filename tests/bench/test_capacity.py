@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.processes import tokwatch_cli
+from tests.support.sim import StartSim
 from tokwatch.bench.capacity import Capacity, parse_sweep, run_capacity, table_lines, write_capacity
 from tokwatch.bench.config import BenchOptions, build_options
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
@@ -201,12 +202,14 @@ servers:
 
 
 @pytest.mark.timeout(400)
-async def test_a_default_fluid_search_is_bounded_and_states_its_bracket(tmp_path: Path) -> None:
+async def test_a_default_fluid_search_is_bounded_and_states_its_bracket(
+    tmp_path: Path, start_sim: StartSim
+) -> None:
     out = tmp_path / "cap"
-    async with run_sim(load_sim_config_text(DEFAULT_SIM)) as sim:
-        argv = ["--url", f"{sim.base_url('oa')}/v1", "--model", "m", "--no-server-metrics",
-                "--output-dir", str(out), "--search", "fluid"]  # fmt: skip
-        code, _, text = await tokwatch_cli("bench", *argv, limit_s=360)
+    sim = await start_sim(DEFAULT_SIM)
+    argv = ["--url", f"{sim.base_url('oa')}/v1", "--model", "m", "--no-server-metrics",
+            "--output-dir", str(out), "--search", "fluid"]  # fmt: skip
+    code, _, text = await tokwatch_cli("bench", *argv, limit_s=360)
     assert code == ExitCode.OK, text[-3000:]
     data = json.loads((out / "capacity.json").read_text())
     calib, points = data["calibration"], data["points"]
