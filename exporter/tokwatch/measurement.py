@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -97,6 +97,52 @@ class StallMonitor:
             inside = min(ended, end) - max(ended - self._sizes[j], start)
             worst = max(worst, inside)
         return worst
+
+    @property
+    def catch_up_s(self) -> float:
+        """How long after a stall's recorded end a read may still belong to its backlog: the heartbeat can
+        run first in the loop iteration that ends a stall, and lateness under the floor goes unrecorded."""
+        return self.period_s + self.floor_s
+
+    def lateness(self, stamps: Sequence[float]) -> list[float]:
+        """How late each stamp (perf_counter seconds) taken on this loop can be: 0 unless a stall covers it.
+
+        A stamp taken during a stall, or within `catch_up_s` after it, waited at most since the stall began:
+        bytes that arrived before that were read on time. Stalls with no on-time beat between them (the next
+        one starting within `catch_up_s` of the last one's end) are one episode, timed from its first stall's
+        start. Lateness within the timer floor is not counted (docs/methodology.md, "Disturbance").
+        """
+        if not stamps or not self._ends:
+            return [0.0] * len(stamps)
+        order = sorted(range(len(stamps)), key=stamps.__getitem__)
+        out = [0.0] * len(stamps)
+        episodes = self._episodes(stamps[order[0]], stamps[order[-1]])
+        k = 0
+        for i in order:
+            t = stamps[i]
+            while k < len(episodes) and episodes[k][1] + self.catch_up_s < t:
+                k += 1
+            if k < len(episodes) and episodes[k][0] <= t:
+                out[i] = t - episodes[k][0]
+        return out
+
+    def _episodes(self, first: float, last: float) -> list[tuple[float, float]]:
+        """(start, end) of the stall episodes that can cover a stamp in [first, last], ascending."""
+        gap = self.catch_up_s
+        ends, sizes = self._ends, self._sizes
+        j = bisect.bisect_left(ends, first - gap)
+        while j > 0 and j < len(ends) and (ends[j] - sizes[j]) - ends[j - 1] <= gap:
+            j -= 1  # the episode covering `first` began with an earlier stall
+        episodes: list[tuple[float, float]] = []
+        for k in range(j, len(ends)):
+            start, end = ends[k] - sizes[k], ends[k]
+            if start > last:
+                break
+            if episodes and start - episodes[-1][1] <= gap:
+                episodes[-1] = (episodes[-1][0], end)
+            else:
+                episodes.append((start, end))
+        return episodes
 
 
 class MeasurementLoop:

@@ -143,8 +143,10 @@ class ProbeService:
             )
         if result.timing_disturbed:
             log.info(
-                "endpoint %s: timing disturbed (measurement loop stalled %.1f ms)",
+                "endpoint %s: %s set aside (a client stall of up to %.1f ms bounds their error above the "
+                "tolerance; the run's status counts)",
                 result.endpoint,
+                ", ".join(result.set_aside),
                 (result.max_stall_s or 0.0) * 1e3,
             )
         self._metrics.record(result)

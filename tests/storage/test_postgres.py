@@ -50,10 +50,10 @@ async def test_migrate_from_empty_then_idempotent(pg_dsn: str) -> None:
     store = await _store(pg_dsn)
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6, 7]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending, st.too_new) == (6, 6, (), False)
+        assert (st.current, st.known, st.pending, st.too_new) == (7, 7, (), False)
         assert store.backend == "postgres"  # no timescaledb on this server
     finally:
         await store.close()
@@ -238,12 +238,14 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(pg
                 RunRow(
                     run_id="d", time=now - 8, endpoint="a", status="ok", tokens_per_second=900.0,
                     timing_disturbed=True, max_stall_s=0.2, merged_reads=3, send_delay_s=0.001,
+                    tps_set_aside=True,
                 ),
                 RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
             ]
         )
         plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
-        assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
+        # the disturbed run counts (its status), its set-aside tok/s is no sample
+        assert (plain.runs, plain.ok_runs, plain.median, plain.tps_set_aside) == (3, 3, 105.0, 1)
         everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
         assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     finally:

@@ -24,10 +24,10 @@ async def test_migrate_from_empty_then_idempotent(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db" / "tw.db")
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3, 4, 5]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending) == (5, 5, ())
+        assert (st.current, st.known, st.pending) == (6, 6, ())
     finally:
         await store.close()
 
@@ -136,13 +136,14 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(tm
                 RunRow(run_id="s2", time=now - 9, endpoint="a", status="ok", tokens_per_second=110.0),
                 RunRow(
                     run_id="d", time=now - 8, endpoint="a", status="ok", tokens_per_second=900.0,
-                    timing_disturbed=True, max_stall_s=0.2,
+                    timing_disturbed=True, max_stall_s=0.2, tps_set_aside=True,
                 ),
                 RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
             ]
         )
         plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
-        assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
+        # the disturbed run counts (its status), its set-aside tok/s is no sample
+        assert (plain.runs, plain.ok_runs, plain.median, plain.tps_set_aside) == (3, 3, 105.0, 1)
         everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
         assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     finally:
