@@ -11,7 +11,7 @@ import pytest
 
 from tokwatch.app import App
 from tokwatch.config import load_config_text
-from tokwatch.measurement import MeasurementLoop, StallMonitor
+from tokwatch.measurement import MeasurementLoop, StallMonitor, StampLateness, ThreadHeartbeat
 from tokwatch.result import RunResult, TimingSource
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
@@ -52,6 +52,28 @@ def test_lateness_of_a_stamp_runs_from_the_start_of_the_stall_it_was_taken_in() 
     assert mon.lateness(stamps) == pytest.approx(want)
     assert mon.lateness(stamps[::-1]) == pytest.approx(want[::-1])  # any order
     assert mon.lateness([]) == [] and StallMonitor().lateness([5.0]) == [0.0]
+
+
+def test_a_thread_heartbeat_sees_the_interpreter_lock_held_and_stops_when_idle() -> None:
+    beat = ThreadHeartbeat()
+    with beat.watching():
+        time.sleep(0.02)
+        t0 = time.perf_counter()
+        sum(range(3_000_000))  # one C call: the interpreter lock is not handed over until it returns
+        t1 = time.perf_counter()
+        time.sleep(0.02)
+    assert beat.lateness([t1])[0] >= 0.5 * (t1 - t0) > 0
+    deadline = time.monotonic() + 5
+    while any(t.name == "tokwatch-thread-heartbeat" for t in threading.enumerate()):
+        assert time.monotonic() < deadline  # nothing watched: no thread waking 500 times a second
+        time.sleep(0.01)
+
+
+def test_a_watched_stamp_is_late_by_the_smaller_of_the_loops_and_the_watchers_lateness() -> None:
+    loop = StallMonitor()
+    loop.record(10.0, 0.05)  # the loop stalled 9.95-10.0; the watcher thread never did
+    assert StampLateness(loop).lateness([9.99, 10.5]) == pytest.approx([0.04, 0.0])
+    assert StampLateness(loop, ThreadHeartbeat()).lateness([9.99, 10.5]) == [0.0, 0.0]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor
+from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 
@@ -99,8 +99,10 @@ class BenchRunner:
         self._stopping = asyncio.Event()
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
-        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter.
+        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter: the
+        # loop's heartbeat, and with a receive watcher a thread's, since the watcher stamps off the loop.
         self.stalls = StallMonitor()
+        self.stamps = StampLateness(self.stalls, ThreadHeartbeat() if http.watcher is not None else None)
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -144,7 +146,7 @@ class BenchRunner:
                 run_t0=state.t0,
                 deadlines=self._deadlines,
                 redactor=self._redactor,
-                stalls=self.stalls,
+                stalls=self.stamps,
             )
         finally:
             state.in_flight -= 1
@@ -216,7 +218,7 @@ class BenchRunner:
 
     async def run(self) -> RunState:
         """Warm-up, then the measured phase; returns the state (records, stop reason)."""
-        with self.stalls.watching():
+        with self.stamps.watching():
             return await self._run()
 
     async def _run(self) -> RunState:
