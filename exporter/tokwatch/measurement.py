@@ -107,10 +107,12 @@ class StallMonitor:
     def lateness(self, stamps: Sequence[float]) -> list[float]:
         """How late each stamp (perf_counter seconds) taken on this loop can be: 0 unless a stall covers it.
 
-        A stamp taken during a stall, or within `catch_up_s` after it, waited at most since the stall began:
-        bytes that arrived before that were read on time. Stalls with no on-time beat between them (the next
-        one starting within `catch_up_s` of the last one's end) are one episode, timed from its first stall's
-        start. Lateness within the timer floor is not counted (docs/methodology.md, "Disturbance").
+        A stamp taken during a stall, or within `catch_up_s` after it, waited at most since the beat before
+        the stall (one period before its planned wake-up: the last time the loop was seen on time), as bytes
+        that arrived before that were read then. Stalls with no on-time beat between them (the next one
+        starting within `catch_up_s` of the last one's end) are one episode, timed from its first stall.
+        Lateness the heartbeat cannot see (up to `catch_up_s`, the timer's granularity) is not counted
+        (docs/methodology.md, "Disturbance").
         """
         out = [0.0] * len(stamps)
         if not stamps or not self._ends:
@@ -143,7 +145,7 @@ class StallMonitor:
             if episodes and start - episodes[-1][1] <= gap:
                 episodes[-1] = (episodes[-1][0], end)
             else:
-                episodes.append((start, end))
+                episodes.append((start - self.period_s, end))
         return episodes
 
 

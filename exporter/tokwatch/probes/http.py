@@ -337,9 +337,9 @@ def _bounds(
     ctx: ProbeContext, events: Sequence[TokenEvent], sent_at: float, end: float, e2e_s: float, n: int
 ) -> FigureBounds | None:
     """Error bounds of the run's client figures from the lateness of the stamps they use (None: unwatched)."""
-    if ctx.stalls is None:
+    if ctx.stamps is None:
         return None
-    late = ctx.stalls.lateness([*(sent_at + e.t for e in events), end])
+    late = ctx.stamps.lateness([*(sent_at + e.t for e in events), end])
     return figure_bounds(events, e2e_s, n, late[:-1], late[-1])
 
 
