@@ -8,7 +8,14 @@ timings) and a vLLM one (counter deltas), in a simulator process of its own. Pha
 - `off`: no hog (the machine may still be loaded by others: `uptime` is printed beside the figures);
 - `hogs`: one busy process per core at normal priority, so the exporter competes for every core;
 - `quota`: the exporter pinned to one core (taskset-style affinity, every thread) that one busy process
-  shares, the simulator on the other: about half a core, as a pod at a Kubernetes CPU limit gets.
+  shares, the simulator on the other: about half a core, as a pod at a Kubernetes CPU limit gets;
+- `request=M`: the same shared core, with every exporter thread at the nice level whose scheduler weight
+  against the busy process's is that of an M-millicore CPU request against a pod requesting the whole core
+  (Kubernetes turns requests into the same CFS weights: 1024 per core): what the exporter gets on a
+  saturated node for its request.
+
+Every exporter thread runs at the phase's priority, the receive watcher's included (as root it would raise
+its own; a pod without CAP_SYS_NICE cannot). No cgroup is created: affinity and nice only.
 
 Per phase: runs, how many kept their status in the window figures (they all should), how many kept a tok/s
 sample (not set aside), the error of every kept tok/s against the truth of its own source's definition
@@ -16,7 +23,7 @@ sample (not set aside), the error of every kept tok/s against the truth of its o
 histograms: (n - 1) / decode time), the error of the set-aside ones, and TTFT kept.
 
     python benchmarks/busy_host.py [--servers 4] [--rounds 5] [--max-tokens 256] [--decode-tps 100]
-        [--phases off,hogs,quota]
+        [--phases off,hogs,quota,request=50,request=250]
 """
 
 from __future__ import annotations
@@ -30,22 +37,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
+from exporter_rounds import scheduled_rounds
 from simproc import simulators
 from tokwatch.app import App
 from tokwatch.config import load_config_text
 from tokwatch.result import RunResult, TimingSource
-from tokwatch.scheduler import run_round
 from tokwatch.stats import percentile
 from tokwatch.storage.window import window_figures
 from tokwatch.window_rule import WindowRule
 
 HOG = "while True:\n    pass\n"
+# The kernel's CFS weight of each nice level 0..19 (kernel/sched/core.c, sched_prio_to_weight).
+NICE_WEIGHTS = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
 KINDS = {"oa": "openai", "lc": "llamacpp", "vl": "vllm"}  # simulated server name -> endpoint kind
 
 
@@ -156,54 +165,56 @@ def hogs(cores: list[set[int] | None]) -> Iterator[None]:
             p.wait(timeout=10)
 
 
-def pin_process(cpus: set[int]) -> None:
-    """Every thread of this process (and those it starts later) onto `cpus`."""
+def pin_process(cpus: set[int], nice: int) -> None:
+    """Every thread of this process (and those it starts later) onto `cpus`, at priority `nice`."""
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(OSError):
             os.sched_setaffinity(int(tid), cpus)
+            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+
+
+def nice_for(millicores: int) -> int:
+    """The nice level whose weight against nice 0 is closest to an M-millicore request against 1000."""
+    want = millicores * 1024 / 1000
+    return min(range(len(NICE_WEIGHTS)), key=lambda n: abs(NICE_WEIGHTS[n] - want))
 
 
 async def run_phase(name: str, bases: list[str], sim_pid: int, args: argparse.Namespace) -> Phase:
     """A fresh exporter and store, `rounds` scheduled rounds, every timed run compared with its truth."""
     phase = Phase(name)
     every = set(range(os.cpu_count() or 1))
-    pinned = name == "quota" and len(every) >= 2
+    shared = (name == "quota" or name.startswith("request=")) and len(every) >= 2
+    nice = nice_for(int(name.split("=", 1)[1])) if name.startswith("request=") else 0
+    cpus = {0} if shared else every
+    cores: list[set[int] | None] = [{0}] if shared else [None] * len(every) if name == "hogs" else []
     with tempfile.TemporaryDirectory() as tmp:
-        if pinned:
-            pin_process({0})
+        if shared:
             os.sched_setaffinity(sim_pid, every - {0})
-        cores: list[set[int] | None] = [{0}] if pinned else [None] * len(every) if name == "hogs" else []
         try:
             with hogs(cores):
+                pin_process(cpus, nice)
                 await asyncio.sleep(1.0)  # let the hogs take the cores
-                phase.load = f"{os.getloadavg()[0]:.2f}"
-                await probe_rounds(phase, bases, tmp, args)
+                await probe_rounds(phase, bases, tmp, args, lambda: pin_process(cpus, nice))
+                phase.load = f"{os.getloadavg()[0]:.2f}"  # the last minute: most of the phase
         finally:
-            if pinned:
-                pin_process(every)
+            pin_process(every, 0)
+            if shared:
                 os.sched_setaffinity(sim_pid, every)
     return phase
 
 
-async def probe_rounds(phase: Phase, bases: list[str], tmp: str, args: argparse.Namespace) -> None:
-    """The exporter as `tokwatch serve` runs it, without the HTTP server: rounds, store, window figures."""
+async def probe_rounds(
+    phase: Phase, bases: list[str], tmp: str, args: argparse.Namespace, settle: Callable[[], None]
+) -> None:
+    """The exporter as `tokwatch serve` runs it, without the HTTP server: rounds, store, window figures;
+    `settle` puts the threads it started (the measurement loop, the receive watcher) where the phase wants."""
     app = App(load_config_text(exporter_config(bases, args.max_tokens, tmp)), instance="busy-host")
     await app.start(schedule=False)
-    collected: list[RunResult] = []
-    record = app.probes.record
-
-    def keep(result: RunResult) -> None:
-        collected.append(result)
-        record(result)
-
-    app.probes.record = keep  # type: ignore[method-assign]
+    settle()
     try:
         async with aiohttp.ClientSession() as http:
             started = time.time()
-            for _ in range(args.rounds):
-                collected.clear()
-                await run_round(app._schedule_settings()[2], app.probe)  # the scheduler's own plan
-                await app.refresh_windows()
+            async for collected in scheduled_rounds(app, args.rounds):
                 for r in collected:
                     ep = app.config.endpoint(r.endpoint)
                     assert ep is not None
@@ -211,13 +222,11 @@ async def probe_rounds(phase: Phase, bases: list[str], tmp: str, args: argparse.
                     base = ep.base_url.split(f"/{server}")[0]
                     compare(r, await truth_of(http, base, server), phase)
             assert app.store is not None
-            figures = await window_figures(
-                app.store, time.time() + 1, rule=WindowRule(), window_s=time.time() - started + 60
-            )
+            span = time.time() - started + 60  # this phase's runs (the store is the phase's own)
+            figures = await window_figures(app.store, time.time() + 1, rule=WindowRule(), window_s=span)
             phase.window_runs = sum(f.runs for f in figures.values())
             phase.window_ok = sum(f.ok_runs for f in figures.values())
     finally:
-        app.probes.record = record  # type: ignore[method-assign]
         await app.stop()
 
 
@@ -239,12 +248,15 @@ def row(p: Phase) -> str:
     stall = (
         f"{percentile(p.stalls, 99) * 1e3:.0f} / {max(p.stalls, default=0.0) * 1e3:.0f}" if p.stalls else "-"
     )
+    client_kept = len(p.kept_by_source.get(TimingSource.CLIENT_STREAM.value, []))
+    client = client_kept + len(p.aside_err)
     cells = [
         p.name,
         p.load,
         str(p.runs),
         f"{p.window_runs}/{p.runs} ({p.window_ok} ok)",
         f"{kept}/{ok_tps} ({kept / ok_tps * 100 if ok_tps else 0:.1f} %)",
+        f"{client_kept}/{client} ({client_kept / client * 100 if client else 0:.1f} %)",
         f"{within}/{kept}, worst {worst:.2f} %",
         sources,
         aside,
@@ -290,10 +302,11 @@ def main() -> None:
         f"true decode={args.decode_tps} tok/s cores={os.cpu_count()} ({time.monotonic() - t0:.0f} s)"
     )
     print(
-        "| phase | load (1 min) | runs | status counted in window | tok/s kept | kept within 2 % of truth "
-        "| kept by source (worst error) | tok/s set aside | TTFT kept | max stall p99/max ms | unmatched |"
+        "| phase | load (1 min, at the end) | runs | status counted in window | tok/s kept"
+        " | client tok/s kept | kept within 2 % of truth | kept by source (worst error) | tok/s set aside"
+        " | TTFT kept | max stall p99/max ms | unmatched |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
     for p in phases:
         print(row(p))
 
