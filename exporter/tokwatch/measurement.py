@@ -188,7 +188,13 @@ class ThreadHeartbeat:
                 return
             now = time.perf_counter()
             with self._lock:
+                self._monitor.beats += 1
                 self._monitor.record(now, now - planned)
+
+    @property
+    def beats(self) -> int:
+        """Heartbeats so far (for tests and diagnostics)."""
+        return self._monitor.beats
 
     def lateness(self, stamps: Sequence[float]) -> list[float]:
         """`StallMonitor.lateness` over this thread's records."""
