@@ -149,8 +149,8 @@ class ProbeService:
             )
         if result.timing_disturbed:
             log.info(
-                "endpoint %s: %s set aside (a client stall of up to %.1f ms bounds their error above the "
-                "tolerance; the run's status counts)",
+                "endpoint %s: %s set aside (the exporter's own lateness bounds their error above the "
+                "tolerance; the measurement loop stalled up to %.1f ms; the run's status counts)",
                 result.endpoint,
                 ", ".join(result.set_aside),
                 (result.max_stall_s or 0.0) * 1e3,

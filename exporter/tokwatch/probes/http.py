@@ -312,8 +312,8 @@ class HttpProbe(Probe):
         if result.timing_disturbed:
             stall_ms = (result.max_stall_s or 0.0) * 1e3
             ctx.log(
-                f"set aside ({', '.join(result.set_aside)}): the measurement loop stalled up to "
-                f"{stall_ms:.1f} ms while the run streamed"
+                f"set aside ({', '.join(result.set_aside)}): the exporter's own lateness bounds their error "
+                f"above the tolerance (the measurement loop stalled up to {stall_ms:.1f} ms)"
             )
         result.server_shared = chosen.server_shared
         for source, why in chosen.skipped.items():
