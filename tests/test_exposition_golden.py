@@ -42,6 +42,8 @@ def _ok(endpoint: str, t: float, tps: float, **kw: object) -> RunResult:
         "itl_s": [0.02, 0.0, 0.03, 0.012],
         "streamed": True,
         "max_stall_s": 0.001,
+        "tps_error_ratio": 0.0,
+        "ttft_error_s": 0.0,
     }
     fields.update(kw)
     return RunResult(endpoint=endpoint, started_at=t, status=Status.OK, tokens_per_second=tps, **fields)  # type: ignore[arg-type]
@@ -53,7 +55,17 @@ def _runs() -> list[RunResult]:
         _ok("a", T0, 100.0),
         _ok("a", T0 + 3600, 104.0),
         _ok("a", T0 + 7200, 96.0, think_tokens=12, ttot_s=0.05, output_itl_s=[0.01, 0.02]),
-        _ok("a", T0 + 7300, 900.0, source=TimingSource.CLIENT_STREAM, timing_disturbed=True, max_stall_s=0.2),
+        _ok(
+            "a",
+            T0 + 7300,
+            900.0,
+            source=TimingSource.CLIENT_STREAM,
+            timing_disturbed=True,
+            max_stall_s=0.2,
+            set_aside={"tokens_per_second": "client_stall", "ttft": "client_stall"},
+            tps_error_ratio=0.08,
+            ttft_error_s=0.2,
+        ),
         _ok("b", T0, 50.0),
         _ok("b", T0 + 3600, 60.0),
         _ok("b", T0 + 3700, 999.0, trigger="on_demand"),

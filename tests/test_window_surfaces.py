@@ -1,8 +1,10 @@
 """One answer everywhere: `tokwatch report`, the /metrics window gauges and the status page, on one store.
 
-The store holds scheduled, on-demand and timing-disturbed runs (one endpoint with nothing but disturbed runs,
-as on a busy host); under each `schedule.window_includes` the three surfaces, read as a user reads them
-(the report command's JSON, /metrics and / over HTTP), give the same window figures, and the expected ones.
+The store holds scheduled and on-demand runs, runs whose client tok/s a client stall set aside, and one
+endpoint whose every run had client figures set aside while its tok/s came from the server or the client (a
+busy host); under each `schedule.window_includes` the three surfaces, read as a user reads them (the report
+command's JSON, /metrics and / over HTTP), give the same window figures and set-aside counts, and the
+expected ones.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -35,44 +38,63 @@ class Figures:
     median: float | None
     stddev: float | None
     uptime: float | None
+    disturbed: int = 0  # runs with client-timed figures set aside
+    tps_set_aside: int = 0  # of them, ok runs whose tok/s is no sample
 
 
 def _rows(now: float) -> list[RunRow]:
     def run(ep: str, minutes: float, status: str = "ok", tps: float | None = None, **kw: object) -> RunRow:
+        fields: dict[str, object] = {"timing_source": "engine" if tps is not None else None, **kw}
         return RunRow(
             run_id=f"{ep}-{minutes}",
             time=now - minutes * 60,
             endpoint=ep,
             status=status,
             tokens_per_second=tps,
-            timing_source="engine" if tps is not None else None,
-            **kw,  # type: ignore[arg-type]
+            **fields,  # type: ignore[arg-type]
         )
 
-    disturbed = {"timing_disturbed": True, "max_stall_s": 0.02}
+    # A client stall bounded the run's client tok/s (and TTFT) above the tolerance: set aside.
+    client = {
+        "timing_disturbed": True,
+        "max_stall_s": 0.02,
+        "tps_set_aside": True,
+        "set_aside": "tokens_per_second,ttft",
+        "timing_source": "client_stream",
+    }
+    # Only its TTFT was set aside: its tok/s came from the server, which no client stall moves.
+    server = {"timing_disturbed": True, "max_stall_s": 0.02, "tps_set_aside": False, "set_aside": "ttft"}
     return [
         run("mixed", 60, tps=40.0),
         run("mixed", 120, tps=42.0),
         run("mixed", 180, "timeout"),
-        run("mixed", 240, tps=45.0, **disturbed),
-        run("mixed", 300, tps=47.0, **disturbed),
-        run("mixed", 360, **disturbed),  # ok, but no figure survived the stall
+        run("mixed", 240, tps=45.0, **client),
+        run("mixed", 300, tps=47.0, **client),
+        run("mixed", 360, **server),  # ok, but no tok/s at all
         run("mixed", 30, tps=90.0, triggered_by="on_demand"),
-        run("mixed", 35, tps=95.0, triggered_by="on_demand", **disturbed),
-        *(run("busy-host", 60 * (i + 1), tps=45.0, **disturbed) for i in range(4)),
+        run("mixed", 35, tps=95.0, triggered_by="on_demand", **client),
+        run("busy-host", 60, tps=45.0, **server),
+        run("busy-host", 120, tps=46.0, **server),
+        run("busy-host", 180, tps=900.0, **client),
+        run("busy-host", 240, tps=910.0, **client),
     ]
 
 
-# What each surface must say, worked out by hand from the rows above.
+BUSY_ALL = [45.0, 46.0, 900.0, 910.0]
+# What each surface must say, worked out by hand from the rows above: every run counts in runs and uptime
+# unless it is on demand; a set-aside tok/s is a sample only when `window_includes` names timing_disturbed.
 EXPECTED: dict[tuple[str, ...], dict[str, Figures | None]] = {
-    (): {"mixed": Figures(3, 2, 41.0, 2 ** 0.5, 2 / 3), "busy-host": None},
+    (): {
+        "mixed": Figures(6, 5, 41.0, 2**0.5, 5 / 6, 3, 2),
+        "busy-host": Figures(4, 4, 45.5, 0.5**0.5, 1.0, 4, 2),
+    },
     ("timing_disturbed",): {
-        "mixed": Figures(6, 5, 43.5, 3.1091263510296048, 5 / 6),
-        "busy-host": Figures(4, 4, 45.0, 0.0, 1.0),
+        "mixed": Figures(6, 5, 43.5, 3.1091263510296048, 5 / 6, 3, 0),
+        "busy-host": Figures(4, 4, 473.0, statistics.stdev(BUSY_ALL), 1.0, 4, 0),
     },
     ("on_demand", "timing_disturbed"): {
-        "mixed": Figures(8, 7, 46.0, 25.46697207495753, 7 / 8),
-        "busy-host": Figures(4, 4, 45.0, 0.0, 1.0),
+        "mixed": Figures(8, 7, 46.0, 25.46697207495753, 7 / 8, 4, 0),
+        "busy-host": Figures(4, 4, 473.0, statistics.stdev(BUSY_ALL), 1.0, 4, 0),
     },
 }
 
@@ -112,7 +134,15 @@ def _from_report(config: Path) -> dict[str, Figures | None]:
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Figures | None] = {}
     for e in json.loads(proc.stdout)["endpoints"]:
-        figures = Figures(e["runs_24h"], None, e["median_24h"], e["stddev_24h"], e["uptime_24h"])
+        figures = Figures(
+            e["runs_24h"],
+            None,
+            e["median_24h"],
+            e["stddev_24h"],
+            e["uptime_24h"],
+            e["set_aside_24h"],
+            e["tps_set_aside_24h"],
+        )
         out[e["endpoint"]] = figures if e["runs_24h"] else None
     return out
 
@@ -131,6 +161,8 @@ def _from_metrics(text: str) -> dict[str, Figures | None]:
             v.get("tokwatch_window_decode_tokens_per_second_median"),
             v.get("tokwatch_window_decode_tokens_per_second_stddev"),
             v.get("tokwatch_window_uptime_ratio"),
+            int(v["tokwatch_window_timing_disturbed_runs"]),
+            int(v["tokwatch_window_decode_tokens_per_second_set_aside_runs"]),
         )
         for name, v in values.items()
     }
@@ -139,6 +171,7 @@ def _from_metrics(text: str) -> dict[str, Figures | None]:
 _TILE = re.compile(r'<article class="tile" data-endpoint="([^"]+)".*?</article>', re.S)
 _MEDIAN = re.compile(r'<div class="median"><dt>24 h median</dt><dd>(?:([\d.]+)<small> tok/s</small>|—)</dd>')
 _CV = re.compile(r"<dt>CV \(stddev\)</dt><dd>(?:[\d.]+ %<small> ±([\d.]+) tok/s</small>|—)")
+_SET_ASIDE = re.compile(r'<p class="set-aside[^"]*" title="[^"]*" data-runs="(\d+)" data-tps="(\d+)">')
 _UPTIME = re.compile(
     r'<dt>24 h uptime</dt><dd>(?:([\d.]+) %<small class="muted"> (\d+)/(\d+)</small>|—)</dd>'
 )
@@ -154,12 +187,15 @@ def _from_page(html: str) -> dict[str, Figures | None]:
         if uptime.group(1) is None:
             out[m.group(1)] = None
             continue
+        set_aside = _SET_ASIDE.search(tile)
         out[m.group(1)] = Figures(
             int(uptime.group(3)),
             int(uptime.group(2)),
             float(median.group(1)) if median.group(1) else None,
             float(cv.group(1)) if cv.group(1) else None,
             float(uptime.group(1)) / 100,
+            int(set_aside.group(1)) if set_aside else 0,
+            int(set_aside.group(2)) if set_aside else 0,
         )
     return out
 
@@ -178,6 +214,7 @@ def _same(got: dict[str, Figures | None], want: dict[str, Figures | None], *, pr
         assert g.median == pytest.approx(w.median, abs=tps), name
         assert g.uptime == pytest.approx(w.uptime, abs=ratio), name
         assert g.stddev == pytest.approx(w.stddev, abs=tps), name
+        assert (g.disturbed, g.tps_set_aside) == (w.disturbed, w.tps_set_aside), name
 
 
 async def test_report_metrics_and_status_page_agree(storage: str, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Setting values that every tokwatch settings file shares: durations ('500ms', '30s', '15m', '1h', '7d') and
-HOST:PORT listen addresses. Parsers raise ValueError naming the value; the models put file, line and field."""
+"""Setting values that every tokwatch settings file shares: durations ('500ms', '30s', '15m', '1h', '7d'),
+ratios ('1%', 0.01) and HOST:PORT listen addresses. Parsers raise ValueError naming the value; the models put
+file, line and field."""
 
 from __future__ import annotations
 
@@ -44,6 +45,25 @@ def parse_positive_duration(value: Any) -> float:
     return seconds
 
 
+def parse_ratio(value: Any) -> float:
+    """A ratio above 0 and below 1 from a number (0.01) or a percentage string ('1%', '0.5 %')."""
+    if isinstance(value, bool):
+        raise ValueError("expected a ratio such as 0.01 or 1%")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            ratio = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise ValueError(f"invalid ratio {value!r}: use e.g. 0.01 or 1%") from None
+    elif isinstance(value, int | float):
+        ratio = float(value)
+    else:
+        raise ValueError("expected a ratio such as 0.01 or 1%")
+    if not (math.isfinite(ratio) and 0 < ratio < 1):
+        raise ValueError(f"a ratio must be above 0 and below 1 (0 % to 100 %), not {value!r}")
+    return ratio
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """Split HOST:PORT (IPv6 as [::1]:PORT); raises ValueError naming the problem."""
     host, sep, port = value.rpartition(":")
@@ -76,6 +96,11 @@ def check_http_url(value: str) -> str:
 def duration_fields(*names: str) -> Any:
     """A model validator reading these fields as durations (zero allowed: an offset, a deadline)."""
     return field_validator(*names, mode="before")(lambda v: v if v is None else parse_duration(v))
+
+
+def ratio_fields(*names: str) -> Any:
+    """A model validator reading these fields as ratios above 0 and below 1 ('1%' or 0.01)."""
+    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_ratio(v))
 
 
 def positive_duration_fields(*names: str) -> Any:

@@ -57,6 +57,8 @@ class WindowFigures:
     stddev: float | None
     cv: float | None
     uptime: float | None
+    disturbed_runs: int = 0  # runs with a client-timed figure set aside (timing_disturbed)
+    tps_set_aside: int = 0  # ok runs whose tok/s was set aside, so not a sample of the median, CV, stddev
 
     @property
     def band(self) -> str | None:
@@ -65,7 +67,13 @@ class WindowFigures:
 
 
 def figures_from_samples(
-    endpoint: str, window: str, runs: int, ok_runs: int, ok_tps: Sequence[float]
+    endpoint: str,
+    window: str,
+    runs: int,
+    ok_runs: int,
+    ok_tps: Sequence[float],
+    disturbed_runs: int = 0,
+    tps_set_aside: int = 0,
 ) -> WindowFigures:
     """Window figures from the run counts and the tok/s samples of the ok runs."""
     return WindowFigures(
@@ -77,6 +85,8 @@ def figures_from_samples(
         stddev=sample_stddev(ok_tps) if len(ok_tps) >= 2 else None,
         cv=coefficient_of_variation(ok_tps),
         uptime=ok_runs / runs if runs else None,
+        disturbed_runs=disturbed_runs,
+        tps_set_aside=tps_set_aside,
     )
 
 
@@ -162,11 +172,22 @@ class KeptRun(NamedTuple):
     tokens_per_second: float | None
     triggered_by: str
     timing_disturbed: bool
+    timing_source: str | None
+    tps_set_aside: bool | None
 
     @classmethod
     def of(cls, r: RunResult) -> KeptRun:
         """The kept fields of one timed run."""
-        return cls(r.started_at, str(r.status), r.tokens_per_second, r.trigger, r.timing_disturbed)
+        source = str(r.source) if r.source is not None else None
+        return cls(
+            r.started_at,
+            str(r.status),
+            r.tokens_per_second,
+            r.trigger,
+            r.timing_disturbed,
+            source,
+            r.tps_set_aside,
+        )
 
 
 class RunWindow:
@@ -188,7 +209,10 @@ class RunWindow:
         counted = [r for r in self._runs if rule.counts(r)]
         ok_runs = sum(r.status == "ok" for r in counted)
         tps = [v for r in counted if (v := rule.sample(r)) is not None]
-        return figures_from_samples(endpoint, window_label(self.seconds), len(counted), ok_runs, tps)
+        disturbed = sum(r.timing_disturbed for r in counted)
+        set_aside = sum(rule.set_aside(r) for r in counted)
+        label = window_label(self.seconds)
+        return figures_from_samples(endpoint, label, len(counted), ok_runs, tps, disturbed, set_aside)
 
 
 class MemoryWindows:

@@ -3,11 +3,16 @@
 Window figures (median, stddev and CV of tok/s, uptime, runs, the fleet ranking) are computed over stored
 runs by SQL (`tokwatch.storage.window.window_figures`, which the /metrics window gauges, the status page and
 `tokwatch report` all read) and over the in-memory window in Python (storage off). Both forms come from
-this module: what sets a run aside is the table `_SET_ASIDE`, what makes a counted run a tok/s sample is
-`sample` beside `sample_sql`. tests/test_window_rule.py holds the two forms against each other on SQLite
-and PostgreSQL. To change which runs count (docs/methodology.md, "Window figures"), change it here: to let
-every run count in runs and uptime but set aside an unreliable tok/s figure, drop a `_SET_ASIDE` row and
-narrow `sample`/`sample_sql` (with the column they read added to `StoredRun` and the rows that carry it).
+this module: what sets a whole run aside is the table `_SET_ASIDE`, what makes a counted run a tok/s sample
+is `sample` beside `sample_sql`. tests/test_window_rule.py holds the two forms against each other on SQLite
+and PostgreSQL. To change which runs count (docs/methodology.md, "Window figures"), change it here.
+
+Disturbance is judged by impact (docs/methodology.md, "Disturbance"): a run whose client stall moved some
+figure beyond its tolerance still counts in runs, ok runs and uptime (its status is as true as any), and
+only its tok/s stops being a sample when that figure was set aside (`tps_set_aside`); a server-sourced
+tok/s is never set aside. Runs stored before figures were judged one by one (`tps_set_aside` NULL) keep the
+old judgement for their tok/s: set aside when the run was `timing_disturbed` and its figure came from the
+client.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ class StoredRun(Protocol):
     @property
     def timing_disturbed(self) -> bool: ...
 
+    @property
+    def timing_source(self) -> str | None: ...
+
+    @property
+    def tps_set_aside(self) -> bool | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _SetAside:
@@ -46,11 +57,13 @@ class _SetAside:
 _SET_ASIDE = (
     # /probe runs follow a scraper's cadence, not the schedule's: they would weigh some hours more.
     _SetAside("on_demand", "triggered_by", "scheduled"),
-    # The exporter's own lateness may have moved the run's client-side stamps (methodology, "Disturbance").
-    _SetAside("timing_disturbed", "timing_disturbed", False),
 )
+# Naming this takes set-aside tok/s figures into the median, stddev and CV anyway (the run itself counts
+# either way): the client's lateness may have moved them beyond the tolerance (methodology, "Disturbance").
+SET_ASIDE_SAMPLES = "timing_disturbed"
 # The names `schedule.window_includes` accepts (its Literal restates them; a test holds the two together).
-WINDOW_INCLUDABLE = tuple(s.include for s in _SET_ASIDE)
+WINDOW_INCLUDABLE = (*(s.include for s in _SET_ASIDE), SET_ASIDE_SAMPLES)
+_CLIENT_SOURCES = ("client_stream", "client_wall")  # the stored names of tokwatch.result.CLIENT_SOURCES
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +90,49 @@ class WindowRule:
         return all(getattr(run, s.column) == s.counted for s in self._applied)
 
     def where(self, alias: str = "r") -> str:
-        """`counts` as SQL to append to a WHERE clause over `runs {alias}` (SQLite and PostgreSQL alike:
-        `timing_disturbed` is INTEGER 0/1 in one and boolean in the other, and both read it as a truth)."""
+        """`counts` as SQL to append to a WHERE clause over `runs {alias}` (SQLite and PostgreSQL alike)."""
         return "".join(f" AND {_sql_is(alias, s.column, s.counted)}" for s in self._applied)
 
-    @staticmethod
-    def sample(run: StoredRun) -> float | None:
-        """The tok/s a counted run gives the median, stddev and CV: that of an ok run, when it has one."""
-        return run.tokens_per_second if run.status == "ok" else None
+    def sample(self, run: StoredRun) -> float | None:
+        """The tok/s a counted run gives the median, stddev and CV: that of an ok run, when it has one and it
+        was not set aside (or `window_includes` names set-aside figures)."""
+        if run.status != "ok" or (SET_ASIDE_SAMPLES not in self.include and tps_set_aside(run)):
+            return None
+        return run.tokens_per_second
 
-    @staticmethod
-    def sample_sql(alias: str = "r") -> str:
+    def sample_sql(self, alias: str = "r") -> str:
         """`sample is not None` as an SQL condition over `runs {alias}`."""
-        return f"{alias}.status = 'ok' AND {alias}.tokens_per_second IS NOT NULL"
+        ok = _ok_tps_sql(alias)
+        return ok if SET_ASIDE_SAMPLES in self.include else f"{ok} AND NOT {tps_set_aside_sql(alias)}"
+
+    def set_aside(self, run: StoredRun) -> bool:
+        """A counted ok run whose tok/s figure this rule does not take as a sample (it was set aside)."""
+        return run.status == "ok" and run.tokens_per_second is not None and self.sample(run) is None
+
+    def set_aside_sql(self, alias: str = "r") -> str:
+        """`set_aside` as an SQL condition over `runs {alias}`."""
+        if SET_ASIDE_SAMPLES in self.include:
+            return "FALSE"
+        return f"{_ok_tps_sql(alias)} AND {tps_set_aside_sql(alias)}"
+
+
+def tps_set_aside(run: StoredRun) -> bool:
+    """Whether the run's tok/s figure was set aside (the old judgement for runs stored without one)."""
+    if run.tps_set_aside is not None:
+        return bool(run.tps_set_aside)
+    return bool(run.timing_disturbed) and run.timing_source in _CLIENT_SOURCES
+
+
+def tps_set_aside_sql(alias: str = "r") -> str:
+    """`tps_set_aside` as an SQL truth over `runs {alias}` (SQLite and PostgreSQL alike: booleans are
+    INTEGER 0/1 in one and boolean in the other, and both read them as truths)."""
+    sources = ", ".join(f"'{s}'" for s in _CLIENT_SOURCES)
+    legacy = f"{alias}.timing_disturbed AND {alias}.timing_source IN ({sources})"
+    return f"COALESCE({alias}.tps_set_aside, {legacy}, FALSE)"
+
+
+def _ok_tps_sql(alias: str) -> str:
+    return f"{alias}.status = 'ok' AND {alias}.tokens_per_second IS NOT NULL"
 
 
 def _sql_is(alias: str, column: str, value: str | bool) -> str:

@@ -24,6 +24,7 @@ from tokwatch.cli import main
 from tokwatch.config import load_config
 from tokwatch.result import Status
 from tokwatch.sim.testing import RunningSim
+from tokwatch.storage.schema import known_version
 
 T0 = 1_790_000_000.0
 
@@ -181,11 +182,13 @@ def test_cli_store_table_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     # A database at an older schema is not migrated by compare.
     with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM tokwatch_schema WHERE version = 5")
+        conn.execute("DELETE FROM tokwatch_schema WHERE version = ?", (known_version("sqlite"),))
     code, _, err = _cli(capsys, id_a, id_b, "-c", str(cfg))
-    assert code == 2 and "older than this tokwatch's 5" in err and "tokwatch db migrate" in err
+    assert code == 2 and f"older than this tokwatch's {known_version('sqlite')}" in err
+    assert "tokwatch db migrate" in err
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone() == (4,)
+        latest = conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone()
+    assert latest == (known_version("sqlite") - 1,)
 
 
 def test_disabled_storage_and_down_postgres_are_clear(

@@ -11,7 +11,7 @@ async def test_creates_its_file_and_directory_on_first_migration(tmp_path: Path)
     path = tmp_path / "db" / "tw.db"
     store = SQLiteStore(path)
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
     finally:
         await store.close()
     assert path.is_file()

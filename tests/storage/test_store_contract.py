@@ -18,7 +18,7 @@ from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
 from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
 
-MIGRATIONS = {"sqlite": [1, 2, 3, 4, 5], "postgres": [1, 2, 3, 4, 5, 6]}
+MIGRATIONS = {"sqlite": [1, 2, 3, 4, 5, 6], "postgres": [1, 2, 3, 4, 5, 6, 7]}
 # SQLite's statistics are computed in Python, PostgreSQL's by stddev_samp in SQL.
 STDDEV_REL = {"sqlite": 1e-12, "postgres": 1e-9}
 FUTURE_SCHEMA = {
@@ -149,12 +149,14 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(
             RunRow(
                 run_id="d", time=now - 8, endpoint="a", status="ok", tokens_per_second=900.0,
                 timing_disturbed=True, max_stall_s=0.2, merged_reads=3, send_delay_s=0.001,
+                tps_set_aside=True,
             ),
             RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
         ]
     )
     plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
-    assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
+    # the disturbed run counts (its status), its set-aside tok/s is no sample
+    assert (plain.runs, plain.ok_runs, plain.median, plain.tps_set_aside) == (3, 3, 105.0, 1)
     everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
     assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     (row,) = database.execute(

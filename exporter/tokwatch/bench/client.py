@@ -19,7 +19,7 @@ from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor
+from tokwatch.measurement import StampLateness
 from tokwatch.probes import probe_class
 from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.redact import Redactor
@@ -97,7 +97,7 @@ async def execute(
     run_t0: float,
     deadlines: Deadlines,
     redactor: Redactor,
-    stalls: StallMonitor | None = None,
+    stalls: StampLateness | None = None,
     on_answer: Callable[[float], None] | None = None,
 ) -> RequestRecord:
     """Send the request, stream the answer, fill `record`; never raises except on cancellation.
@@ -152,7 +152,10 @@ async def execute(
     record.completed_at_s = end - run_t0
     record.merged_reads = collector.merged_reads
     if stalls is not None:
-        record.max_stall_s = stalls.max_stall(sent_at, end)
+        record.max_stall_s = stalls.loop.max_stall(sent_at, end)
+        # What a stall could have done to the stamps the request's figures use: every token's and the last
+        # byte's (a stall between them moves none; with the receive watcher, only its own lateness counts).
+        record.stamp_lateness_s = max(stalls.lateness([*(d.t for d in collector.deltas), end]))
     _fill_figures(record, collector, sent_at, end, deadlines)
     if runaway or (record.generated_tokens > max_tokens and record.tokens_source != "client_estimate"):
         record.status = Status.DEGRADED

@@ -28,7 +28,7 @@ from tokwatch.bench.stop_policy import Silence, check_period
 from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor
+from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 
@@ -112,8 +112,10 @@ class BenchRunner:
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
         self.silence = Silence(time.perf_counter())
         self._abandon: str | None = None  # set when the run gives up on its requests in flight (ABANDONED)
-        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter.
+        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter: the
+        # loop's heartbeat, and with a receive watcher a thread's, since the watcher stamps off the loop.
         self.stalls = StallMonitor()
+        self.stamps = StampLateness(self.stalls, ThreadHeartbeat() if http.watcher is not None else None)
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class BenchRunner:
                 run_t0=state.t0,
                 deadlines=self._deadlines,
                 redactor=self._redactor,
-                stalls=self.stalls,
+                stalls=self.stamps,
                 on_answer=self.silence.answered,
             )
         except asyncio.CancelledError:
@@ -245,7 +247,7 @@ class BenchRunner:
 
     async def run(self) -> RunState:
         """Warm-up, then the measured phase; returns the state (records, stop reason)."""
-        with self.stalls.watching():
+        with self.stamps.watching():
             work = asyncio.create_task(self._run(), name="bench-phases")
             watchdog = asyncio.create_task(self._watchdog(work), name="bench-watchdog")
             try:

@@ -18,7 +18,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tokwatch.result import CLIENT_SOURCES, RunResult, Status
+from tokwatch.result import RunResult, Status
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings
@@ -87,6 +87,7 @@ class EndpointState:
     settings: EndpointSettings
     runs: dict[Status, int] = field(default_factory=lambda: dict.fromkeys(Status, 0))
     disturbed: int = 0  # timed runs flagged timing_disturbed
+    set_aside: dict[tuple[str, str], int] = field(default_factory=dict)  # (figure, reason) -> runs
     last: RunResult | None = None
     last_ok: RunResult | None = None
     # The reasoning-phase histograms appear on first observation: for a model that does not reason they
@@ -118,6 +119,7 @@ class ProbeMetrics(Collector):
         tokwatch_endpoint_info{endpoint="a",gpu="3090",kind="openai",model="m1"} 1.0
         tokwatch_probe_runs_total{endpoint="a",gpu="3090",status="ok"} 4.0
         tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090"} 1.0
+        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",figure="itl",reason="client_stall"} 1.0
         tokwatch_probe_success{endpoint="a",gpu="3090"} 1.0
         tokwatch_probe_status{endpoint="a",gpu="3090",status="ok"} 1.0
         tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090"} 0.2
@@ -157,11 +159,13 @@ class ProbeMetrics(Collector):
         state.last = result
         if result.timing_disturbed:
             state.disturbed += 1
-        # A disturbed run's client-side figures are off by the stall: they feed no histogram, and its tok/s
-        # becomes the exported "last ok" figure only when it came from the server (docs/methodology.md).
-        if result.ok and not (result.timing_disturbed and result.source in CLIENT_SOURCES):
+        for key in result.set_aside.items():
+            state.set_aside[key] = state.set_aside.get(key, 0) + 1
+        # A figure a client stall could have moved beyond its tolerance feeds no histogram, and a tok/s set
+        # aside does not become the exported "last ok" figure (docs/methodology.md, "Disturbance").
+        if result.ok and not result.tps_set_aside:
             state.last_ok = result
-        if result.status in (Status.OK, Status.DEGRADED) and not result.timing_disturbed:
+        if result.status in (Status.OK, Status.DEGRADED):
             _observe(state, result)
 
     def describe(self) -> Iterable[Metric]:
@@ -206,10 +210,20 @@ class ProbeMetrics(Collector):
                 )
             fams.counter(
                 "tokwatch_probe_timing_disturbed_total",
-                "Timed runs whose timing the exporter's own lateness could have shifted (timing_disturbed).",
+                "Timed runs with a client-timed figure set aside (timing_disturbed).",
                 lv,
                 state.disturbed,
             )
+            # Per figure from its first set-aside run on (six figures per endpoint from zero would weigh on
+            # /metrics at fleet size; the run counter above is there from the start).
+            for (figure, reason), n in sorted(state.set_aside.items()):
+                fams.counter(
+                    "tokwatch_probe_figures_set_aside_total",
+                    "Client-timed figures set aside: a client stall bounds their error above the tolerance.",
+                    lv,
+                    n,
+                    extra={"figure": figure, "reason": reason},
+                )
             if state.last is not None:
                 last_run_families(fams, lv, state.last, include_tps=False)
                 fams.gauge(
@@ -234,6 +248,7 @@ class ProbeMetrics(Collector):
                         ok.tokens_per_second,
                         extra={"source": ok.source.value},
                     )
+                    _tps_error(fams, lv, ok)
                 fams.gauge(
                     "tokwatch_probe_server_shared",
                     "1 if the last ok run's server-counter window saw other requests.",
@@ -247,19 +262,34 @@ class ProbeMetrics(Collector):
 
 
 def _observe(state: EndpointState, r: RunResult) -> None:
-    def feed(name: str, values: Iterable[float]) -> None:
+    """Every latency figure of the run that was not set aside."""
+
+    def feed(name: str, figure: str, values: Iterable[float]) -> None:
+        if figure in r.set_aside:
+            return
         hist = state.hist.get(name)
         for v in values:
             if hist is None:
                 hist = state.hist[name] = _Histogram(HISTOGRAMS[name][0])
             hist.observe(v)
 
-    feed("tokwatch_ttft_seconds", () if r.ttft_s is None else (r.ttft_s,))
-    feed("tokwatch_inter_token_latency_seconds", r.itl_s)
-    feed("tokwatch_output_inter_token_latency_seconds", r.output_itl_s)
-    feed("tokwatch_time_per_output_token_seconds", () if r.tpot_s is None else (r.tpot_s,))
-    feed("tokwatch_e2e_latency_seconds", () if r.e2e_s is None else (r.e2e_s,))
-    feed("tokwatch_ttot_seconds", () if r.ttot_s is None else (r.ttot_s,))
+    feed("tokwatch_ttft_seconds", "ttft", () if r.ttft_s is None else (r.ttft_s,))
+    feed("tokwatch_inter_token_latency_seconds", "itl", r.itl_s)
+    feed("tokwatch_output_inter_token_latency_seconds", "itl", r.output_itl_s)
+    feed("tokwatch_time_per_output_token_seconds", "tpot", () if r.tpot_s is None else (r.tpot_s,))
+    feed("tokwatch_e2e_latency_seconds", "e2e", () if r.e2e_s is None else (r.e2e_s,))
+    feed("tokwatch_ttot_seconds", "ttot", () if r.ttot_s is None else (r.ttot_s,))
+
+
+def _tps_error(fams: _Families, lv: Sequence[str], r: RunResult) -> None:
+    """The bound beside a run's exported tok/s (when the run was watched for stalls)."""
+    if r.tps_error_ratio is not None:
+        fams.gauge(
+            "tokwatch_probe_decode_tokens_per_second_error_ratio",
+            "Bound on the relative error the client's lateness can put in that tok/s (0: a server figure).",
+            lv,
+            r.tps_error_ratio,
+        )
 
 
 class _Families:
@@ -315,6 +345,13 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_e2e_seconds", "End-to-end latency of the run.", lv, r.e2e_s)
     if r.ttft_s is not None:
         fams.gauge("tokwatch_probe_ttft_seconds", "Time to first token of the run.", lv, r.ttft_s)
+    if r.ttft_s is not None and r.ttft_error_s is not None:
+        fams.gauge(
+            "tokwatch_probe_ttft_error_seconds",
+            "Bound on the error the client's lateness can have put in that TTFT.",
+            lv,
+            r.ttft_error_s,
+        )
     if r.ttot_s is not None:
         fams.gauge("tokwatch_probe_ttot_seconds", "Reasoning-to-output gap (TTOT) of the run.", lv, r.ttot_s)
     if r.output_tokens is not None:
@@ -324,7 +361,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
     if r.max_stall_s is not None:
         fams.gauge(
             "tokwatch_probe_max_stall_seconds",
-            "Largest measurement-loop stall while the run streamed (timing_disturbed at the threshold).",
+            "Largest measurement-loop stall while the run streamed.",
             lv,
             r.max_stall_s,
         )
@@ -337,6 +374,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             r.tokens_per_second,
             extra={"source": r.source.value},
         )
+        _tps_error(fams, lv, r)
 
 
 def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metric]:

@@ -24,6 +24,16 @@ _WINDOW_FAMILIES = (
     ("tokwatch_window_uptime_ratio", "ok runs / all runs in the window.", "uptime"),
     ("tokwatch_window_runs", "Runs in the window.", "runs"),
     ("tokwatch_window_ok_runs", "ok runs in the window.", "ok_runs"),
+    (
+        "tokwatch_window_timing_disturbed_runs",
+        "Runs in the window with a client-timed figure set aside (the exporter ran late).",
+        "disturbed_runs",
+    ),
+    (
+        "tokwatch_window_decode_tokens_per_second_set_aside_runs",
+        "ok runs in the window whose tok/s was set aside, so not in the median, stddev and CV.",
+        "tps_set_aside",
+    ),
 )
 
 
@@ -38,6 +48,8 @@ class WindowCollector(Collector):
         tokwatch_window_uptime_ratio{endpoint="a",gpu="3090",window="24h"} 1.0
         tokwatch_window_runs{endpoint="a",gpu="3090",window="24h"} 3.0
         tokwatch_window_ok_runs{endpoint="a",gpu="3090",window="24h"} 3.0
+        tokwatch_window_timing_disturbed_runs{endpoint="a",gpu="3090",window="24h"} 1.0
+        tokwatch_window_decode_tokens_per_second_set_aside_runs{endpoint="a",gpu="3090",window="24h"} 0.0
         tokwatch_fleet_fastest_vs_slowest_ratio{fastest="a",slowest="b",window="7d"} 1.8181818181818181
         tokwatch_fleet_median_tokens_per_second{endpoint="a",window="7d"} 100.0
         tokwatch_fleet_rank{endpoint="a",window="7d"} 1.0

@@ -1,7 +1,7 @@
 """What the status page shows, assembled from the store: tiles, the comparison strip, an endpoint's history.
 
 Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges and
-`tokwatch report` (`tokwatch.window_rule`: on-demand and disturbed runs left out unless
+`tokwatch report` (`tokwatch.window_rule`: on-demand runs and set-aside tok/s figures left out unless
 `schedule.window_includes` names them), through the same `window_figures`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.config import Config, EndpointSettings
@@ -29,7 +29,7 @@ MAX_INCIDENTS = 50
 @dataclass(frozen=True, slots=True)
 class Tile:
     """One endpoint's tile: current status, 24 h figures, recent runs (oldest first) and the headline: the
-    newest ok run among the runs the window figures take (scheduled, undisturbed, unless
+    newest ok run whose tok/s the window figures take (scheduled, not set aside, unless
     `schedule.window_includes` names more), however old."""
 
     endpoint: EndpointSettings
@@ -123,7 +123,7 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
             e,
             last.get(e.name),
             day.get(e.name),
-            list(reversed(recent.get(e.name, []))),
+            _plotted(reversed(recent.get(e.name, [])), rule),
             headlines.get(e.name),
         )
         for e in config.endpoints
@@ -152,6 +152,14 @@ async def build_endpoint_page(
         latest.get(endpoint.name, []),
         incidents(oldest_first)[-MAX_INCIDENTS:][::-1],
     )
+
+
+def _plotted(runs: Iterable[RunPoint], rule: WindowRule) -> list[RunPoint]:
+    """Counted runs as the sparkline draws them: an ok run whose tok/s the rule set aside is an ok run
+    without a figure (no failure tick, and no point the median does not hold either)."""
+    return [
+        r._replace(tokens_per_second=None) if r.status == "ok" and rule.sample(r) is None else r for r in runs
+    ]
 
 
 def _newest_ok(runs_newest_first: Sequence[RunPoint], rule: WindowRule) -> RunPoint | None:

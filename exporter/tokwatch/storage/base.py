@@ -34,6 +34,8 @@ class WindowStats:
     median: float | None
     mean: float | None
     stddev: float | None
+    disturbed_runs: int = 0  # counted runs with a client-timed figure set aside (timing_disturbed)
+    tps_set_aside: int = 0  # counted ok runs whose tok/s the rule did not take as a sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,8 @@ RUN_POINT_COLUMNS = (
     "error_message",
     "triggered_by",
     "timing_disturbed",
+    "tps_set_aside",
+    "set_aside",
 )
 
 
@@ -78,13 +82,21 @@ class RunPoint(NamedTuple):
     error_message: str | None
     triggered_by: str
     timing_disturbed: bool
+    tps_set_aside: bool | None = None  # None: stored before figures were judged one by one (window_rule)
+    set_aside: str | None = None  # the figures set aside, comma-separated
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunPoint:
-        """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flag made a bool)."""
+        """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flags made bools)."""
         values = list(row)
-        values[-1] = bool(values[-1])
+        values[_DISTURBED] = bool(values[_DISTURBED])
+        if values[_TPS_SET_ASIDE] is not None:
+            values[_TPS_SET_ASIDE] = bool(values[_TPS_SET_ASIDE])
         return cls._make(values)
+
+
+_DISTURBED = RUN_POINT_COLUMNS.index("timing_disturbed")
+_TPS_SET_ASIDE = RUN_POINT_COLUMNS.index("tps_set_aside")
 
 
 @dataclass(slots=True)

@@ -90,7 +90,8 @@ def _window_sql(rule: WindowRule) -> str:
     return f"""
 SELECT e.name, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {sample},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {sample},
-       avg(r.tokens_per_second) {sample}, stddev_samp(r.tokens_per_second) {sample}
+       avg(r.tokens_per_second) {sample}, stddev_samp(r.tokens_per_second) {sample},
+       count(*) FILTER (WHERE r.timing_disturbed), count(*) FILTER (WHERE {rule.set_aside_sql()})
 FROM runs r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.time >= %s AND r.time < %s {rule.where()}
 GROUP BY e.name
@@ -608,7 +609,7 @@ class PostgresStore(Store):
         async with self._connection() as conn:
             rows = await (await conn.execute(sql.encode(), (ts(since), ts(until)))).fetchall()
         out = {}
-        for name, runs, ok, samples, med, mean, sd in rows:
+        for name, runs, ok, samples, med, mean, sd, disturbed, set_aside in rows:
             out[name] = WindowStats(
                 name,
                 int(runs),
@@ -617,6 +618,8 @@ class PostgresStore(Store):
                 float(med) if med is not None else None,
                 float(mean) if mean is not None else None,
                 float(sd) if sd is not None else None,  # stddev_samp: NULL below two samples, as on SQLite
+                int(disturbed),
+                int(set_aside),
             )
         return out
 

@@ -372,22 +372,29 @@ class SQLiteStore(Store):
     ) -> dict[str, WindowStats]:
         runs: dict[str, int] = defaultdict(int)
         ok: dict[str, int] = defaultdict(int)
+        disturbed: dict[str, int] = defaultdict(int)
+        set_aside: dict[str, int] = defaultdict(int)
         values: dict[str, list[float]] = defaultdict(list)
         cur = conn.execute(
-            f"SELECT e.name, r.status = 'ok', CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END "
+            f"SELECT e.name, r.status = 'ok', CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
+            f"r.timing_disturbed, CASE WHEN {rule.set_aside_sql()} THEN 1 ELSE 0 END "
             "FROM runs r JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
             + rule.where(),
             (since, until),
         )
-        for name, is_ok, sample in cur:
+        for name, is_ok, sample, is_disturbed, is_set_aside in cur:
             runs[name] += 1
             ok[name] += is_ok
+            disturbed[name] += is_disturbed
+            set_aside[name] += is_set_aside
             if sample is not None:
                 values[name].append(sample)
         out = {}
         for name, n in runs.items():
             med, mean, sd = tps_aggregates(values[name])
-            out[name] = WindowStats(name, n, ok[name], len(values[name]), med, mean, sd)
+            out[name] = WindowStats(
+                name, n, ok[name], len(values[name]), med, mean, sd, disturbed[name], set_aside[name]
+            )
         return out
 
     async def window_stats(

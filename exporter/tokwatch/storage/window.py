@@ -38,7 +38,16 @@ def figures_from_stats(stats: WindowStats, window: str) -> WindowFigures:
         cv = stats.stddev / stats.mean
     uptime = stats.ok_runs / stats.runs if stats.runs else None
     return WindowFigures(
-        stats.endpoint, window, stats.runs, stats.ok_runs, stats.median, stats.stddev, cv, uptime
+        stats.endpoint,
+        window,
+        stats.runs,
+        stats.ok_runs,
+        stats.median,
+        stats.stddev,
+        cv,
+        uptime,
+        stats.disturbed_runs,
+        stats.tps_set_aside,
     )
 
 
