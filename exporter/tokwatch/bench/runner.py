@@ -21,12 +21,12 @@ from tokwatch.bench.arrivals import arrival_offsets, sleep_until
 from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
+from tokwatch.tokens import count_messages, token_counter
 
 RequestSource = SyntheticWorkload | list[RequestSpec]
 OnRecord = Callable[[RequestRecord], None]
