@@ -127,7 +127,8 @@ async def run_phase(app: App, phase: Phase, rounds: int, pauses: GcPauses) -> No
         async with aiohttp.ClientSession() as http:
             for _ in range(rounds):
                 collected.clear()
-                await run_round(app._schedule_settings()[2], app.probe)  # the scheduler's own plan
+                # the scheduler's own plan
+                await run_round(app._schedule_settings()[2], app.probes.probe_target)
                 await app.refresh_windows()  # as the scheduler does after every round
                 for r in collected:
                     ep = app.config.endpoint(r.endpoint)
@@ -193,7 +194,8 @@ async def main_async(args: argparse.Namespace) -> list[Phase]:
         phases = [Phase("quiet"), Phase("scraped")]
         pauses = GcPauses()
         try:
-            await run_round(app._schedule_settings()[2], app.probe)  # warm every connection and watcher
+            # warm every connection and watcher
+            await run_round(app._schedule_settings()[2], app.probes.probe_target)
             await run_phase(app, phases[0], args.rounds, pauses)
             scraper = await asyncio.to_thread(start_scraper, f"http://127.0.0.1:{port}/metrics")
             try:

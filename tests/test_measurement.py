@@ -156,7 +156,7 @@ async def test_a_run_whose_loop_was_blocked_is_flagged_and_kept_out_of_figures(a
     assert result.ok  # type: ignore[attr-defined]
     assert result.timing_disturbed  # type: ignore[attr-defined]
     assert result.max_stall_s >= 0.05  # type: ignore[attr-defined]
-    labels = {"endpoint": "oa"}
+    labels = {"endpoint": "oa", "workload": "seed000"}
     assert app.exposition.get_sample_value("tokwatch_probe_timing_disturbed_total", labels) == 1
     assert app.exposition.get_sample_value("tokwatch_probe_max_stall_seconds", labels) >= 0.05
     # not a plain ok figure: no histogram observation, no last-ok tok/s from a client source
@@ -170,5 +170,5 @@ async def test_a_disturbed_run_falls_back_to_the_servers_own_timing(app: App) ->
     assert TimingSource.CLIENT_STREAM in result.candidates  # type: ignore[attr-defined]
     assert result.source is TimingSource.ENGINE  # type: ignore[attr-defined]
     assert result.tokens_per_second == pytest.approx(100, rel=0.05)  # type: ignore[attr-defined]
-    labels = {"endpoint": "lc", "source": "engine"}
+    labels = {"endpoint": "lc", "workload": "seed000", "source": "engine"}
     assert app.exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) is not None

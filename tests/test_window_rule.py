@@ -14,6 +14,7 @@ import pytest
 
 from tokwatch.config import Config, EndpointSettings, ScheduleSettings
 from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.series import SeriesKey
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.window import window_figures
@@ -52,7 +53,7 @@ async def test_python_and_sql_count_the_same_runs(store: Store, include: frozens
     rule = WindowRule.of(include)
 
     counted_py = sorted(r.time for r in rows if rule.counts(r))
-    counted_sql = sorted(p.time for p in (await store.recent_runs(0.0, None, rule=rule))["a"])
+    counted_sql = sorted(p.time for p in (await store.recent_runs(0.0, None, rule=rule))[SeriesKey("a")])
     assert counted_sql == pytest.approx(counted_py)
     # the rule sets aside exactly what is not included, and nothing else
     expected = [
@@ -63,12 +64,12 @@ async def test_python_and_sql_count_the_same_runs(store: Store, include: frozens
     ]
     assert counted_py == sorted(expected)
 
-    from_store = (await window_figures(store, now, rule=rule))["a"]
+    from_store = (await window_figures(store, now, rule=rule))[SeriesKey("a")]
     memory = MemoryWindows()
     memory.configure([_ep("a")], 86400.0, rule)
     for r in runs:
         memory.add(r)
-    from_memory = memory.snapshot().figures["a"]
+    from_memory = memory.snapshot().figures[SeriesKey("a")]
     samples = sorted(v for r in rows if rule.counts(r) and (v := rule.sample(r)) is not None)
     assert (from_store.runs, from_store.ok_runs) == (from_memory.runs, from_memory.ok_runs)
     assert from_store.runs == len(counted_py)

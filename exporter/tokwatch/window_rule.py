@@ -33,6 +33,16 @@ class StoredRun(Protocol):
     def timing_disturbed(self) -> bool: ...
 
 
+class PrefillRun(StoredRun, Protocol):
+    """A stored run as the prefill median reads it."""
+
+    @property
+    def prefill_tokens_per_second(self) -> float | None: ...
+
+    @property
+    def cache_assisted(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _SetAside:
     """Runs left out of window figures unless `schedule.window_includes` names `include`: those whose
@@ -90,6 +100,22 @@ class WindowRule:
     def sample_sql(alias: str = "r") -> str:
         """`sample is not None` as an SQL condition over `runs {alias}`."""
         return f"{alias}.status = 'ok' AND {alias}.tokens_per_second IS NOT NULL"
+
+    @staticmethod
+    def prefill_sample(run: PrefillRun) -> float | None:
+        """The prefill tok/s a counted run gives the prefill median: that of an ok run the prefix cache did
+        not help beyond the chat template's preamble (a cache-assisted run is counted apart)."""
+        if run.status != "ok" or run.cache_assisted:
+            return None
+        return run.prefill_tokens_per_second
+
+    @staticmethod
+    def prefill_sample_sql(alias: str = "r") -> str:
+        """`prefill_sample is not None` as an SQL condition over `runs {alias}`."""
+        return (
+            f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted "
+            f"AND {alias}.prefill_tokens_per_second IS NOT NULL"
+        )
 
 
 def _sql_is(alias: str, column: str, value: str | bool) -> str:

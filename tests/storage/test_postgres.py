@@ -15,6 +15,7 @@ import pytest
 from tests.support.postgres import PASSWORD, LocalPostgres
 from tokwatch.config import StorageSettings
 from tokwatch.result import Status
+from tokwatch.series import SeriesKey
 from tokwatch.storage import (
     EndpointSpec,
     RunWriter,
@@ -50,10 +51,10 @@ async def test_migrate_from_empty_then_idempotent(pg_dsn: str) -> None:
     store = await _store(pg_dsn)
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6, 7]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending, st.too_new) == (6, 6, (), False)
+        assert (st.current, st.known, st.pending, st.too_new) == (7, 7, (), False)
         assert store.backend == "postgres"  # no timescaledb on this server
     finally:
         await store.close()
@@ -107,9 +108,9 @@ async def test_rename_keeps_id_and_history(pg_dsn: str) -> None:
         # A late replay under the old name lands on the same endpoint.
         await store.write_runs([_row("old-name", now - 60, 50.0)])
         stats = await store.window_stats(now - 86400, now + 1, rule=WindowRule())
-        assert set(stats) == {"new-name"}
-        assert stats["new-name"].runs == 3
-        assert stats["new-name"].median == pytest.approx(50.0)
+        assert set(stats) == {SeriesKey("new-name")}
+        assert stats[SeriesKey("new-name")].runs == 3
+        assert stats[SeriesKey("new-name")].median == pytest.approx(50.0)
         again = await store.sync_endpoints([EndpointSpec("new-name", ("old-name",))])
         assert again == renamed  # idempotent
     finally:
@@ -135,7 +136,7 @@ async def test_window_figures_match_numpy(pg_dsn: str) -> None:
         await store.write_runs(rows)
         figures = await window_figures(store, now, rule=WindowRule())
         for ep, (ok_in, n_all) in expected.items():
-            f = figures[ep]
+            f = figures[SeriesKey(ep)]
             arr = np.array(ok_in)
             assert f.window == "24h"
             assert f.runs == n_all
@@ -242,9 +243,11 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(pg
                 RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
             ]
         )
-        plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
+        plain = (await store.window_stats(now - 60, now, rule=WindowRule()))[SeriesKey("a")]
         assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
-        everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
+        everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))[
+            SeriesKey("a")
+        ]
         assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     finally:
         await store.close()

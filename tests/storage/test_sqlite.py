@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tokwatch.config import StorageSettings
+from tokwatch.series import SeriesKey
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
@@ -24,10 +25,10 @@ async def test_migrate_from_empty_then_idempotent(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db" / "tw.db")
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3, 4, 5]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending) == (5, 5, ())
+        assert (st.current, st.known, st.pending) == (6, 6, ())
     finally:
         await store.close()
 
@@ -47,7 +48,7 @@ async def test_history_survives_restart_and_replay_is_idempotent(tmp_path: Path)
         assert await store.write_runs(rows[:3]) == 0
         assert await store.count_runs() == 10
         last = await store.last_runs(now - 86400)
-        assert last["a"].ok_tokens_per_second == 40.0
+        assert last[SeriesKey("a")].ok_tokens_per_second == 40.0
     finally:
         await store.close()
 
@@ -62,7 +63,7 @@ async def test_rename_keeps_id_and_history(tmp_path: Path) -> None:
         assert renamed["new"] == ids["old"] and renamed["other"] == ids["other"]
         await store.write_runs([_row("old", now - 50, 20.0)])  # late replay under the old name
         stats = await store.window_stats(now - 86400, now, rule=WindowRule())
-        assert stats["new"].runs == 3 and stats["new"].median == 20.0
+        assert stats[SeriesKey("new")].runs == 3 and stats[SeriesKey("new")].median == 20.0
         assert "old" not in stats
     finally:
         await store.close()
@@ -78,7 +79,7 @@ async def test_window_figures_match_numpy(tmp_path: Path) -> None:
         rows += [_row("x", now - 30 - i, None, "rate_limited") for i in range(4)]
         await store.write_runs(rows)
         inside = np.array([v for i, v in enumerate(values) if 60 + i * 2000 < 86400])
-        f = (await window_figures(store, now, rule=WindowRule()))["x"]
+        f = (await window_figures(store, now, rule=WindowRule()))[SeriesKey("x")]
         assert f.median == pytest.approx(float(np.median(inside)), rel=1e-12)
         assert f.stddev == pytest.approx(float(np.std(inside, ddof=1)), rel=1e-12)
         assert f.cv == pytest.approx(float(np.std(inside, ddof=1) / np.mean(inside)), rel=1e-12)
@@ -141,9 +142,11 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(tm
                 RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
             ]
         )
-        plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
+        plain = (await store.window_stats(now - 60, now, rule=WindowRule()))[SeriesKey("a")]
         assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
-        everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
+        everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))[
+            SeriesKey("a")
+        ]
         assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     finally:
         await store.close()

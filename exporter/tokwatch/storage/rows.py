@@ -7,6 +7,7 @@ from typing import Any
 
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
 
 ERROR_CLASS_MAX = 64
 ERROR_MESSAGE_MAX = 500
@@ -44,6 +45,16 @@ class RunRow:
     merged_reads: int | None = None
     send_delay_s: float | None = None
     duration_s: float | None = None  # wall time of the timed run until it completed or failed
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    prompt_target_tokens: int | None = None
+    prompt_seed: str | None = None
+    prompt_words: int | None = None
+    prompt_size_missed: bool = False
+    cached_tokens: int | None = None
+    cache_assisted: bool = False
+    prefill_tokens_per_second: float | None = None
+    prefill_source: str | None = None
 
     @classmethod
     def from_result(
@@ -82,6 +93,16 @@ class RunRow:
             merged_reads=result.merged_reads,
             send_delay_s=result.send_delay_s,
             duration_s=result.duration_s,
+            workload=result.workload,
+            site=result.site,
+            prompt_target_tokens=result.prompt_target_tokens,
+            prompt_seed=result.prompt_seed,
+            prompt_words=result.prompt_words,
+            prompt_size_missed=bool(result.prompt_size_missed),
+            cached_tokens=result.cached_tokens,
+            cache_assisted=bool(result.cache_assisted),
+            prefill_tokens_per_second=result.prefill_tokens_per_second,
+            prefill_source=str(result.prefill_source) if result.prefill_source is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
