@@ -83,6 +83,7 @@ class ProbeService:
         sizers = self._sized(config)
         self._config, self._keys = config, keys
         self._sizers = sizers
+        self._starts = {name: st for name, st in self._starts.items() if config.endpoint(name) is not None}
 
     def _sized(self, config: Config) -> dict[Target, PromptSizer]:
         """A sizer per sized workload; one that sizes the same way keeps what it learned."""

@@ -152,6 +152,9 @@ async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> No
         assert await store.migrate() == [2, 3, 4, 5, 6]
         assert await store.migrate() == []
         assert await store.count_runs() == 1
+        # the run stored before workloads and sites is one seed000 run from no site
+        (last,) = (await store.last_runs(0.0)).values()
+        assert (last.endpoint, last.workload, last.site, last.time) == ("a", "seed000", "", 100.0)
         await store.write_runs([RunRow(run_id="r2", time=time.time(), endpoint="a", status="ok")])
         run, requests = bench_rows(_outcome())
         assert await store.write_bench(run, requests) is True
@@ -210,6 +213,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         later += ("cached_tokens", "cache_assisted", "prefill_tokens_per_second", "prefill_source")
         for column in later:
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("DROP TABLE run_series")
         conn.execute("DELETE FROM runs_hourly")  # as schema 2 left it: keyed by endpoint and hour
         for column in ("workload", "site", "prefill_tps_median"):
             conn.execute(f"ALTER TABLE runs_hourly DROP COLUMN {column}")
@@ -223,6 +227,8 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         await store.ensure_ready()  # auto-migrates, as the exporter and `tokwatch bench` do
         assert (await store.schema_status()).current == 7
         assert await store.count_runs() == 1
+        series = [(k.endpoint, k.workload, k.site) for k in await store.last_runs(0.0)]
+        assert series == [("a", "seed000", "")]  # the run stored before: seed000, no site
         assert await store.bench_runs(0) == []
         run, requests = bench_rows(_outcome())
         assert await store.write_bench(run, requests) is True

@@ -42,7 +42,7 @@ from tokwatch.storage.errors import (
     StorageError,
     StoreUnavailableError,
 )
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import (
     Flavor,
     SchemaStatus,
@@ -107,14 +107,20 @@ GROUP BY e.name, r.workload, r.site
 """
 
 
-# Series with a rollup row since the hour of `since` (the series of an endpoint without a scan of its runs),
-# narrowed to an endpoint, workload and site where given.
+# Series with a run since `since` (the series of every endpoint without a scan of its runs), narrowed to a
+# workload and site where given.
 _SERIES = """
-(SELECT DISTINCT h.endpoint_id, h.workload, h.site FROM runs_hourly h
- WHERE h.bucket >= date_trunc('hour', %(since)s::timestamptz, 'UTC')
-   AND (%(workload)s::text IS NULL OR h.workload = %(workload)s::text)
-   AND (%(site)s::text IS NULL OR h.site = %(site)s::text)) s
+(SELECT endpoint_id, workload, site FROM run_series
+ WHERE last_time >= %(since)s
+   AND (%(workload)s::text IS NULL OR workload = %(workload)s::text)
+   AND (%(site)s::text IS NULL OR site = %(site)s::text)) s
 JOIN endpoints e ON e.id = s.endpoint_id
+"""
+_SERIES_UPSERT = """
+INSERT INTO run_series AS s (endpoint_id, workload, site, first_time, last_time) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (endpoint_id, workload, site) DO UPDATE SET
+    first_time = LEAST(s.first_time, EXCLUDED.first_time),
+    last_time = GREATEST(s.last_time, EXCLUDED.last_time)
 """
 _IN_SERIES = "endpoint_id = s.endpoint_id AND workload = s.workload AND site = s.site AND time >= %(since)s"
 _LAST_SQL = f"""
@@ -566,6 +572,13 @@ class PostgresStore(Store):
     def _params(row: RunRow, eid: int) -> tuple[Any, ...]:
         return (eid, *(ts(row.time) if c == "time" else getattr(row, c) for c in RUN_COLUMNS))
 
+    @staticmethod
+    async def _note_series(conn: AsyncConnection[Any], rows: Sequence[RunRow], ids: dict[str, int]) -> None:
+        spans = series_spans(rows)
+        params = [(ids[ep], w, site, ts(lo), ts(hi)) for (ep, w, site), (lo, hi) in spans.items()]
+        async with conn.cursor() as cur:
+            await cur.executemany(_SERIES_UPSERT.encode(), params)
+
     async def _refresh_rollup(
         self, conn: AsyncConnection[Any], since: float, until: float, ids: Sequence[int] | None
     ) -> None:
@@ -595,6 +608,7 @@ class PostgresStore(Store):
                         params = [self._params(r, ids[r.endpoint]) for r in rows]
                         await cur.executemany(_INSERT_SQL.encode(), params)
                         inserted = max(cur.rowcount, 0)
+                    await self._note_series(conn, rows, ids)
                     since, until = self._hour_range(rows)
                     await self._refresh_rollup(conn, since, until, sorted(set(ids.values())))
         except StorageError:
@@ -615,6 +629,7 @@ class PostgresStore(Store):
                 async with conn.cursor() as cur, cur.copy(_COPY_SQL.encode()) as copy:
                     for r in rows:
                         await copy.write_row(self._params(r, ids[r.endpoint]))
+                await self._note_series(conn, rows, ids)
                 since, until = self._hour_range(rows)
                 await self._refresh_rollup(conn, since, until, None)
         return len(rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -118,4 +119,15 @@ class RunRow:
 
 # Column order shared by every backend's INSERT/COPY (endpoint becomes endpoint_id).
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "endpoint")
+
+
+def series_spans(rows: Iterable[RunRow]) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(endpoint, workload, site) -> (first, last) run time among `rows`: what the `run_series` table takes
+    in from one write."""
+    out: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for r in rows:
+        key = (r.endpoint, r.workload, r.site)
+        first, last = out.get(key, (r.time, r.time))
+        out[key] = (min(first, r.time), max(last, r.time))
+    return out
 

@@ -33,7 +33,7 @@ from tokwatch.storage.bench_rows import (
     BenchRunRow,
 )
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
 from tokwatch.window_rule import WindowRule
 
@@ -55,10 +55,15 @@ _ROLLUP_INPUT = (
     f"status, tokens_per_second, ttft_s, e2e_s, CASE WHEN {WindowRule.prefill_sample_sql('runs')} "
     "THEN prefill_tokens_per_second END"
 )
-# Series with a rollup row since an hour: the series of an endpoint without a scan of its runs.
+# Series with a run since a time: the series of every endpoint without a scan of its runs.
 _SERIES_SQL = (
-    "SELECT DISTINCT h.endpoint_id, e.name, h.workload, h.site FROM runs_hourly h "
-    "JOIN endpoints e ON e.id = h.endpoint_id WHERE h.bucket >= ?"
+    "SELECT s.endpoint_id, e.name, s.workload, s.site FROM run_series s "
+    "JOIN endpoints e ON e.id = s.endpoint_id WHERE s.last_time >= ?"
+)
+_SERIES_UPSERT = (
+    "INSERT INTO run_series (endpoint_id, workload, site, first_time, last_time) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (endpoint_id, workload, site) DO UPDATE SET "
+    "first_time = min(first_time, excluded.first_time), last_time = max(last_time, excluded.last_time)"
 )
 
 _BENCH_RUN_SQL = (
@@ -332,6 +337,13 @@ class SQLiteStore(Store):
     def _params(row: RunRow, eid: int) -> tuple[Any, ...]:
         return (eid, *(getattr(row, c) for c in RUN_COLUMNS))
 
+    @staticmethod
+    def _note_series(conn: sqlite3.Connection, rows: Sequence[RunRow], ids: dict[str, int]) -> None:
+        spans = series_spans(rows)
+        conn.executemany(
+            _SERIES_UPSERT, [(ids[ep], w, site, lo, hi) for (ep, w, site), (lo, hi) in spans.items()]
+        )
+
     def _rollup_buckets(self, conn: sqlite3.Connection, keys: Iterable[RollupKey]) -> None:
         for key in keys:
             eid, workload, site, bucket = key
@@ -348,6 +360,7 @@ class SQLiteStore(Store):
         before = conn.total_changes
         conn.executemany(_INSERT_SQL, [self._params(r, ids[r.endpoint]) for r in rows])
         inserted = conn.total_changes - before
+        self._note_series(conn, rows, ids)
         self._rollup_buckets(
             conn, {(ids[r.endpoint], r.workload, r.site, hour_bucket(r.time)) for r in rows}
         )
@@ -371,6 +384,7 @@ class SQLiteStore(Store):
         before = conn.total_changes
         conn.executemany(_INSERT_SQL, [self._params(r, ids[r.endpoint]) for r in rows])
         inserted = conn.total_changes - before
+        self._note_series(conn, rows, ids)
         lo, hi = min(r.time for r in rows), max(r.time for r in rows)
         self._refresh_range(conn, hour_bucket(lo), hour_bucket(hi) + HOUR_S)
         conn.execute("COMMIT")
@@ -457,9 +471,9 @@ class SQLiteStore(Store):
     def _series(
         conn: sqlite3.Connection, since: float, endpoint: str | None, workload: str | None, site: str | None
     ) -> list[tuple[int, SeriesKey]]:
-        """(endpoint id, series) of every series with a run since `since`, from the hourly rollup."""
+        """(endpoint id, series) of every series with a run since `since` (from `run_series`)."""
         out = []
-        for eid, name, w, s in conn.execute(_SERIES_SQL, (hour_bucket(since),)).fetchall():
+        for eid, name, w, s in conn.execute(_SERIES_SQL, (since,)).fetchall():
             key = SeriesKey(name, w, s)
             if _matches(key, endpoint, workload, site):
                 out.append((eid, key))

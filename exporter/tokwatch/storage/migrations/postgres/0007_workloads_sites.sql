@@ -23,3 +23,17 @@ ALTER TABLE runs_hourly ADD COLUMN prefill_tps_median double precision;
 ALTER TABLE runs_hourly DROP CONSTRAINT runs_hourly_pkey;
 ALTER TABLE runs_hourly ADD PRIMARY KEY (endpoint_id, workload, site, bucket);
 CREATE INDEX runs_hourly_bucket ON runs_hourly (bucket);
+
+-- Every series with its first and last run time, kept up to date with each write: the status page and the
+-- report find an endpoint's series here instead of scanning runs or the rollup. Existing runs: seed000 from
+-- no site.
+CREATE TABLE run_series (
+    endpoint_id bigint NOT NULL REFERENCES endpoints (id),
+    workload text NOT NULL,
+    site text NOT NULL,
+    first_time timestamptz NOT NULL,
+    last_time timestamptz NOT NULL,
+    PRIMARY KEY (endpoint_id, workload, site)
+);
+INSERT INTO run_series (endpoint_id, workload, site, first_time, last_time)
+SELECT endpoint_id, 'seed000', '', min(time), max(time) FROM runs GROUP BY endpoint_id;

@@ -41,3 +41,17 @@ FROM runs_hourly;
 DROP TABLE runs_hourly;
 ALTER TABLE runs_hourly_series RENAME TO runs_hourly;
 CREATE INDEX runs_hourly_bucket ON runs_hourly (bucket);
+
+-- Every series with its first and last run time, kept up to date with each write: the status page and the
+-- report find an endpoint's series here instead of scanning runs or the rollup. Existing runs: seed000 from
+-- no site.
+CREATE TABLE run_series (
+    endpoint_id INTEGER NOT NULL REFERENCES endpoints (id),
+    workload TEXT NOT NULL,
+    site TEXT NOT NULL,
+    first_time REAL NOT NULL,
+    last_time REAL NOT NULL,
+    PRIMARY KEY (endpoint_id, workload, site)
+);
+INSERT INTO run_series (endpoint_id, workload, site, first_time, last_time)
+SELECT endpoint_id, 'seed000', '', min(time), max(time) FROM runs GROUP BY endpoint_id;
