@@ -3,8 +3,13 @@ workload that cannot fit, a clashing site label or a bad name get (file, line, f
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
+from tokwatch.app import App
+from tokwatch.cli import main
 from tokwatch.config import load_config_text
 from tokwatch.series import DEFAULT_WORKLOAD
 from tokwatch.strict_yaml import ConfigError
@@ -115,3 +120,28 @@ def test_cache_preamble_and_tolerance_settings() -> None:
     assert cfg.probe.prompt_tolerance == 0.10
     assert cfg.probe_for(cfg.endpoints[0]).cache_preamble_tokens == 96
     assert "prompt_tolerance: Input should be less than 1" in errors_of(_config("prompt_tolerance: 1.5"))
+
+
+def test_a_tokenizer_that_cannot_load_is_a_config_error_at_check_and_reload(
+    tmp_path: Path, tokenizer_json: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _config("workloads: [short]", extra=f", tokenizer: '{tokenizer_json}'")
+    bad = _config("workloads: [short]", extra=f", tokenizer: '{tmp_path / 'missing.json'}'")
+    path = tmp_path / "tokwatch.yml"
+    path.write_text(bad)
+    assert main(["check-config", str(path)]) == 2
+    assert "endpoint a: tokenizer:" in capsys.readouterr().err
+    path.write_text(good)
+    assert main(["check-config", str(path)]) == 0
+
+    async def reload_to_bad() -> tuple[bool, str]:
+        app = App(load_config_text(good), str(path))
+        path.write_text(bad)
+        try:
+            return await app.reload()
+        finally:
+            assert [w.name for w in app.config.workloads_for(app.config.endpoints[0])] == ["short"]
+            assert app.config.endpoints[0].tokenizer == tokenizer_json  # the running config stays
+
+    ok, message = asyncio.run(reload_to_bad())
+    assert not ok and "endpoint a: tokenizer:" in message and "missing.json" in message

@@ -247,7 +247,7 @@ class App:
         return self.shard.owner(name) if self.full_config.endpoint(name) is not None else None
 
     def _apply(self, config: Config) -> None:
-        self.probes.configure(config, self.keys)  # first: a tokenizer that cannot load changes nothing
+        self.probes.configure(config, self.keys)
         self.config = config
         self._slots.configure(config.schedule.parallelism, config.schedule.per_server)
         self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name)
@@ -278,6 +278,7 @@ class App:
             full = load_config(self.config_path)
             config = self.shard_config(full)
             keys = Keys(config)
+            self.probes.check(config)  # endpoints' tokenizer.json files load
         except ConfigError as exc:
             self.status.reload_ok = False
             log.error("config reload failed, keeping the previous config:\n%s", exc)

@@ -18,6 +18,7 @@ from tokwatch.demo import add_commands as demo_commands
 from tokwatch.keys import Keys
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
+from tokwatch.probe_service import prompt_sizers
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.series import run_name
@@ -181,6 +182,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config file; exit 0 if valid, 2 with file:line: field: message lines if not."""
     config = load_config(args.file)
     Keys(config)  # env vars and key files must resolve too
+    prompt_sizers(config)  # and endpoints' tokenizer.json files load
     print(f"{args.file}: ok ({len(config.endpoints)} endpoints, {len(config.enabled_endpoints)} enabled)")
     return EXIT_OK
 

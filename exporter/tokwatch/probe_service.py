@@ -71,40 +71,21 @@ class ProbeService:
         self._last: dict[Target, ProbeOutcome] = {}  # for /probe's minimum interval
         self.writer: RunWriter | None = None  # when set, runs go to the store instead of the memory window
         # Each sized workload's prompt sizer, which learns from the server's counts run after run.
-        self._sizers: dict[Target, PromptSizer] = {}
-        self._sizers = self._sized(config)
+        self._sizers = prompt_sizers(config)
         # Each endpoint's latest prompt starts, which a fresh prompt avoids (no prefix shared by chance).
         self._starts: dict[str, RecentStarts] = {}
 
-    def configure(self, config: Config, keys: Keys) -> None:
-        """Apply a (re)loaded config and its keys; runs already in flight finish with the old ones.
+    def check(self, config: Config) -> None:
+        """Raise ConfigError naming every enabled endpoint whose tokenizer.json cannot be loaded."""
+        prompt_sizers(config, self._sizers)
 
-        Raises ConfigError when an endpoint's tokenizer.json cannot be loaded (nothing is applied then)."""
-        sizers = self._sized(config)
+    def configure(self, config: Config, keys: Keys) -> None:
+        """Apply a (re)loaded config and its keys (`check`ed first: a tokenizer that cannot load raises
+        ConfigError and nothing is applied); runs already in flight finish with the old ones."""
+        sizers = prompt_sizers(config, self._sizers)
         self._config, self._keys = config, keys
         self._sizers = sizers
         self._starts = {name: st for name, st in self._starts.items() if config.endpoint(name) is not None}
-
-    def _sized(self, config: Config) -> dict[Target, PromptSizer]:
-        """A sizer per sized workload; one that sizes the same way keeps what it learned."""
-        out: dict[Target, PromptSizer] = {}
-        problems = []
-        for ep in config.endpoints:
-            for w in config.workloads_for(ep):
-                if not w.sized:
-                    continue
-                try:
-                    fresh = prompt_sizer(ep, w)
-                except WorkloadError as exc:
-                    if ep.enabled:
-                        problems.append(f"endpoint {ep.name}: tokenizer: {exc}")
-                    continue
-                old = self._sizers.get((ep.name, w.name))
-                same = old is not None and (old.target, old.counter) == (fresh.target, fresh.counter)
-                out[(ep.name, w.name)] = old if same and old is not None else fresh
-        if problems:
-            raise ConfigError("\n".join(problems))
-        return out
 
     def target(self, name: str, workload: str | None = None) -> tuple[EndpointSettings, Workload]:
         """The configured endpoint and its workload (its first one when None); KeyError naming what is
@@ -231,6 +212,32 @@ class ProbeService:
             self._windows.add(result)
         if (signals := self._watchers.ollama.get(result.endpoint)) is not None:
             signals.observe(result)
+
+
+def prompt_sizers(
+    config: Config, keep: Mapping[Target, PromptSizer] | None = None
+) -> dict[Target, PromptSizer]:
+    """A sizer per sized workload of the config; one in `keep` that sizes the same way stays, with what it
+    learned. Raises ConfigError naming every enabled endpoint whose tokenizer.json cannot be loaded."""
+    keep = keep or {}
+    out: dict[Target, PromptSizer] = {}
+    problems = []
+    for ep in config.endpoints:
+        for w in config.workloads_for(ep):
+            if not w.sized:
+                continue
+            try:
+                fresh = prompt_sizer(ep, w)
+            except WorkloadError as exc:
+                if ep.enabled:
+                    problems.append(f"endpoint {ep.name}: tokenizer: {exc}")
+                continue
+            old = keep.get((ep.name, w.name))
+            same = old is not None and (old.target, old.counter) == (fresh.target, fresh.counter)
+            out[(ep.name, w.name)] = old if same and old is not None else fresh
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return out
 
 
 async def _open_client() -> HttpClient:
