@@ -25,9 +25,18 @@ PREFILL_TPS = 4000.0
 # The three public tiers; `long` shrunk so the test stays short (its prefill still takes 0.75 s here).
 WORKLOADS = (PRESETS["short"], PRESETS["medium"], Workload(name="long", input_tokens=3000, output_tokens=200))
 DECODE_REL = 0.01  # every decode figure within 1 % of the simulator's truth
-# The client's prefill time is TTFT: it also holds the first token's decode step and the loopback round
-# trip (no queue here). Stated bound: at most one decode step and 50 ms more than the true prefill time.
-CLIENT_PREFILL_SLACK_S = 1.0 / DECODE_TPS + 0.05
+# The client's prefill time is TTFT: it also holds the first token's decode step, the loopback round trip
+# and both event loops' latency (no queue here). Stated bound: at most one decode step and 100 ms more than
+# the true prefill time (on a loaded 2-core host; 5-15 ms on a quiet one).
+CLIENT_PREFILL_SLACK_S = 1.0 / DECODE_TPS + 0.1
+
+
+def _decode_truth(dialect: str, truth: Any) -> float:
+    """The simulator's true decode rate as the source defines it: Ollama's engine figure counts every token's
+    decode step from the end of prefill (eval_duration); the others (tokens - 1) over first to last token."""
+    if dialect == "ollama":
+        return float(truth.tokens / (truth.generated_at[-1] - truth.prefill_end))
+    return float(truth.decode_tps)
 
 
 def _ctx(http: HttpClient, url: str, kind: str, workload: Workload, **settings: Any) -> ProbeContext:
@@ -76,7 +85,8 @@ async def test_three_workloads_find_the_decode_and_prefill_truth(
         assert count_prompt_tokens([sized_prompt(r.prompt_seed, r.prompt_words)]) == truth.prompt_tokens
         assert truth.cached_tokens == 0 and not r.cache_assisted  # fresh: nothing from the prefix cache
         assert r.source is decode_source and truth.decode_tps is not None
-        assert r.tokens_per_second == pytest.approx(truth.decode_tps, rel=DECODE_REL), workload.name
+        decode_truth = _decode_truth(dialect, truth)
+        assert r.tokens_per_second == pytest.approx(decode_truth, rel=DECODE_REL), workload.name
         assert r.prefill_source is prefill_source and truth.prefill_tps == pytest.approx(PREFILL_TPS)
         assert r.prefill_tokens_per_second is not None
         if prefill_source is PrefillSource.ENGINE:
