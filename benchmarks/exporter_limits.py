@@ -99,12 +99,12 @@ async def measure(n: int, parallelism: int, args: argparse.Namespace) -> dict[st
         await app.start(schedule=False)
         try:
             plan = app._schedule_settings()[2]
-            await run_round(plan, app.probe)  # warm-up round: connections, caches
+            await run_round(plan, app.probes.probe_target)  # warm-up round: connections, caches
             cpu0 = time.process_time()
             walls: list[float] = []
             for _ in range(args.rounds):
                 t0 = time.perf_counter()
-                await run_round(plan, app.probe)
+                await run_round(plan, app.probes.probe_target)
                 walls.append(time.perf_counter() - t0)
                 await app.refresh_windows()
             cpu = time.process_time() - cpu0

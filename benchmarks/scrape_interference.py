@@ -182,7 +182,8 @@ async def main_async(args: argparse.Namespace) -> list[Phase]:
         phases = [Phase("quiet"), Phase("scraped")]
         pauses = GcPauses()
         try:
-            await run_round(app._schedule_settings()[2], app.probe)  # warm every connection and watcher
+            # warm every connection and watcher
+            await run_round(app._schedule_settings()[2], app.probes.probe_target)
             await run_phase(app, phases[0], args.rounds, pauses)
             scraper = await asyncio.to_thread(start_scraper, f"http://127.0.0.1:{port}/metrics")
             try:

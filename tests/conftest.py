@@ -1,5 +1,5 @@
 """Fixtures shared across the suite: a local aiohttp server, the in-process simulator, one throwaway
-PostgreSQL per session, a database and a store of each backend."""
+PostgreSQL per session, a database and a store of each backend, a tiny tokenizer.json."""
 
 from __future__ import annotations
 
@@ -111,6 +111,24 @@ def free_port() -> Callable[[], int]:
             return int(s.getsockname()[1])
 
     return pick
+
+
+@pytest.fixture
+def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny byte-level BPE tokenizer.json trained here on three sentences (never downloaded): few common
+    words are one token, so exact lengths need the tokenizer itself."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    corpus = ["the water is long and the way is little", "people find time to use words", "which one of them"]
+    tok.train_from_iterator(corpus * 5, trainer)
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -65,7 +65,7 @@ async def test_ollama_cold_load_counts_as_reload(app: App) -> None:
 async def test_window_figures_from_ok_runs(app: App) -> None:
     for _ in range(3):
         await app.probe("vllm")
-    labels = {"endpoint": "vllm", "window": "1h"}
+    labels = {"endpoint": "vllm", "workload": "seed000", "window": "1h"}
     assert app.exposition.get_sample_value("tokwatch_window_runs", labels) == 3
     assert app.exposition.get_sample_value("tokwatch_window_uptime_ratio", labels) == 1.0
     median = app.exposition.get_sample_value("tokwatch_window_decode_tokens_per_second_median", labels)

@@ -135,11 +135,11 @@ def test_serve_scrapes_then_exits_cleanly_on_sigterm(
         wait_http(f"http://127.0.0.1:{port}/-/ready")
         deadline = time.monotonic() + 30
         body = ""
-        while time.monotonic() < deadline and 'status="ok"} 1.0' not in body:
+        while time.monotonic() < deadline and 'status="ok",workload="seed000"} 1.0' not in body:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
                 body = resp.read().decode()
             time.sleep(0.2)
-        assert 'tokwatch_probe_runs_total{endpoint="good",status="ok"} 1.0' in body
+        assert 'tokwatch_probe_runs_total{endpoint="good",status="ok",workload="seed000"} 1.0' in body
         os.kill(proc.pid, signal.SIGHUP)  # unchanged file: reload is a no-op, process keeps running
         time.sleep(0.3)
         assert proc.poll() is None

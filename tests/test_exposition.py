@@ -158,7 +158,7 @@ def test_the_exposition_is_the_registry_queries_and_full_renders_read() -> None:
     """One registration serves /metrics, `generate_latest` and `get_sample_value` alike."""
     pm, exposition = probe_metrics()
     pm.record(ok_run("a", 50.0))
-    labels = {"endpoint": "a", "gpu": "3090", "site": "", "source": "engine"}
+    labels = {"endpoint": "a", "gpu": "3090", "site": "", "workload": "seed000", "source": "engine"}
     assert exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) == 50.0
     assert samples(exposition.render()) == samples(generate_latest(exposition))
     exposition.unregister(pm)

@@ -218,7 +218,8 @@ async def _probe_stalled(app: App, name: str, at_s: float, stall: Callable[[], N
 
 
 def _window(app: App, name: str, figure: str) -> float | None:
-    return app.exposition.get_sample_value(f"tokwatch_window_{figure}", {"endpoint": name, "window": "24h"})
+    labels = {"endpoint": name, "workload": "seed000", "window": "24h"}
+    return app.exposition.get_sample_value(f"tokwatch_window_{figure}", labels)
 
 
 @pytest.mark.skipif(not rxwatch.available(), reason="the receive watcher needs Linux epoll")
@@ -251,7 +252,7 @@ async def test_a_stall_inside_the_decode_moves_no_end_of_the_tps_window(app: App
     assert result.itl_error_s is not None and result.itl_error_s >= 0.5  # the gaps beside the stall
     assert "itl" in result.set_aside and "ttft" not in result.set_aside and result.timing_disturbed
     value = app.exposition.get_sample_value
-    labels = {"endpoint": "oa"}
+    labels = {"endpoint": "oa", "workload": "seed000"}
     tps = value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "client_stream"})
     assert tps == result.tokens_per_second
     assert value("tokwatch_ttft_seconds_count", labels) == 1  # kept
@@ -272,7 +273,7 @@ async def test_a_stall_over_the_first_token_sets_aside_client_figures_not_the_ru
     assert result.tps_error_ratio is not None and result.tps_error_ratio > 0.2
     assert set(result.set_aside) >= {"tokens_per_second", "ttft"}
     assert result.source is TimingSource.CLIENT_STREAM and result.tokens_per_second is not None  # on the run
-    labels = {"endpoint": "oa"}
+    labels = {"endpoint": "oa", "workload": "seed000"}
     assert app.exposition.get_sample_value("tokwatch_probe_timing_disturbed_total", labels) == 1
     for figure in ("tokens_per_second", "ttft"):
         counter = {**labels, "figure": figure, "reason": "client_stall"}
@@ -293,7 +294,7 @@ async def test_a_server_figure_is_never_set_aside_for_a_client_stall(app: App) -
     assert result.ok and "ttft" in result.set_aside and not result.tps_set_aside
     assert result.source is TimingSource.ENGINE and result.tps_error_ratio == 0.0
     assert result.tokens_per_second == pytest.approx(20, rel=0.05)
-    labels = {"endpoint": "lc", "source": "engine"}
+    labels = {"endpoint": "lc", "workload": "seed000", "source": "engine"}
     assert app.exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) is not None
     assert _window(app, "lc", "decode_tokens_per_second_median") == result.tokens_per_second
     assert _window(app, "lc", "decode_tokens_per_second_set_aside_runs") == 0

@@ -51,7 +51,7 @@ def test_runs_counter_and_last_ok(registry: tuple[CollectorRegistry, ProbeMetric
     reg, pm = registry
     pm.record(ok_run(tps=50.0, t=1000.0))
     pm.record(RunResult(endpoint="a", started_at=2000.0, status=Status.TIMEOUT, error_class="read_timeout"))
-    labels = {"endpoint": "a", "gpu": "3090", "site": ""}
+    labels = {"endpoint": "a", "gpu": "3090", "site": "", "workload": "seed000"}
     assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "ok"}) == 1
     assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "timeout"}) == 1
     assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "degraded"}) == 0
@@ -73,7 +73,7 @@ def test_histograms_observe_tokens_and_skip_failed_runs(
     reg, pm = registry
     pm.record(ok_run())
     pm.record(RunResult(endpoint="a", started_at=1.0, status=Status.PROVIDER_ERROR, ttft_s=0.1))
-    labels = {"endpoint": "a", "gpu": "3090", "site": ""}
+    labels = {"endpoint": "a", "gpu": "3090", "site": "", "workload": "seed000"}
     assert reg.get_sample_value("tokwatch_ttft_seconds_count", labels) == 1
     assert reg.get_sample_value("tokwatch_ttft_seconds_bucket", {**labels, "le": "0.25"}) == 1
     assert reg.get_sample_value("tokwatch_ttft_seconds_bucket", {**labels, "le": "0.1"}) == 0
@@ -101,7 +101,10 @@ def test_reload_drops_removed_endpoints_keeps_others(
     pm.record(ok_run("a"))
     pm.set_endpoints(CONFIG.endpoints[:1])
     assert (
-        reg.get_sample_value("tokwatch_probe_runs_total", {"endpoint": "a", "gpu": "3090", "status": "ok"})
+        reg.get_sample_value(
+            "tokwatch_probe_runs_total",
+            {"endpoint": "a", "gpu": "3090", "workload": "seed000", "status": "ok"},
+        )
         == 1
     )
     assert (
@@ -121,9 +124,11 @@ def test_probe_families_for_one_run() -> None:
             return fams
 
     reg.register(C())  # type: ignore[arg-type]
-    labels = {"endpoint": "a", "gpu": "3090", "trigger": "on_demand"}  # /probe samples are marked on-demand
+    # /probe samples are marked on-demand
+    labels = {"endpoint": "a", "gpu": "3090", "workload": "seed000", "trigger": "on_demand"}
     assert reg.get_sample_value("tokwatch_probe_success", labels) == 1
-    assert reg.get_sample_value("tokwatch_probe_success", {"endpoint": "a", "gpu": "3090"}) is None
+    scheduled = {"endpoint": "a", "gpu": "3090", "workload": "seed000"}
+    assert reg.get_sample_value("tokwatch_probe_success", scheduled) is None
     assert (
         reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"}) == 50
     )

@@ -184,5 +184,5 @@ async def test_each_round_logs_one_line(caplog: pytest.LogCaptureFixture) -> Non
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("round ")]
     assert len(lines) == sched.rounds >= 3  # one line per round, no more
     for n, line in enumerate(lines, 1):
-        assert line.startswith(f"round {n}: 3 endpoints on 2 servers in "), line
+        assert line.startswith(f"round {n}: 3 probes on 2 servers in "), line
     assert all(r.levelno == logging.INFO for r in caplog.records if r.getMessage().startswith("round "))

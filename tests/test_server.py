@@ -78,20 +78,23 @@ async def get(r: Running, path: str, **kw: object) -> tuple[int, str]:
         return resp.status, await resp.text()
 
 
+ON_DEMAND_OK = 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand",workload="seed000"} 1.0'
+
+
 async def test_probe_returns_only_that_runs_metrics(running: Running) -> None:
     status, body = await get(running, "/probe?target=good")
     assert status == 200
-    assert 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand"} 1.0' in body
+    assert ON_DEMAND_OK in body
     # client_stream, or client_wall when a busy host merged this 8 ms stream into one read
     tps = (
         r'tokwatch_probe_decode_tokens_per_second\{endpoint="good",source="client_(stream|wall)",team="a",'
-        r'trigger="on_demand"\}'
+        r'trigger="on_demand",workload="seed000"\}'
     )
     assert re.search(tps, body)
     assert "stalled" not in body and "tokwatch_probe_runs_total" not in body
     # the run is also recorded for /metrics
     status, metrics = await get(running, "/metrics")
-    assert 'tokwatch_probe_runs_total{endpoint="good",status="ok",team="a"} 1.0' in metrics
+    assert 'tokwatch_probe_runs_total{endpoint="good",status="ok",team="a",workload="seed000"} 1.0' in metrics
 
 
 @pytest.mark.parametrize("target", ["http://127.0.0.1:1/v1", "unknown", "", "good%0Aevil"])
@@ -116,10 +119,11 @@ async def test_timeout_is_a_status_and_does_not_block_others(running: Running) -
     stalled = asyncio.create_task(get(running, "/probe?target=stalled"))
     status, body = await get(running, "/probe?target=good")  # answers while the other stalls
     assert status == 200
-    assert 'tokwatch_probe_success{endpoint="good",team="a",trigger="on_demand"} 1.0' in body
+    assert ON_DEMAND_OK in body
     assert not stalled.done()
     status, body = await asyncio.wait_for(stalled, 10)
-    assert 'tokwatch_probe_status{endpoint="stalled",status="timeout",trigger="on_demand"} 1.0' in body
+    labels = 'endpoint="stalled",status="timeout",trigger="on_demand",workload="seed000"'
+    assert f"tokwatch_probe_status{{{labels}}} 1.0" in body
 
 
 async def test_concurrent_probes_of_one_target_share_one_run(running: Running) -> None:

@@ -104,7 +104,7 @@ def series(app: App) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 
 async def _one_round(app: App) -> None:
-    await run_round(app._schedule_settings()[2], app.probe)
+    await run_round(app._schedule_settings()[2], app.probes.probe_target)
     await app.refresh_windows()
 
 
@@ -121,14 +121,14 @@ async def _disturbed(app: App) -> set[str]:
     window, so which endpoint is fastest is certain only without them."""
     assert app.store is not None
     runs = await app.store.recent_runs(0, None)
-    return {name for name, points in runs.items() if any(p.timing_disturbed for p in points)}
+    return {key.endpoint for key, points in runs.items() if any(p.timing_disturbed for p in points)}
 
 
 async def _stored_runs(app: App) -> dict[str, int]:
     """Runs per endpoint in the (shared) store, every run counted (a busy machine's `timing_disturbed`
     ones too, which window figures leave out)."""
     assert app.store is not None
-    return {name: len(runs) for name, runs in (await app.store.recent_runs(0, None)).items()}
+    return {key.endpoint: len(runs) for key, runs in (await app.store.recent_runs(0, None)).items()}
 
 
 async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_once(
@@ -149,7 +149,7 @@ async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_onc
         await _one_round(single)
         for app in shards:
             await app.refresh_windows()  # after both wrote: the fleet comparison sees every run
-        probed = [n for app in shards for n in app.probes.last_outcomes]
+        probed = [name for app in shards for name, _ in app.probes.last_outcomes]
         assert sorted(probed) == sorted(e.name for e in config.endpoints)  # the union covers all, once
         # The shared store holds every run exactly once.
         assert await _stored_runs(shards[1]) == dict.fromkeys(probed, 1)
@@ -176,7 +176,7 @@ async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_onc
         disturbed = {
             name
             for app in (*shards, single)
-            for name, outcome in app.probes.last_outcomes.items()
+            for (name, _), outcome in app.probes.last_outcomes.items()
             if outcome.result.timing_disturbed
         }
 
@@ -210,7 +210,7 @@ async def _round_of_shards(config: Config, count: int, tmp_path: Path) -> dict[s
         await app.start(schedule=False)
     try:
         await asyncio.gather(*(_one_round(app) for app in apps))
-        probed = [(name, i) for i, app in enumerate(apps) for name in app.probes.last_outcomes]
+        probed = [(name, i) for i, app in enumerate(apps) for name, _ in app.probes.last_outcomes]
     finally:
         for app in apps:
             await app.stop()  # writes what is still queued

@@ -16,6 +16,7 @@ import pytest
 
 from tokwatch.config import Config, EndpointSettings, ScheduleSettings
 from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.series import SeriesKey
 from tokwatch.stats import median
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
@@ -97,7 +98,7 @@ async def test_python_and_sql_count_the_same_runs(store: Store, include: frozens
 
     for name, these in (("a", rows), ("legacy", legacy)):
         counted_py = sorted(r.time for r in these if rule.counts(r))
-        counted_sql = sorted(p.time for p in (await store.recent_runs(0.0, None, rule=rule))[name])
+        counted_sql = sorted(p.time for p in (await store.recent_runs(0.0, None, rule=rule))[SeriesKey(name)])
         assert counted_sql == pytest.approx(counted_py)
         # only on-demand runs are set aside whole: a run's status counts whatever its client timing
         expected = [r.time for r in these if "on_demand" in include or r.triggered_by == "scheduled"]
@@ -106,19 +107,19 @@ async def test_python_and_sql_count_the_same_runs(store: Store, include: frozens
         assert samples == sorted(
             r.tokens_per_second for r in these if rule.counts(r) and _is_sample(r, include)
         )
-        from_store = (await window_figures(store, now, rule=rule))[name]
+        from_store = (await window_figures(store, now, rule=rule))[SeriesKey(name)]
         assert from_store.runs == len(counted_py)
         assert from_store.ok_runs == sum(r.status == "ok" for r in these if rule.counts(r))
         assert from_store.disturbed_runs == sum(r.timing_disturbed for r in these if rule.counts(r))
         assert from_store.tps_set_aside == sum(rule.set_aside(r) for r in these if rule.counts(r))
         assert samples and from_store.median == pytest.approx(median(samples))
 
-    from_store = (await window_figures(store, now, rule=rule))["a"]
+    from_store = (await window_figures(store, now, rule=rule))[SeriesKey("a")]
     memory = MemoryWindows()
     memory.configure([_ep("a")], 86400.0, rule)
     for r in runs:
         memory.add(r)
-    from_memory = memory.snapshot().figures["a"]
+    from_memory = memory.snapshot().figures[SeriesKey("a")]
     assert (from_store.runs, from_store.ok_runs) == (from_memory.runs, from_memory.ok_runs)
     assert (from_store.disturbed_runs, from_store.tps_set_aside) == (
         from_memory.disturbed_runs,
@@ -156,3 +157,44 @@ def test_the_sql_form() -> None:
 
 def _ep(name: str) -> EndpointSettings:
     return EndpointSettings(name=name, kind="openai", base_url="http://127.0.0.1:1/v1", model="m")
+
+
+@pytest.mark.parametrize(
+    "include", [frozenset(), frozenset({"timing_disturbed"})], ids=["default", "included"]
+)
+async def test_prefill_median_leaves_out_a_prefill_set_aside_with_its_ttft(
+    store: Store, include: frozenset[str]
+) -> None:
+    """A client prefill figure divides by the TTFT: set aside with it, it is no sample of the prefill
+    median (unless window_includes names set-aside figures); a cache-assisted run never is. Store and memory
+    agree."""
+    now = time.time()
+    runs = [
+        RunResult(endpoint="a", started_at=now - 300, status=Status.OK, prefill_tokens_per_second=100.0),
+        RunResult(
+            endpoint="a",
+            started_at=now - 200,
+            status=Status.OK,
+            prefill_tokens_per_second=200.0,
+            timing_disturbed=True,
+            set_aside={"ttft": "client_stall", "prefill": "client_stall"},
+        ),
+        RunResult(
+            endpoint="a",
+            started_at=now - 100,
+            status=Status.OK,
+            prefill_tokens_per_second=900.0,
+            cache_assisted=True,
+        ),
+    ]
+    await store.write_runs([RunRow.from_result(r) for r in runs])
+    rule = WindowRule.of(include)
+    from_store = (await window_figures(store, now, rule=rule))[SeriesKey("a")]
+    memory = MemoryWindows()
+    memory.configure([_ep("a")], 86400.0, rule)
+    for r in runs:
+        memory.add(r)
+    from_memory = memory.snapshot().figures[SeriesKey("a")]
+    expected = (2, 150.0) if include else (1, 100.0)
+    assert (from_store.prefill_runs, from_store.prefill_median) == expected
+    assert (from_memory.prefill_runs, from_memory.prefill_median) == expected

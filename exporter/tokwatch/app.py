@@ -11,6 +11,7 @@ starts and stops them; what each part does lives in its own module:
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hashlib
 import inspect
@@ -33,7 +34,7 @@ from tokwatch.metrics.window import WindowCollector
 from tokwatch.probe_service import ProbeService
 from tokwatch.result import Trigger
 from tokwatch.runner import ProbeOutcome
-from tokwatch.scheduler import RoundPlan, Scheduler, SchedulerStats
+from tokwatch.scheduler import ProbeSlots, RoundPlan, Scheduler, SchedulerStats
 from tokwatch.shard import FleetDuty, Shard
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
 from tokwatch.storage.factory import resolve_dsn
@@ -45,6 +46,8 @@ from tokwatch.window_rule import WindowRule
 log = logging.getLogger("tokwatch")
 PRERENDER_INTERVAL_S = 1.0  # changed /metrics parts are rendered this often in the background
 FLEET_DUTY_CHECK_S = 30.0  # a sharded replica checks this often which replica exports the fleet figures
+# A schedule: the main one (None), or a workload's own (interval, offset).
+ScheduleKey = tuple[float, float] | None
 
 
 class App:
@@ -102,6 +105,9 @@ class App:
         self._started = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._scheduler: Scheduler | None = None
+        # Workloads with their own interval run on schedulers of their own, sharing the probe slots.
+        self._schedulers: dict[tuple[float, float], tuple[Scheduler, asyncio.Task[None]]] = {}
+        self._slots = ProbeSlots(config.schedule.parallelism, config.schedule.per_server)
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
         self._apply(config)
 
@@ -133,17 +139,43 @@ class App:
             await self._start_scheduler()
 
     async def _start_scheduler(self) -> None:
-        """Start the supervised scheduler (once); `start()` does this unless told not to."""
+        """Start the supervised scheduler (once), and one per workload schedule of its own; `start()` does
+        this unless told not to."""
         if self._scheduler is not None:
             return
         self._scheduler = Scheduler(
             self._schedule_settings,
-            self.probe,
+            self.probes.probe_target,
             self._on_round,
             run_on_start=self.config.schedule.run_on_start,
             after_round=self._after_round,
+            slots=self._slots,
         )
         self._tasks.add(asyncio.create_task(self._scheduler.supervise(), name="tokwatch-scheduler"))
+        self._sync_schedulers()
+
+    def _sync_schedulers(self) -> None:
+        """One scheduler per workload schedule of its own in the config now: new ones started, those no
+        workload uses any more stopped (the main scheduler follows the config each round)."""
+        if self._scheduler is None:
+            return
+        wanted = {k for k in self._plans() if k is not None}
+        for key in [k for k in self._schedulers if k not in wanted]:
+            _, task = self._schedulers.pop(key)
+            task.cancel()
+            self._tasks.discard(task)
+        for key in wanted - self._schedulers.keys():
+            sched = Scheduler(
+                functools.partial(self._own_schedule_settings, key),
+                self.probes.probe_target,
+                lambda *_: None,
+                run_on_start=self.config.schedule.run_on_start,
+                after_round=self._after_round,
+                slots=self._slots,
+            )
+            task = asyncio.create_task(sched.supervise(), name=f"tokwatch-scheduler-{key[0]:g}s")
+            self._schedulers[key] = (sched, task)
+            self._tasks.add(task)
 
     def _every(self, seconds: float, work: Callable[[], object], what: str) -> None:
         """Run `work` (a function or a coroutine function) every `seconds` until stop; a failure is logged
@@ -179,7 +211,9 @@ class App:
         self._window_cache = WindowCache(
             self.store, rule=_window_rule(self.config), window_s=self.config.schedule.window
         )
-        self._window_cache.configure(self.config.endpoints, fleet=self.full_config.endpoints)
+        self._window_cache.configure(
+            self.config.endpoints, fleet=self.full_config.endpoints, site=self.config.site_name
+        )
         await self._window_cache.start()
         self._window_snapshot = self._window_cache.snapshot
 
@@ -213,16 +247,22 @@ class App:
         return self.shard.owner(name) if self.full_config.endpoint(name) is not None else None
 
     def _apply(self, config: Config) -> None:
-        self.config = config
         self.probes.configure(config, self.keys)
-        self.probe_metrics.set_endpoints(config.endpoints)
+        self.config = config
+        self._slots.configure(config.schedule.parallelism, config.schedule.per_server)
+        self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name)
+        self.server_collector.site = config.site_name
         rule = _window_rule(config)
-        self.windows.configure(config.endpoints, config.schedule.window, rule)
+        self.windows.configure(
+            config.endpoints, config.schedule.window, rule, _workload_names(config), config.site_name
+        )
         if self.writer is not None:
             self.writer.sync_endpoints(config.endpoints)
             self.writer.resume_within(resume_bound(config.schedule.interval))
         if self._window_cache is not None:
-            self._window_cache.configure(config.endpoints, fleet=self.full_config.endpoints, rule=rule)
+            self._window_cache.configure(
+                config.endpoints, fleet=self.full_config.endpoints, rule=rule, site=config.site_name
+            )
         self.status.interval_s = config.schedule.interval
 
     async def reload(self) -> tuple[bool, str]:
@@ -238,6 +278,7 @@ class App:
             full = load_config(self.config_path)
             config = self.shard_config(full)
             keys = Keys(config)
+            self.probes.check(config)  # endpoints' tokenizer.json files load
         except ConfigError as exc:
             self.status.reload_ok = False
             log.error("config reload failed, keeping the previous config:\n%s", exc)
@@ -255,6 +296,9 @@ class App:
         self.status.reload_success_ts = time.time()
         if self._scheduler is not None:
             self._scheduler.reschedule()
+        self._sync_schedulers()
+        for sched, _ in self._schedulers.values():
+            sched.reschedule()
         log.info("config reloaded: %d endpoints", len(config.endpoints))
         return True, "config reloaded"
 
@@ -267,15 +311,37 @@ class App:
 
     @property
     def scheduler_stats(self) -> SchedulerStats | None:
-        """The scheduler's own figures (None without a schedule)."""
-        return self._scheduler.stats if self._scheduler is not None else None
+        """The schedulers' figures, summed over the main one and the workloads' own (None without a
+        schedule)."""
+        if self._scheduler is None:
+            return None
+        every = [self._scheduler.stats, *(sched.stats for sched, _ in self._schedulers.values())]
+        return SchedulerStats(
+            rounds=sum(s.rounds for s in every),
+            skipped_slots=sum(s.skipped_slots for s in every),
+            crashes=sum(s.crashes for s in every),
+            running=all(s.running for s in every),
+            last_error=next((s.last_error for s in every if s.last_error), None),
+        )
+
+    def _plans(self) -> dict[ScheduleKey, RoundPlan]:
+        """Each schedule's round: (endpoint, workload) targets by server; None: the main schedule."""
+        s = self.config.schedule
+        groups: dict[ScheduleKey, dict[str, list[tuple[str, str]]]] = {}
+        for ep in self.config.enabled_endpoints:
+            for w in self.config.workloads_for(ep):
+                own = w.schedule(s.interval, s.offset)
+                key = None if own == (s.interval, s.offset) else own
+                groups.setdefault(key, {}).setdefault(server_key(ep.base_url), []).append((ep.name, w.name))
+        return {k: RoundPlan(g, s.parallelism, s.per_server) for k, g in groups.items()}
 
     def _schedule_settings(self) -> tuple[float, float, RoundPlan]:
         s = self.config.schedule
-        servers: dict[str, list[str]] = {}
-        for ep in self.config.enabled_endpoints:
-            servers.setdefault(server_key(ep.base_url), []).append(ep.name)
-        return s.interval, s.offset, RoundPlan(servers, s.parallelism, s.per_server)
+        return s.interval, s.offset, self._plans().get(None, RoundPlan({}, s.parallelism, s.per_server))
+
+    def _own_schedule_settings(self, key: tuple[float, float]) -> tuple[float, float, RoundPlan]:
+        s = self.config.schedule
+        return key[0], key[1], self._plans().get(key, RoundPlan({}, s.parallelism, s.per_server))
 
     def _on_round(self, planned: float, started: float, following: float) -> None:
         self.status.lag_s = max(0.0, started - planned)
@@ -301,13 +367,18 @@ class App:
 
     # --- probing -----------------------------------------------------------------------------------
 
-    async def probe(self, name: str, trigger: Trigger = "scheduled") -> ProbeOutcome:
-        """Probe a configured endpoint now (joins a run already in flight) and record the result."""
-        return await self.probes.probe(name, trigger)
+    async def probe(
+        self, name: str, trigger: Trigger = "scheduled", workload: str | None = None
+    ) -> ProbeOutcome:
+        """Probe a configured endpoint with one of its workloads (its first when None) now (joins a run
+        already in flight) and record the result."""
+        return await self.probes.probe(name, trigger, workload)
 
-    async def probe_on_demand(self, name: str, wait_s: float | None) -> ProbeOutcome | None:
+    async def probe_on_demand(
+        self, name: str, wait_s: float | None, workload: str | None = None
+    ) -> ProbeOutcome | None:
         """/probe: see `ProbeService.probe_on_demand`."""
-        return await self.probes.probe_on_demand(name, wait_s)
+        return await self.probes.probe_on_demand(name, wait_s, workload)
 
     # --- fleet-wide figures of a sharded fleet -----------------------------------------------------
 
@@ -325,9 +396,14 @@ class App:
         await self.fleet_duty.check(self._fleet_owners(), self.config.schedule.interval, recent)
 
     async def _written_since(self, t: float) -> Collection[str]:
-        """The endpoints with a run in the shared store since unix time `t`."""
+        """The endpoints with a run from this exporter's site in the shared store since unix time `t` (the
+        replicas of another site probe the same endpoints for themselves: docs/scaling.md)."""
         assert self.store is not None
-        return (await self.store.last_runs(t)).keys()
+        return {key.endpoint for key in await self.store.last_runs(t, site=self.config.site_name)}
+
+
+def _workload_names(config: Config) -> dict[str, list[str]]:
+    return {ep.name: [w.name for w in config.workloads_for(ep)] for ep in config.endpoints}
 
 
 def _window_rule(config: Config) -> WindowRule:

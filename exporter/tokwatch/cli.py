@@ -19,8 +19,10 @@ from tokwatch.healthcheck import add_commands as healthcheck_commands
 from tokwatch.keys import Keys
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
+from tokwatch.probe_service import prompt_sizers
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.series import run_name
 from tokwatch.setting_values import parse_listen
 from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
 from tokwatch.storage.errors import StorageError
@@ -135,7 +137,7 @@ async def _serve(
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """Probe endpoints once, print a table, exit 1 if any run was not ok."""
+    """Probe endpoints once (each of their workloads), print a table, exit 1 if any run was not ok."""
     config = load_config(args.config)
     names = args.endpoints or [e.name for e in config.enabled_endpoints]
     unknown = [n for n in names if config.endpoint(n) is None]
@@ -153,7 +155,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if not r.ok:
             detail = f" ({r.error_class})" if r.error_class else ""
             message = f": {r.error_message}" if r.error_message else ""  # redacted by the probe
-            print(f"{r.endpoint}: {r.status.value}{detail}{message}")
+            print(f"{run_name(r.endpoint, r.workload)}: {r.status.value}{detail}{message}")
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
@@ -164,7 +166,12 @@ async def _probe_once(
     redacting.follow(lambda: app.keys.redactor)
     await app.start(schedule=False, storage=False)  # a one-off check, not part of the stored history
     try:
-        return [(await app.probe(n)).result for n in names]
+        results = []
+        for name in names:
+            ep, _ = app.probes.target(name)
+            for w in config.workloads_for(ep):
+                results.append((await app.probe(name, workload=w.name)).result)
+        return results
     finally:
         await app.stop()
 
@@ -176,6 +183,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config file; exit 0 if valid, 2 with file:line: field: message lines if not."""
     config = load_config(args.file)
     Keys(config)  # env vars and key files must resolve too
+    prompt_sizers(config)  # and endpoints' tokenizer.json files load
     print(f"{args.file}: ok ({len(config.endpoints)} endpoints, {len(config.enabled_endpoints)} enabled)")
     return EXIT_OK
 

@@ -27,6 +27,7 @@ from tokwatch.setting_values import (
     ratio_fields,
 )
 from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
+from tokwatch.workloads import SEED000, Workload, check_workloads
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
 DEFAULT_PROMPT = "Explain theory of relativity simply"
@@ -35,9 +36,13 @@ LOCAL_TIMEOUT_S = 30.0
 
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_SITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RESERVED_LABELS = frozenset(
-    {"endpoint", "status", "source", "le", "quantile", "kind", "model", "instance", "job", "phase", "metric"}
-)
+    {
+        "endpoint", "status", "source", "le", "quantile", "kind", "model", "instance", "job", "phase",
+        "metric", "workload",
+    }
+)  # fmt: skip
 
 
 class Tolerance(StrictModel):
@@ -89,6 +94,14 @@ class ProbeSettings(StrictModel):
     tolerance: Tolerance = Field(default_factory=Tolerance)
     # The setting `tolerance` replaced: named only to say so when an old config still sets it.
     disturbance_threshold: None = None
+    # What each timed run sends (tokwatch.workloads); seed000 alone by default. Endpoints may override.
+    workloads: tuple[Workload, ...] = (SEED000,)
+    # A sized prompt whose server-counted size misses the workload's input_tokens by more than this share
+    # is flagged `prompt_size_missed`.
+    prompt_tolerance: float = Field(0.10, gt=0.0, lt=1.0)
+    # Cached prompt tokens a fresh prompt may get from the chat template's own preamble (its default system
+    # prompt, which every request shares); a run with more is `cache_assisted`. Endpoints may override.
+    cache_preamble_tokens: int = Field(64, ge=0)
 
     @field_validator("disturbance_threshold", mode="before")
     @classmethod
@@ -97,6 +110,11 @@ class ProbeSettings(StrictModel):
             "replaced by probe.tolerance: a stall now sets aside only the figures it could have moved beyond "
             "their tolerance (docs/configuration.md)"
         )
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: tuple[Workload, ...]) -> tuple[Workload, ...]:
+        return check_workloads(v)
 
     @field_validator("timing_preference")
     @classmethod
@@ -178,7 +196,19 @@ class EndpointSettings(StrictModel):
     scrape_interval: float = 15.0
     mirror_metrics: tuple[str, ...] = ()
     renamed_from: tuple[str, ...] = ()
+    # This endpoint's own workloads instead of probe.workloads.
+    workloads: tuple[Workload, ...] | None = None
+    # The model's context length where known: a workload that cannot fit is a config error.
+    context_tokens: int | None = Field(None, ge=1)
+    # A local HuggingFace tokenizer.json of the model: sized prompts are counted with it (else estimated).
+    tokenizer: str | None = None
+    cache_preamble_tokens: int | None = Field(None, ge=0)
     _durations = positive_duration_fields("timeout", "scrape_interval")
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: tuple[Workload, ...] | None) -> tuple[Workload, ...] | None:
+        return v if v is None else check_workloads(v)
 
     @field_validator("scrape_interval")
     @classmethod
@@ -261,6 +291,9 @@ class Config(StrictModel):
 
     listen: str = DEFAULT_LISTEN
     instance: str | None = None
+    # The vantage point this exporter probes from (eu-west, office, k8s-a): a `site` label on every series
+    # and stored run, so exporters at several sites can share one store (docs/scaling.md).
+    site: str | None = None
     probe: ProbeSettings = Field(default_factory=ProbeSettings)  # type: ignore[arg-type]
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)  # type: ignore[arg-type]
     storage: StorageSettings = Field(default_factory=StorageSettings)  # type: ignore[arg-type]
@@ -280,7 +313,35 @@ class Config(StrictModel):
                         f"endpoint {ep.name!r}: renamed_from {old!r} is still a configured endpoint"
                     )
         parse_listen(self.listen)
+        for i, ep in enumerate(self.endpoints):
+            if self.site is not None and "site" in ep.labels:
+                raise ValueError(
+                    f"endpoints[{i}] ({ep.name}): labels.site clashes with the top-level site "
+                    f"{self.site!r}, which labels every series: remove one of them"
+                )
+            for w in self.workloads_for(ep):
+                _check_fits(i, ep, w, self.probe_for(ep).max_tokens)
         return self
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, v: str | None) -> str | None:
+        if v is not None and not _SITE_RE.match(v):
+            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
+        return v
+
+    @property
+    def site_name(self) -> str:
+        """The site runs are stored under ("" when none is configured)."""
+        return self.site or ""
+
+    def workloads_for(self, ep: EndpointSettings) -> tuple[Workload, ...]:
+        """The endpoint's own workloads, else probe.workloads."""
+        return ep.workloads if ep.workloads is not None else self.probe.workloads
+
+    def workload_for(self, ep: EndpointSettings, name: str) -> Workload | None:
+        """One of the endpoint's workloads by name, or None."""
+        return next((w for w in self.workloads_for(ep) if w.name == name), None)
 
     def endpoint(self, name: str) -> EndpointSettings | None:
         """The configured endpoint with this name, or None."""
@@ -294,11 +355,26 @@ class Config(StrictModel):
     def probe_for(self, ep: EndpointSettings) -> ProbeSettings:
         """Probe settings with the endpoint's overrides applied."""
         overrides: dict[str, Any] = {}
-        for name in ("stream", "prompt", "system_prompt", "max_tokens"):
+        for name in ("stream", "prompt", "system_prompt", "max_tokens", "cache_preamble_tokens"):
             value = getattr(ep, name)
             if value is not None:
                 overrides[name] = value
         return self.probe.model_copy(update=overrides) if overrides else self.probe
+
+
+def _check_fits(index: int, ep: EndpointSettings, w: Workload, max_tokens: int) -> None:
+    """A workload that cannot fit the endpoint's known context is a config error, not failed runs."""
+    if ep.context_tokens is None:
+        return
+    needed = (w.input_tokens or 0) + w.max_tokens(max_tokens)
+    if needed > ep.context_tokens:
+        size = f"{w.input_tokens} input + " if w.input_tokens is not None else ""
+        output = w.max_tokens(max_tokens)
+        raise ValueError(
+            f"endpoints[{index}] ({ep.name}): workload {w.name} needs {size}{output} output "
+            f"tokens, more than its context_tokens {ep.context_tokens}: shrink the workload "
+            f"({{name: {w.name}, input_tokens: ...}}) or give the endpoint its own workloads"
+        )
 
 
 def server_key(base_url: str) -> str:

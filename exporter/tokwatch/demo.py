@@ -122,7 +122,11 @@ async def _demo(
         done = asyncio.Event()
 
         def after_round() -> None:
-            states = [app.probe_metrics.state(ep.name) for ep in app.config.enabled_endpoints]
+            states = [
+                app.probe_metrics.state(ep.name, w.name)
+                for ep in app.config.enabled_endpoints
+                for w in app.config.workloads_for(ep)
+            ]
             runs = [st.last for st in states if st is not None and st.last is not None]
             print_results(runs, title=f"tokwatch demo: round {app.rounds_completed}")
             if rounds is not None and app.rounds_completed >= rounds:

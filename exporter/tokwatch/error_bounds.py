@@ -21,7 +21,8 @@ ITL_PERCENTILES = (50.0, 95.0, 99.0)  # the ITL percentiles a run stores (itl_p5
 CLIENT_STALL = "client_stall"  # the reason a figure is set aside: the client's own lateness (a busy host)
 # The figures a run can set aside, as `set_aside` keys and the `figure` label of
 # tokwatch_probe_figures_set_aside_total.
-FIGURES = ("tokens_per_second", "ttft", "itl", "tpot", "ttot", "e2e")
+# `prefill` is the prefill tok/s taken from TTFT (source client_ttft): set aside with the TTFT it divides by.
+FIGURES = ("tokens_per_second", "ttft", "itl", "tpot", "ttot", "e2e", "prefill")
 
 
 @dataclass(frozen=True, slots=True)

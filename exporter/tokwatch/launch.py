@@ -56,13 +56,15 @@ def _ms(v: float | None) -> str:
 
 
 def print_results(results: Sequence[RunResult], title: str = "tokwatch probe") -> None:
-    """A table of runs: endpoint, status, tok/s, source, TTFT, ITL p50/p99, tokens."""
+    """A table of runs: endpoint, workload, status, tok/s and source, prefill tok/s, TTFT, ITL, tokens."""
     table = Table(title=title)
     for col in (
         "endpoint",
+        "workload",
         "status",
         "tok/s",
         "source",
+        "prefill tok/s",
         "TTFT ms",
         "ITL p50 ms",
         "ITL p99 ms",
@@ -70,21 +72,25 @@ def print_results(results: Sequence[RunResult], title: str = "tokwatch probe") -
         "error",
     ):
         table.add_column(
-            col, justify="right" if col not in ("endpoint", "status", "source", "error") else "left"
+            col,
+            justify="right" if col not in ("endpoint", "workload", "status", "source", "error") else "left",
         )
     for r in results:
+        prefill = r.prefill_tokens_per_second
         table.add_row(
             r.endpoint,
+            r.workload,
             r.status.value,
             "-" if r.tokens_per_second is None else f"{r.tokens_per_second:.1f}",
             r.source.value if r.source else "-",
+            "-" if prefill is None else f"{prefill:.0f}",
             _ms(r.ttft_s),
             _ms(r.itl_percentile(50)),
             _ms(r.itl_percentile(99)),
             "-" if r.output_tokens is None else str(r.output_tokens + (r.think_tokens or 0)),
             (r.error_class or "") if not r.ok else "",
         )
-    Console(width=140).print(table)
+    Console(width=160).print(table)
 
 
 def add_web_config_option(p: argparse.ArgumentParser) -> None:

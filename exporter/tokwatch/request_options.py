@@ -1,4 +1,4 @@
-"""Request options shared by probe and benchmark: `extra_body` merging and the timed run's unique prefix.
+"""Request options shared by probe and benchmark: `extra_body` merging.
 
 Which fields ask a kind's server for a fixed-length output is the kind's own answer
 (`HttpProbe.fixed_output_fields` in `tokwatch.probes`).
@@ -6,7 +6,6 @@ Which fields ask a kind's server for a fixed-length output is the kind's own ans
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 
@@ -19,8 +18,3 @@ def merge_body(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def unique_prefix() -> str:
-    """A short prefix no earlier request had, so no prompt cache can serve the timed run's prefill."""
-    return f"[run {uuid.uuid4().hex[:12]}] "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.stats import percentile
 
 
@@ -33,6 +34,13 @@ class TimingSource(StrEnum):
     SERVER_WALL = "server_wall"
     CLIENT_STREAM = "client_stream"
     CLIENT_WALL = "client_wall"
+
+
+class PrefillSource(StrEnum):
+    """Where a run's prefill tok/s came from, best first (docs/methodology.md, "Prefill speed")."""
+
+    ENGINE = "engine"  # llama.cpp timings.prompt_per_second, Ollama prompt_eval_count / prompt_eval_duration
+    CLIENT_TTFT = "client_ttft"  # prompt tokens computed / TTFT, as the client saw it
 
 
 SERVER_SOURCES = frozenset({TimingSource.ENGINE, TimingSource.VLLM_METRICS, TimingSource.SERVER_WALL})
@@ -102,6 +110,29 @@ class RunResult:
     max_stall_s: float | None = None  # largest measurement-loop stall seen while the run was in flight
     merged_reads: int | None = None  # socket reads that carried two or more content events
     send_delay_s: float | None = None  # from calling the client to the request's last byte on the socket
+    # The series the run belongs to (tokwatch.series): the workload it ran and the site it ran from.
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    # The prompt (docs/methodology.md, "Workloads and fresh prompts"): the size the workload asked for
+    # (None: seed000's configured prompt), the seed and the filler words of its fresh part (together they
+    # regenerate the prompt), whether the server's count missed the size by more than
+    # `probe.prompt_tolerance`.
+    prompt_target_tokens: int | None = None
+    prompt_seed: str | None = None  # what the fresh part was drawn from: the run id, or `run_id/n`
+    prompt_words: int | None = None
+    prompt_size_missed: bool = False
+    # Prompt tokens the server answered from its cache, where it says (usage cached_tokens, llama.cpp
+    # timings.cache_n); cache_assisted: more of them than the fixed preamble every prompt shares.
+    cached_tokens: int | None = None
+    cache_assisted: bool = False
+    prefill_tokens_per_second: float | None = None
+    prefill_source: PrefillSource | None = None
+    prefill_candidates: dict[PrefillSource, float] = field(default_factory=dict)
+
+    @property
+    def series(self) -> SeriesKey:
+        """(endpoint, workload, site) of the run."""
+        return SeriesKey(self.endpoint, self.workload, self.site)
 
     @property
     def ok(self) -> bool:

@@ -1,9 +1,10 @@
-"""Runs one probe for a named endpoint; a target already in flight is joined, never probed twice at once."""
+"""Runs one probe for a target (an endpoint and a workload); a target already in flight is joined, never
+probed twice at once."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
 from tokwatch.probes.base import ProbeLog
@@ -19,19 +20,19 @@ class ProbeOutcome:
 
 
 class ProbeRunner:
-    """Deduplicates concurrent requests for the same endpoint and counts probes in flight."""
+    """Deduplicates concurrent requests for the same target and counts probes in flight."""
 
     def __init__(self) -> None:
-        self._in_flight: dict[str, asyncio.Future[ProbeOutcome]] = {}
+        self._in_flight: dict[Hashable, asyncio.Future[ProbeOutcome]] = {}
 
     @property
     def in_flight(self) -> int:
         """Number of probes running now."""
         return len(self._in_flight)
 
-    async def run(self, name: str, probe: Callable[[], Awaitable[ProbeOutcome]]) -> ProbeOutcome:
-        """Run `probe()` for `name` now, or wait for the run already in flight for it (whatever started
-        that one: its `probe` is the one that runs)."""
+    async def run(self, name: Hashable, probe: Callable[[], Awaitable[ProbeOutcome]]) -> ProbeOutcome:
+        """Run `probe()` for target `name` now, or wait for the run already in flight for it (whatever
+        started that one: its `probe` is the one that runs)."""
         task = self._in_flight.get(name)
         if task is None:
             task = asyncio.ensure_future(probe())

@@ -1,5 +1,8 @@
 """Aligned probe rounds: every `interval`, `offset` past the boundary; one server at a time per server,
-several servers at once; supervised, so a crash is counted and the schedule goes on."""
+several servers at once; supervised, so a crash is counted and the schedule goes on.
+
+A round probes targets (an endpoint name, or an endpoint and a workload); several schedules (workloads with
+their own interval) share one `ProbeSlots`, so their rounds never load one server at once either."""
 
 from __future__ import annotations
 
@@ -7,8 +10,11 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from tokwatch.event_wait import wait_event
 
 log = logging.getLogger("tokwatch.scheduler")
 
@@ -25,41 +31,77 @@ def next_round_time(now: float, interval: float, offset: float) -> float:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """What one round probes: endpoint names grouped by the server (host:port) they run on."""
+    """What one round probes: targets (endpoint names, or (endpoint, workload) pairs) grouped by the server
+    (host:port) they run on."""
 
-    servers: Mapping[str, Sequence[str]]
+    servers: Mapping[str, Sequence[Any]]
     parallelism: int = 4  # servers probed at once
     per_server: int = 1  # probes at once against one server
 
     @property
-    def names(self) -> list[str]:
-        """Every endpoint of the round."""
+    def names(self) -> list[Any]:
+        """Every target of the round."""
         return [n for group in self.servers.values() for n in group]
 
 
-async def run_round(plan: RoundPlan, probe: Callable[[str], Awaitable[object]]) -> None:
-    """Probe every endpoint once: `per_server` at a time within a server, `parallelism` servers at once.
+class ProbeSlots:
+    """How many servers are probed at once and how many probes at once run against one server, shared by
+    every schedule of an exporter (a round's own when none is given)."""
 
-    Endpoints of one server are probed one after another by default, so they do not load the server
-    for each other; a slow or hostile server delays only its own endpoints, never another server's.
+    def __init__(self, parallelism: int = 4, per_server: int = 1) -> None:
+        self._per_server = max(1, per_server)
+        self.servers = asyncio.Semaphore(max(1, parallelism))
+        self._parallelism = max(1, parallelism)
+        self._by_server: dict[str, asyncio.Semaphore] = {}
+
+    def configure(self, parallelism: int, per_server: int) -> None:
+        """Apply (re)loaded limits; probes holding a slot of the old limits finish under them."""
+        if max(1, parallelism) != self._parallelism:
+            self._parallelism = max(1, parallelism)
+            self.servers = asyncio.Semaphore(self._parallelism)
+        if max(1, per_server) != self._per_server:
+            self._per_server = max(1, per_server)
+            self._by_server = {}
+
+    def server(self, key: str) -> asyncio.Semaphore:
+        """The slots of one server (host:port)."""
+        if key not in self._by_server:
+            self._by_server[key] = asyncio.Semaphore(self._per_server)
+        return self._by_server[key]
+
+
+async def run_round(
+    plan: RoundPlan, probe: Callable[[Any], Awaitable[object]], slots: ProbeSlots | None = None
+) -> None:
+    """Probe every target once: `per_server` at a time within a server, `parallelism` servers at once
+    (the shared `slots`' limits when given: other schedules' rounds then count against them too).
+
+    Targets of one server are probed one after another by default, so they do not load the server
+    for each other; a slow or hostile server delays only its own targets, never another server's.
     """
-    servers = asyncio.Semaphore(max(1, plan.parallelism))
+    slots = slots or ProbeSlots(plan.parallelism, plan.per_server)
 
-    async def one(name: str, slots: asyncio.Semaphore) -> None:
-        async with slots:
+    async def one(target: Hashable, server_slots: asyncio.Semaphore) -> None:
+        async with server_slots:
             try:
-                await probe(name)
+                await probe(target)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a probe bug must not end the round for the other endpoints
-                log.exception("probe of endpoint %s failed unexpectedly", name)
+                log.exception("probe of %s failed unexpectedly", _describe(target))
 
-    async def server(names: Sequence[str]) -> None:
-        async with servers:
-            slots = asyncio.Semaphore(max(1, plan.per_server))
-            await asyncio.gather(*(one(n, slots) for n in names))
+    async def server(key: str, targets: Sequence[Hashable]) -> None:
+        async with slots.servers:
+            server_slots = slots.server(key)
+            await asyncio.gather(*(one(t, server_slots) for t in targets))
 
-    await asyncio.gather(*(server(group) for group in plan.servers.values()))
+    await asyncio.gather(*(server(key, group) for key, group in plan.servers.items()))
+
+
+def _describe(target: Hashable) -> str:
+    if isinstance(target, tuple):
+        return "endpoint " + " workload ".join(str(part) for part in target)
+    return f"endpoint {target}"
 
 
 @dataclass
@@ -79,15 +121,17 @@ class Scheduler:
     def __init__(
         self,
         settings: Callable[[], tuple[float, float, RoundPlan]],
-        probe: Callable[[str], Awaitable[object]],
+        probe: Callable[[Any], Awaitable[object]],
         on_round: Callable[[float, float, float], None],
         *,
         run_on_start: bool = True,
         after_round: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
+        slots: ProbeSlots | None = None,
     ) -> None:
         self._settings = settings  # -> (interval, offset, round plan)
         self._probe = probe
+        self._slots = slots
         self._on_round = on_round  # (planned, actual start, next planned)
         self._run_on_start = run_on_start
         self._after_round = after_round
@@ -136,24 +180,22 @@ class Scheduler:
             delay = target - self._clock()
             if delay > 0:
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                if await wait_event(self._wake, delay):
                     planned = None  # woken by a reload: recompute against the new settings
                     continue
-                except TimeoutError:
-                    pass
             started = self._clock()
             following = next_round_time(max(started, target) + 1e-6, interval, offset)
             self._on_round(target, started, following)
             t0 = time.monotonic()
-            await run_round(plan, self._probe)
+            await run_round(plan, self._probe, self._slots)
             self.stats.rounds += 1
             log.info(
-                "round %d: %d endpoints on %d servers in %.1fs",
+                "round %d: %d probes on %d servers in %.1fs (every %gs)",
                 self.stats.rounds,
                 len(plan.names),
                 len(plan.servers),
                 time.monotonic() - t0,
+                interval,
             )
             if self._after_round is not None:
                 self._after_round()

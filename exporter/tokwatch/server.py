@@ -79,7 +79,8 @@ def _gzip(body: bytes) -> bytes:
 
 
 async def probe(request: web.Request) -> web.Response:
-    """Blackbox-style: probe one configured endpoint now and return only its metrics."""
+    """Blackbox-style: probe one configured endpoint now (`workload=`: one of its workloads, else its
+    first) and return only its metrics."""
     app = _app(request)
     target = request.query.get("target", "")
     if not target:
@@ -98,7 +99,15 @@ async def probe(request: web.Request) -> web.Response:
         return web.Response(
             status=400, text=f"unknown target {shown!r}: /probe accepts configured endpoint names\n"
         )
-    outcome = await app.probe_on_demand(target, _scrape_timeout(request))
+    workload = request.query.get("workload") or None
+    if workload is not None and app.config.workload_for(ep, workload) is None:
+        names = ", ".join(w.name for w in app.config.workloads_for(ep))
+        return web.Response(
+            status=400,
+            text=f"endpoint {html.escape(target[:100])} has no workload {html.escape(workload[:40])!r} "
+            f"(its workloads: {names})\n",
+        )
+    outcome = await app.probe_on_demand(target, _scrape_timeout(request), workload)
     if outcome is None:
         # The scraper would give up before the run ends; the run goes on with the endpoint's own timeout
         # and is recorded, so the scrape fails rather than report a timeout that did not happen.
@@ -106,7 +115,7 @@ async def probe(request: web.Request) -> web.Response:
             status=503, text=f"probe of {target} still running; its result will be recorded when it ends\n"
         )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(probe_result_families(outcome.result, ep)))
+    registry.register(_Families(probe_result_families(outcome.result, ep, app.config.site_name)))
     if request.query.get("debug", "").lower() in ("true", "1", "yes"):
         body = (
             "Logs for the probe:\n"
@@ -151,8 +160,9 @@ async def index(request: web.Request) -> web.Response:
 
 
 async def endpoint_page(request: web.Request) -> web.Response:
-    """One endpoint's 90-day history, incidents and last runs."""
-    return _html(await request.app[PAGES_KEY].endpoint(request.match_info["name"]))
+    """One endpoint's 90-day history, incidents and last runs (`?workload=`, `?site=`: of that series)."""
+    workload, site = request.query.get("workload"), request.query.get("site")
+    return _html(await request.app[PAGES_KEY].endpoint(request.match_info["name"], workload, site))
 
 
 def _html(page: Page) -> web.Response:

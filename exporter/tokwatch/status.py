@@ -12,6 +12,19 @@ from tokwatch.streams.events import StreamProtocolError
 
 MAX_ERROR_MESSAGE = 500
 _SPECIAL_TOKEN_SLACK = 8
+CONTEXT_EXCEEDED = "context_exceeded"
+# How servers refuse a request longer than the model's context (lower-cased substrings of the error body):
+# OpenAI's code, vLLM's "maximum context length" / "maximum model length", llama.cpp's error type and
+# message, SGLang's "longer than the model's context length", Ollama's "context length".
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "maximum model length",
+    "exceed_context_size",
+    "exceeds the available context size",
+    "longer than the model's context length",
+    "context length",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +41,8 @@ def classify_http_status(code: int, body: str = "") -> Classification | None:
     if 200 <= code < 300:
         return None
     detail = f"HTTP {code}" + (f": {body.strip()[:300]}" if body.strip() else "")
+    if code in (400, 413, 422) and any(m in body.lower() for m in _CONTEXT_MARKERS):
+        return Classification(Status.PROVIDER_ERROR, CONTEXT_EXCEEDED, detail)
     if code == 429:
         return Classification(Status.RATE_LIMITED, "http_429", detail)
     if code in (401, 403):
@@ -64,6 +79,19 @@ def classify_exception(exc: BaseException) -> Classification:
     if isinstance(exc, TimeoutError):
         return Classification(Status.TIMEOUT, "read_timeout", "timed out")
     return Classification(Status.PROVIDER_ERROR, "internal", f"{type(exc).__name__}: {exc}")
+
+
+def context_exceeded(
+    refusal: Classification, workload: str, input_tokens: int | None, max_tokens: int
+) -> Classification:
+    """A context-length refusal with the workload named, so the message says what to change."""
+    size = f"{input_tokens} input + " if input_tokens is not None else ""
+    return Classification(
+        refusal.status,
+        refusal.error_class,
+        f"workload {workload} ({size}{max_tokens} output tokens) does not fit the model's context: shrink "
+        f"the workload or set the endpoint's workloads ({refusal.message})",
+    )
 
 
 class Outcome(Protocol):

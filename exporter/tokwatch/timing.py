@@ -209,6 +209,36 @@ def llamacpp_engine_tps(
     return predicted_n / (predicted_ms / 1000.0)
 
 
+def llamacpp_prefill_tps(
+    prompt_n: int | None, prompt_ms: float | None, prompt_per_second: float | None = None
+) -> float | None:
+    """llama.cpp's own `prompt_per_second` when sent, else prompt_n / (prompt_ms / 1000): the prompt tokens
+    it computed (the cached ones left out) over its prompt-processing time."""
+    if prompt_per_second is not None and prompt_per_second > 0:
+        return prompt_per_second
+    if not prompt_n or not prompt_ms or prompt_ms <= 0:
+        return None
+    return prompt_n / (prompt_ms / 1000.0)
+
+
+def ollama_prefill_tps(prompt_eval_count: int | None, prompt_eval_duration_ns: int | None) -> float | None:
+    """Ollama prompt_eval_count / prompt_eval_duration (nanoseconds)."""
+    if not prompt_eval_count or not prompt_eval_duration_ns or prompt_eval_duration_ns <= 0:
+        return None
+    return prompt_eval_count / (prompt_eval_duration_ns / 1e9)
+
+
+def client_prefill_tps(
+    prompt_tokens: int | None, cached_tokens: int | None, ttft_s: float | None
+) -> float | None:
+    """Prompt tokens the server computed (prompt tokens less those it reports cached) over the time to the
+    first token: network, queueing and the first token's sampling included (docs/methodology.md)."""
+    if not prompt_tokens or ttft_s is None or ttft_s <= 0:
+        return None
+    computed = prompt_tokens - (cached_tokens or 0)
+    return computed / ttft_s if computed > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The chosen tok/s figure."""

@@ -1,8 +1,10 @@
-"""Window figures: median, stddev and CV of ok-run tok/s, uptime, and the fleet fastest-vs-slowest comparison.
+"""Window figures: median, stddev and CV of ok-run tok/s, the prefill median, uptime, and the fleet
+fastest-vs-slowest comparison, per series (endpoint x workload x site, tokwatch.series).
 
 One set of types for both sources: the store (figures survive restarts, tokwatch.storage.window) and the
 in-memory window used when storage is disabled (`MemoryWindows`). Both keep every run and count the ones the
-window rule (tokwatch.window_rule) takes when the figures are computed.
+window rule (tokwatch.window_rule) takes when the figures are computed. Fleet rankings compare endpoints
+within one workload and site: a 10k-token prompt's figures never rank against a 100-token one's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import NamedTuple
 
 from tokwatch.config import EndpointSettings
 from tokwatch.result import RunResult
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.stats import coefficient_of_variation, median, sample_stddev
 from tokwatch.window_rule import WindowRule
 
@@ -47,7 +50,8 @@ def cv_band(cv: float | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class WindowFigures:
-    """One endpoint's figures over a window; tok/s figures come from `ok` runs only."""
+    """One series' figures over a window; tok/s figures come from `ok` runs only, the prefill median from
+    those the prefix cache did not help (cache-assisted runs are counted apart)."""
 
     endpoint: str
     window: str
@@ -59,6 +63,17 @@ class WindowFigures:
     uptime: float | None
     disturbed_runs: int = 0  # runs with a client-timed figure set aside (timing_disturbed)
     tps_set_aside: int = 0  # ok runs whose tok/s was set aside, so not a sample of the median, CV, stddev
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    prefill_median: float | None = None
+    prefill_runs: int = 0  # runs giving the prefill median a sample
+    cache_assisted_runs: int = 0
+    prompt_size_missed_runs: int = 0
+
+    @property
+    def key(self) -> SeriesKey:
+        """(endpoint, workload, site)."""
+        return SeriesKey(self.endpoint, self.workload, self.site)
 
     @property
     def band(self) -> str | None:
@@ -66,39 +81,55 @@ class WindowFigures:
         return cv_band(self.cv)
 
 
-def figures_from_samples(
-    endpoint: str,
-    window: str,
-    runs: int,
-    ok_runs: int,
-    ok_tps: Sequence[float],
-    disturbed_runs: int = 0,
-    tps_set_aside: int = 0,
-) -> WindowFigures:
-    """Window figures from the run counts and the tok/s samples of the ok runs."""
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """What a window counted of one series: runs, ok runs, flagged runs and the samples."""
+
+    runs: int = 0
+    ok_runs: int = 0
+    tps: Sequence[float] = ()
+    prefill: Sequence[float] = ()
+    cache_assisted: int = 0
+    prompt_size_missed: int = 0
+    disturbed: int = 0  # runs with a client-timed figure set aside (timing_disturbed)
+    tps_set_aside: int = 0  # ok runs whose tok/s was set aside
+
+
+def figures_from_samples(key: SeriesKey, window: str, counted: Counted) -> WindowFigures:
+    """Window figures from the run counts and the samples of one series."""
+    ok_tps, runs = counted.tps, counted.runs
     return WindowFigures(
-        endpoint=endpoint,
+        endpoint=key.endpoint,
         window=window,
         runs=runs,
-        ok_runs=ok_runs,
+        ok_runs=counted.ok_runs,
         median=median(ok_tps) if ok_tps else None,
         stddev=sample_stddev(ok_tps) if len(ok_tps) >= 2 else None,
         cv=coefficient_of_variation(ok_tps),
-        uptime=ok_runs / runs if runs else None,
-        disturbed_runs=disturbed_runs,
-        tps_set_aside=tps_set_aside,
+        uptime=counted.ok_runs / runs if runs else None,
+        workload=key.workload,
+        site=key.site,
+        prefill_median=median(counted.prefill) if counted.prefill else None,
+        prefill_runs=len(counted.prefill),
+        cache_assisted_runs=counted.cache_assisted,
+        prompt_size_missed_runs=counted.prompt_size_missed,
+        disturbed_runs=counted.disturbed,
+        tps_set_aside=counted.tps_set_aside,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class FleetComparison:
-    """Fastest vs slowest endpoint by median tok/s of `ok` runs over a window (seed 000 comparison)."""
+    """Fastest vs slowest endpoint by median tok/s of `ok` runs over a window (seed 000 comparison), within
+    one workload and site."""
 
     fastest: str
     slowest: str
     fastest_median: float
     slowest_median: float
     window: str
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
 
     @property
     def ratio(self) -> float:
@@ -111,24 +142,30 @@ class FleetComparison:
         return (self.ratio - 1.0) * 100.0
 
     def text(self) -> str:
-        """'X is N% faster than Y (7d median ...)'."""
+        """'X is N% faster than Y (7d median ...)', the workload named unless it is seed000."""
+        what = "" if self.workload == DEFAULT_WORKLOAD else f" {self.workload}"
+        where = f" at {self.site}" if self.site else ""
+        medians = f"{self.fastest_median:.1f} vs {self.slowest_median:.1f} tok/s"
         return (
             f"{self.fastest} is {self.percent_faster:.0f}% faster than {self.slowest} "
-            f"({self.window} median {self.fastest_median:.1f} vs {self.slowest_median:.1f} tok/s)"
+            f"({self.window}{what} median {medians}{where})"
         )
 
 
 @dataclass(frozen=True, slots=True)
 class FleetRanking:
-    """Endpoints by median tok/s of ok runs over a window, fastest first (seed 000's comparison strip)."""
+    """Endpoints by median tok/s of ok runs over a window, fastest first (seed 000's comparison strip),
+    within one workload and site."""
 
     ranked: tuple[tuple[str, float], ...]
     window: str
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
 
     def neighbours(self) -> list[FleetComparison]:
         """'X is N % faster than Y' for each endpoint and the next slower one."""
         return [
-            FleetComparison(a, b, ma, mb, self.window)
+            FleetComparison(a, b, ma, mb, self.window, self.workload, self.site)
             for (a, ma), (b, mb) in zip(self.ranked, self.ranked[1:], strict=False)
         ]
 
@@ -138,14 +175,19 @@ class FleetRanking:
         if len(self.ranked) < 2:
             return None
         (fast, fast_m), (slow, slow_m) = self.ranked[0], self.ranked[-1]
-        return FleetComparison(fast, slow, fast_m, slow_m, self.window)
+        return FleetComparison(fast, slow, fast_m, slow_m, self.window, self.workload, self.site)
 
 
-def rank_fleet(medians: Mapping[str, float | None], window: str) -> FleetRanking:
+def rank_fleet(
+    medians: Mapping[str, float | None],
+    window: str,
+    workload: str = DEFAULT_WORKLOAD,
+    site: str = NO_SITE,
+) -> FleetRanking:
     """Endpoints with a positive median, fastest first (ties by name)."""
     positive = ((n, m) for n, m in medians.items() if m is not None and m > 0)
     ranked = sorted(positive, key=lambda x: (-x[1], x[0]))
-    return FleetRanking(tuple(ranked), window)
+    return FleetRanking(tuple(ranked), window, workload, site)
 
 
 def compare_fleet(medians: Mapping[str, float | None], window: str) -> FleetComparison | None:
@@ -153,15 +195,46 @@ def compare_fleet(medians: Mapping[str, float | None], window: str) -> FleetComp
     return rank_fleet(medians, window).extremes
 
 
+def rank_series(figures: Mapping[SeriesKey, WindowFigures], window: str) -> list[FleetRanking]:
+    """One ranking per workload and site in `figures` (every endpoint with a positive median), in the
+    order the workloads and sites first appear."""
+    groups: dict[tuple[str, str], dict[str, float | None]] = {}
+    for key, fig in figures.items():
+        groups.setdefault((key.workload, key.site), {})[key.endpoint] = fig.median
+    return [rank_fleet(medians, window, w, site) for (w, site), medians in groups.items()]
+
+
+def primary_ranking(rankings: Sequence[FleetRanking], window: str) -> FleetRanking:
+    """The ranking the single-ranking figures use: seed000's when there is one, else the first."""
+    for r in rankings:
+        if r.workload == DEFAULT_WORKLOAD:
+            return r
+    return rankings[0] if rankings else FleetRanking((), window)
+
+
 @dataclass(frozen=True, slots=True)
 class WindowSnapshot:
-    """What the window collector exports; replaced whole on every refresh, read without I/O."""
+    """What the window collector exports; replaced whole on every refresh, read without I/O. `ranking`
+    and `fleet` are the primary workload's (`primary_ranking`), `rankings` every workload's."""
 
-    figures: dict[str, WindowFigures] = field(default_factory=dict)
+    figures: dict[SeriesKey, WindowFigures] = field(default_factory=dict)
     fleet: FleetComparison | None = None
     refreshed_at: float | None = None
     static_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     ranking: FleetRanking | None = None
+    rankings: tuple[FleetRanking, ...] = ()
+
+
+def snapshot_of(
+    figures: dict[SeriesKey, WindowFigures],
+    rankings: Sequence[FleetRanking],
+    window: str,
+    now: float,
+    static_labels: dict[str, dict[str, str]],
+) -> WindowSnapshot:
+    """A snapshot with the primary ranking picked out of `rankings`."""
+    primary = primary_ranking(rankings, window)
+    return WindowSnapshot(figures, primary.extremes, now, static_labels, primary, tuple(rankings))
 
 
 class KeptRun(NamedTuple):
@@ -174,6 +247,10 @@ class KeptRun(NamedTuple):
     timing_disturbed: bool
     timing_source: str | None
     tps_set_aside: bool | None
+    prefill_tokens_per_second: float | None = None
+    cache_assisted: bool = False
+    prompt_size_missed: bool = False
+    set_aside: str | None = None  # the figures set aside, comma-separated, as stored
 
     @classmethod
     def of(cls, r: RunResult) -> KeptRun:
@@ -187,11 +264,15 @@ class KeptRun(NamedTuple):
             r.timing_disturbed,
             source,
             r.tps_set_aside,
+            r.prefill_tokens_per_second,
+            r.cache_assisted,
+            r.prompt_size_missed,
+            ",".join(r.set_aside) or None,
         )
 
 
 class RunWindow:
-    """The runs of one endpoint inside a sliding time window (bounded: at most `max_runs`)."""
+    """The runs of one series inside a sliding time window (bounded: at most `max_runs`)."""
 
     def __init__(self, seconds: float, max_runs: int = 100_000) -> None:
         self.seconds = seconds
@@ -201,46 +282,67 @@ class RunWindow:
         """Add one run, whether or not the window rule counts it (the rule applies when figures are read)."""
         self._runs.append(run)
 
-    def figures(self, endpoint: str, now: float, rule: WindowRule) -> WindowFigures:
+    def figures(self, key: SeriesKey, now: float, rule: WindowRule) -> WindowFigures:
         """Figures over the runs `rule` counts that started within `seconds` before `now`."""
         cutoff = now - self.seconds
         while self._runs and self._runs[0].time < cutoff:
             self._runs.popleft()
         counted = [r for r in self._runs if rule.counts(r)]
-        ok_runs = sum(r.status == "ok" for r in counted)
-        tps = [v for r in counted if (v := rule.sample(r)) is not None]
-        disturbed = sum(r.timing_disturbed for r in counted)
-        set_aside = sum(rule.set_aside(r) for r in counted)
-        label = window_label(self.seconds)
-        return figures_from_samples(endpoint, label, len(counted), ok_runs, tps, disturbed, set_aside)
+        return figures_from_samples(
+            key,
+            window_label(self.seconds),
+            Counted(
+                runs=len(counted),
+                ok_runs=sum(r.status == "ok" for r in counted),
+                tps=[v for r in counted if (v := rule.sample(r)) is not None],
+                prefill=[v for r in counted if (v := rule.prefill_sample(r)) is not None],
+                cache_assisted=sum(r.cache_assisted for r in counted),
+                prompt_size_missed=sum(r.prompt_size_missed for r in counted),
+                disturbed=sum(r.timing_disturbed for r in counted),
+                tps_set_aside=sum(rule.set_aside(r) for r in counted),
+            ),
+        )
 
 
 class MemoryWindows:
-    """Window figures kept in memory per endpoint, for `storage: {enabled: false}` (lost on restart)."""
+    """Window figures kept in memory per series, for `storage: {enabled: false}` (lost on restart)."""
 
     def __init__(self) -> None:
-        self._windows: dict[str, RunWindow] = {}
+        self._windows: dict[SeriesKey, RunWindow] = {}
         self._static: dict[str, dict[str, str]] = {}
         self._seconds = 86400.0
         self._rule = WindowRule()
 
-    def configure(self, endpoints: Sequence[EndpointSettings], seconds: float, rule: WindowRule) -> None:
-        """Apply a (re)loaded config; windows of endpoints that stay keep their runs."""
+    def configure(
+        self,
+        endpoints: Sequence[EndpointSettings],
+        seconds: float,
+        rule: WindowRule,
+        workloads: Mapping[str, Sequence[str]] | None = None,
+        site: str = NO_SITE,
+    ) -> None:
+        """Apply a (re)loaded config (each endpoint's workloads: seed000 alone when not given); windows of
+        series that stay keep their runs."""
         if seconds != self._seconds:
             self._windows, self._seconds = {}, seconds
-        self._windows = {e.name: self._windows.get(e.name) or RunWindow(seconds) for e in endpoints}
+        keys = [
+            SeriesKey(e.name, w, site)
+            for e in endpoints
+            for w in (workloads.get(e.name, ()) if workloads is not None else (DEFAULT_WORKLOAD,))
+        ]
+        self._windows = {k: self._windows.get(k) or RunWindow(seconds) for k in keys}
         self._static = {e.name: dict(e.labels) for e in endpoints}
         self._rule = rule
 
     def add(self, result: RunResult) -> None:
         """Account one timed run."""
-        window = self._windows.get(result.endpoint)
+        window = self._windows.get(result.series)
         if window is not None:
             window.add(KeptRun.of(result))
 
     def snapshot(self) -> WindowSnapshot:
-        """Current figures for every endpoint, and the fleet comparison over the same window."""
+        """Current figures for every series, and the fleet comparisons over the same window."""
         now = time.time()
-        figures = {name: w.figures(name, now, self._rule) for name, w in self._windows.items()}
-        ranking = rank_fleet({n: f.median for n, f in figures.items()}, window_label(self._seconds))
-        return WindowSnapshot(figures, ranking.extremes, now, dict(self._static), ranking)
+        label = window_label(self._seconds)
+        figures = {key: w.figures(key, now, self._rule) for key, w in self._windows.items()}
+        return snapshot_of(figures, rank_series(figures, label), label, now, dict(self._static))

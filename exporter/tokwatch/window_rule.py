@@ -44,6 +44,19 @@ class StoredRun(Protocol):
     def tps_set_aside(self) -> bool | None: ...
 
 
+class PrefillRun(StoredRun, Protocol):
+    """A stored run as the prefill median reads it."""
+
+    @property
+    def prefill_tokens_per_second(self) -> float | None: ...
+
+    @property
+    def cache_assisted(self) -> bool: ...
+
+    @property
+    def set_aside(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _SetAside:
     """Runs left out of window figures unless `schedule.window_includes` names `include`: those whose
@@ -114,6 +127,28 @@ class WindowRule:
         if SET_ASIDE_SAMPLES in self.include:
             return "FALSE"
         return f"{_ok_tps_sql(alias)} AND {tps_set_aside_sql(alias)}"
+
+    def prefill_sample(self, run: PrefillRun) -> float | None:
+        """The prefill tok/s a counted run gives the prefill median: that of an ok run the prefix cache did
+        not help beyond the chat template's preamble (a cache-assisted run is counted apart), unless it was
+        set aside with the TTFT it came from (or `window_includes` names set-aside figures)."""
+        if run.status != "ok" or run.cache_assisted:
+            return None
+        if SET_ASIDE_SAMPLES not in self.include and "prefill" in (run.set_aside or "").split(","):
+            return None
+        return run.prefill_tokens_per_second
+
+    def prefill_sample_sql(self, alias: str = "r") -> str:
+        """`prefill_sample is not None` as an SQL condition over `runs {alias}`."""
+        sql = (
+            f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted "
+            f"AND {alias}.prefill_tokens_per_second IS NOT NULL"
+        )
+        if SET_ASIDE_SAMPLES in self.include:
+            return sql
+        # `set_aside` is a comma-separated list of FIGURES names, and only `prefill` contains "prefill". The
+        # doubled % reads the same to SQLite's LIKE and is one % to psycopg, which takes % as a placeholder.
+        return f"{sql} AND COALESCE({alias}.set_aside, '') NOT LIKE '%%prefill%%'"
 
 
 def tps_set_aside(run: StoredRun) -> bool:

@@ -25,11 +25,11 @@ from tokwatch.bench.prompt_salt import (
 )
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.session import run_bench
-from tokwatch.bench.tokens import CharEstimate
 from tokwatch.bench.workload import Conversation, LengthRange, RequestSpec, SyntheticConversations, Turn
 from tokwatch.http import HttpClient
 from tokwatch.redact import Redactor
 from tokwatch.strict_yaml import ConfigError
+from tokwatch.tokens import CharEstimate
 
 SIM = """listen: 127.0.0.1:{port}
 servers:

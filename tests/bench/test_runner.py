@@ -245,7 +245,7 @@ async def test_trace_replay_waits_between_turns_outside_latency(tmp_path, stream
 
 
 async def test_tokenizer_gives_exact_prompt_lengths(tmp_path, stream_server, tokenizer_json):
-    from tokwatch.bench.tokens import HFTokenizer
+    from tokwatch.tokens import HFTokenizer
 
     tok = HFTokenizer(tokenizer_json)
     outcome, _ = await _bench(tmp_path / "a", stream_server.url, concurrency=2, number=6, input_tokens="37",

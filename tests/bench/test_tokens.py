@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from tokwatch.bench.tokens import CharEstimate, HFTokenizer, token_counter
 from tokwatch.bench.workload import WorkloadError
+from tokwatch.tokens import CharEstimate, HFTokenizer, token_counter
 
 
 def test_estimate_without_a_tokenizer():
@@ -40,5 +40,6 @@ def test_bad_tokenizer_file_is_a_clear_error(tmp_path):
 
 def test_missing_tokenizers_package_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # `import tokenizers` raises ImportError
-    with pytest.raises(WorkloadError, match=r"--tokenizer needs the tokenizers package: pip install"):
+    wanted = r"needs the tokenizers package: pip install 'tokwatch\[tokenizer\]'"
+    with pytest.raises(WorkloadError, match=wanted):
         HFTokenizer(str(tmp_path / "tokenizer.json"))

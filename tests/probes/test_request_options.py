@@ -1,4 +1,4 @@
-"""What probes send: a unique prefix on the timed run's prompt, and ignore_eos/min_tokens where supported."""
+"""What probes send: a fresh start of the timed run's prompt, and ignore_eos/min_tokens where supported."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aiohttp import web
 
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import run_probe
+from tokwatch.prompts import fresh_prefix
 from tokwatch.result import Status
 
 CHUNKS = [{"choices": [{"delta": {"content": w}}]} for w in ("one ", "two ", "three")]
@@ -43,7 +44,9 @@ async def test_the_timed_prompt_differs_from_the_warmups(recording, make_ctx) ->
     r = await run_probe(get_probe("openai"), make_ctx(url + "/v1", "openai", max_tokens=3))
     assert r.status is Status.OK, r.error_message
     warm, timed = (_messages(b)[-1]["content"] for b in bodies)
-    assert timed != warm and timed.startswith("[run ") and timed.endswith(warm)
+    # a fresh three-word sentence drawn from the run id leads the timed prompt: reproducible from the run
+    assert r.prompt_seed is not None and r.prompt_seed.startswith(r.run_id)
+    assert timed == fresh_prefix(r.prompt_seed) + warm and len(fresh_prefix(r.prompt_seed).split()) == 3
     # and a new prefix every run: no earlier request can have cached it
     await run_probe(get_probe("openai"), make_ctx(url + "/v1", "openai", max_tokens=3))
     assert _messages(bodies[3])[-1]["content"] != timed
@@ -51,9 +54,9 @@ async def test_the_timed_prompt_differs_from_the_warmups(recording, make_ctx) ->
 
 async def test_with_a_system_prompt_the_prefix_leads_the_system_message(recording, make_ctx) -> None:  # type: ignore[no-untyped-def]
     url, bodies = recording
-    await run_probe(get_probe("openai"), make_ctx(url + "/v1", "openai", system_prompt="Be brief."))
+    r = await run_probe(get_probe("openai"), make_ctx(url + "/v1", "openai", system_prompt="Be brief."))
     (warm_sys, warm_user), (timed_sys, timed_user) = (_messages(b) for b in bodies)
-    assert timed_sys["content"].startswith("[run ") and timed_sys["content"].endswith("Be brief.")
+    assert r.prompt_seed is not None and timed_sys["content"] == fresh_prefix(r.prompt_seed) + "Be brief."
     assert warm_sys["content"] == "Be brief." and timed_user == warm_user
 
 

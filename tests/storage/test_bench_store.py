@@ -20,7 +20,7 @@ from tokwatch.result import Status
 from tokwatch.storage.base import Store
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
-from tokwatch.storage.schema import migrations_for
+from tokwatch.storage.schema import known_version, migrations_for
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.store_commands import add_commands
 
@@ -149,9 +149,12 @@ async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> No
     store = SQLiteStore(path)
     try:
         assert (await store.schema_status()).current == 1
-        assert await store.migrate() == [2, 3, 4, 5, 6]
+        assert await store.migrate() == list(range(2, known_version("sqlite") + 1))
         assert await store.migrate() == []
         assert await store.count_runs() == 1
+        # the run stored before workloads and sites is one seed000 run from no site
+        (last,) = (await store.last_runs(0.0)).values()
+        assert (last.endpoint, last.workload, last.site, last.time) == ("a", "seed000", "", 100.0)
         await store.write_runs([RunRow(run_id="r2", time=time.time(), endpoint="a", status="ok")])
         run, requests = bench_rows(_outcome())
         assert await store.write_bench(run, requests) is True
@@ -177,7 +180,7 @@ async def test_sqlite_bench_rows_from_version_4_keep_their_data(tmp_path: Path) 
             )
     store = SQLiteStore(path)
     try:
-        assert await store.migrate() == [5, 6]
+        assert await store.migrate() == list(range(5, known_version("sqlite") + 1))
         stored = await store.bench_run("bench-1")
         assert stored is not None
         old_run, old_requests = stored
@@ -192,7 +195,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
     store = PostgresStore(pg_dsn, timeout_s=10)
     await store.open()
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6, 7]
+        assert await store.migrate() == list(range(1, known_version("postgres") + 1))
         await _roundtrip(store)
         await store.write_runs([RunRow(run_id="r1", time=time.time(), endpoint="a", status="ok")])
     finally:
@@ -207,16 +210,27 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         later += ("duration_s",)
         later += ("tps_error_ratio", "ttft_error_s", "itl_error_s", "tpot_error_s", "ttot_error_s")
         later += ("e2e_error_s", "set_aside", "tps_set_aside")
+        later += ("workload", "site", "prompt_seed", "prompt_target_tokens", "prompt_words")
+        later += ("prompt_size_missed",)
+        later += ("cached_tokens", "cache_assisted", "prefill_tokens_per_second", "prefill_source")
         for column in later:
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("DROP TABLE run_series")
+        conn.execute("DELETE FROM runs_hourly")  # as schema 2 left it: keyed by endpoint and hour
+        for column in ("workload", "site", "prefill_tps_median"):
+            conn.execute(f"ALTER TABLE runs_hourly DROP COLUMN {column}")
+        conn.execute("DROP INDEX runs_hourly_bucket")
+        conn.execute("ALTER TABLE runs_hourly ADD PRIMARY KEY (endpoint_id, bucket)")
         conn.execute("DELETE FROM tokwatch_schema WHERE version >= 3")
     store = PostgresStore(pg_dsn, timeout_s=10)
     await store.open()
     try:
         assert (await store.schema_status()).current == 2
         await store.ensure_ready()  # auto-migrates, as the exporter and `tokwatch bench` do
-        assert (await store.schema_status()).current == 7
+        assert (await store.schema_status()).current == known_version("postgres")
         assert await store.count_runs() == 1
+        series = [(k.endpoint, k.workload, k.site) for k in await store.last_runs(0.0)]
+        assert series == [("a", "seed000", "")]  # the run stored before: seed000, no site
         assert await store.bench_runs(0) == []
         run, requests = bench_rows(_outcome())
         assert await store.write_bench(run, requests) is True

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.postgres import PASSWORD
 from tokwatch.storage.rows import RunRow
+from tokwatch.storage.schema import known_version
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.store_commands import add_commands
 
@@ -45,7 +46,7 @@ def test_sqlite_migrate_status_report(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "up to date" in capsys.readouterr().out
     assert _run(["db", "status", "-c", cfg]) == 0
     out = capsys.readouterr().out
-    assert "schema:   version 6" in out and "runs:     0" in out
+    assert f"schema:   version {known_version('sqlite')}" in out and "runs:     0" in out
 
     async def seed() -> None:
         store = SQLiteStore(db)

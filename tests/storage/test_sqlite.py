@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokwatch.storage.schema import known_version
 from tokwatch.storage.sqlite import SQLiteStore
 
 
@@ -11,7 +12,7 @@ async def test_creates_its_file_and_directory_on_first_migration(tmp_path: Path)
     path = tmp_path / "db" / "tw.db"
     store = SQLiteStore(path)
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
+        assert await store.migrate() == list(range(1, known_version("sqlite") + 1))
     finally:
         await store.close()
     assert path.is_file()

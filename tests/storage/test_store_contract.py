@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from tests.support.stores import Database, run_row
+from tokwatch.series import SeriesKey
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
+from tokwatch.storage.schema import known_version
 from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
 
-MIGRATIONS = {"sqlite": [1, 2, 3, 4, 5, 6], "postgres": [1, 2, 3, 4, 5, 6, 7]}
+MIGRATIONS = {flavor: list(range(1, known_version(flavor) + 1)) for flavor in ("sqlite", "postgres")}
 # SQLite's statistics are computed in Python, PostgreSQL's by stddev_samp in SQL.
 STDDEV_REL = {"sqlite": 1e-12, "postgres": 1e-9}
 FUTURE_SCHEMA = {
@@ -64,7 +66,7 @@ async def test_history_survives_restart_and_replay_is_idempotent(database: Datab
         assert await store.write_runs(rows[:3]) == 0
         assert await store.count_runs() == 20
         last = await store.last_runs(now - 86400)
-        assert last["a"].ok_tokens_per_second == 40.0
+        assert last[SeriesKey("a")].ok_tokens_per_second == 40.0
     finally:
         await store.close()
 
@@ -77,9 +79,9 @@ async def test_rename_keeps_id_and_history(store: Store) -> None:
     assert renamed["new"] == ids["old"] and renamed["other"] == ids["other"]
     await store.write_runs([run_row("old", now - 60, 20.0)])  # a late replay under the old name: same id
     stats = await store.window_stats(now - 86400, now + 1, rule=WindowRule())
-    assert set(stats) == {"new"}
-    assert "old" not in stats
-    assert stats["new"].runs == 3 and stats["new"].median == 20.0
+    assert set(stats) == {SeriesKey("new")}
+    assert SeriesKey("old") not in stats
+    assert stats[SeriesKey("new")].runs == 3 and stats[SeriesKey("new")].median == 20.0
     again = await store.sync_endpoints([EndpointSpec("new", ("old",)), EndpointSpec("other")])
     assert again == renamed  # idempotent
 
@@ -104,7 +106,7 @@ async def test_window_figures_match_numpy(database: Database, store: Store) -> N
     await store.write_runs(rows)
     figures = await window_figures(store, now, rule=WindowRule())
     for ep, (ok_in, n_all) in expected.items():
-        f = figures[ep]
+        f = figures[SeriesKey(ep)]
         arr = np.array(ok_in)
         assert f.window == "24h"
         assert f.runs == n_all
@@ -154,10 +156,12 @@ async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(
             RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
         ]
     )
-    plain = (await store.window_stats(now - 60, now, rule=WindowRule()))["a"]
+    plain = (await store.window_stats(now - 60, now, rule=WindowRule()))[SeriesKey("a")]
     # the disturbed run counts (its status), its set-aside tok/s is no sample
     assert (plain.runs, plain.ok_runs, plain.median, plain.tps_set_aside) == (3, 3, 105.0, 1)
-    everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))["a"]
+    everything = (await store.window_stats(now - 60, now, rule=WindowRule.of(WINDOW_INCLUDABLE)))[
+        SeriesKey("a")
+    ]
     assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
     (row,) = database.execute(
         "SELECT triggered_by, timing_disturbed, max_stall_s, merged_reads FROM runs WHERE run_id = 'd'"

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from tokwatch.config import EndpointSettings
 from tokwatch.metrics.window import WindowCollector
+from tokwatch.series import SeriesKey
 from tokwatch.storage import RunWriter, StorageCollector, WindowCache
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
@@ -48,25 +49,27 @@ async def test_cache_and_collector_export_store_figures(tmp_path: Path) -> None:
         registry.register(WindowCollector(cache.snapshot))
         assert (
             registry.get_sample_value(
-                "tokwatch_window_runs", {"endpoint": "fast", "window": "24h", "region": "eu"}
+                "tokwatch_window_runs",
+                {"endpoint": "fast", "workload": "seed000", "window": "24h", "region": "eu"},
             )
             is None
         )  # nothing before the first refresh: collect() never queries
         assert await cache.refresh()
-        labels = {"endpoint": "fast", "window": "24h", "region": "eu"}
+        labels = {"endpoint": "fast", "workload": "seed000", "window": "24h", "region": "eu"}
         assert registry.get_sample_value("tokwatch_window_decode_tokens_per_second_median", labels) == 100.0
         assert registry.get_sample_value("tokwatch_window_decode_tokens_per_second_stddev", labels) == 10.0
         assert registry.get_sample_value(
             "tokwatch_window_decode_tokens_per_second_cv_ratio", labels
         ) == pytest.approx(0.1)
         assert registry.get_sample_value("tokwatch_window_uptime_ratio", labels) == 1.0
-        slow = {"endpoint": "slow", "window": "24h", "region": ""}
+        slow = {"endpoint": "slow", "workload": "seed000", "window": "24h", "region": ""}
         assert registry.get_sample_value("tokwatch_window_ok_runs", slow) == 2.0
         assert (
             registry.get_sample_value("tokwatch_window_runs", {"endpoint": "gone", "window": "24h"}) is None
         )
         ratio = registry.get_sample_value(
-            "tokwatch_fleet_fastest_vs_slowest_ratio", {"fastest": "fast", "slowest": "slow", "window": "7d"}
+            "tokwatch_fleet_fastest_vs_slowest_ratio",
+            {"fastest": "fast", "slowest": "slow", "workload": "seed000", "window": "7d"},
         )
         assert ratio == pytest.approx(2.0)
     finally:
@@ -83,7 +86,7 @@ async def test_cache_keeps_last_figures_when_store_fails(tmp_path: Path) -> None
     broken = SQLiteStore(tmp_path / "blocker")  # a directory: cannot be opened as a database
     cache._store = broken  # simulate the database going away
     assert not await cache.refresh()
-    assert cache.snapshot().figures["a"].median == 11.0
+    assert cache.snapshot().figures[SeriesKey("a")].median == 11.0
     assert cache.refresh_errors == 1
     await store.close()
     await broken.close()
@@ -134,14 +137,15 @@ def test_ranking_is_exported_once_with_neighbour_ratios() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WindowCollector(lambda: snap))
     get = registry.get_sample_value
-    assert [get("tokwatch_fleet_rank", {"endpoint": n, "window": "7d"}) for n in "bda"] == [1.0, 2.0, 3.0]
-    assert get("tokwatch_fleet_rank", {"endpoint": "c", "window": "7d"}) is None
-    assert get("tokwatch_fleet_median_tokens_per_second", {"endpoint": "d", "window": "7d"}) == 40.0
-    ratio = get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "b", "next": "d", "window": "7d"})
+    series = {"workload": "seed000", "window": "7d"}
+    assert [get("tokwatch_fleet_rank", {"endpoint": n, **series}) for n in "bda"] == [1.0, 2.0, 3.0]
+    assert get("tokwatch_fleet_rank", {"endpoint": "c", **series}) is None
+    assert get("tokwatch_fleet_median_tokens_per_second", {"endpoint": "d", **series}) == 40.0
+    ratio = get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "b", "next": "d", **series})
     assert ratio == pytest.approx(45.0 / 40.0)
-    last = {"endpoint": "d", "next": "a", "window": "7d"}
+    last = {"endpoint": "d", "next": "a", **series}
     assert get("tokwatch_fleet_faster_than_next_ratio", last) == pytest.approx(40 / 30)
 
     other = CollectorRegistry(auto_describe=False)
     other.register(WindowCollector(lambda: snap, export_fleet=False))  # a non-primary shard
-    assert other.get_sample_value("tokwatch_fleet_rank", {"endpoint": "b", "window": "7d"}) is None
+    assert other.get_sample_value("tokwatch_fleet_rank", {"endpoint": "b", **series}) is None

@@ -15,7 +15,6 @@ from tokwatch.bench.client import Target
 from tokwatch.bench.config import RANDOM_MULTI_TURN, BenchOptions
 from tokwatch.bench.datasets import load_conversations, load_prompts
 from tokwatch.bench.prompt_salt import PromptSalt, SaltedConversations, SaltedPrompts
-from tokwatch.bench.tokens import token_counter
 from tokwatch.bench.workload import (
     Conversation,
     LengthRange,
@@ -26,6 +25,7 @@ from tokwatch.config import load_config
 from tokwatch.probes import metrics_url, probe_class
 from tokwatch.request_options import merge_body
 from tokwatch.strict_yaml import ConfigError
+from tokwatch.tokens import token_counter
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,13 @@ from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.prompt_salt import SaltedPrompts
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.stop_policy import Silence, check_period
-from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
+from tokwatch.event_wait import wait_event
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
+from tokwatch.tokens import count_messages, token_counter
 
 RequestSource = SyntheticWorkload | SaltedPrompts | list[RequestSpec]
 OnRecord = Callable[[RequestRecord], None]
@@ -476,8 +477,7 @@ class BenchRunner:
 
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds` (a back-off, a trace's wait before the next turn); ends early when stopped."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await wait_event(self._stopping, seconds)
 
 
 def _system(conv: Conversation) -> tuple[Message, ...]:

@@ -63,6 +63,7 @@ class ServerCollector(Collector):
     def __init__(self, states: Iterable[ServerState] = ()) -> None:
         self._states: dict[str, ServerState] = {s.endpoint: s for s in states}
         self._parts_extra: tuple[str, ...] = ()  # label names `parts()` saw, so parts cost O(1) each
+        self.site = ""  # the exporter's site (config `site:`): a `site` label on every family when set
 
     def add(self, state: ServerState) -> None:
         """Export this endpoint's state (replaces an earlier state of the same endpoint)."""
@@ -80,7 +81,7 @@ class ServerCollector(Collector):
         """One part per endpoint (see tokwatch.exposition), revised when its state changes."""
         extra = self._parts_extra = self._extra()
         for name, state in self._states.items():
-            yield name, (state.revision, id(state), extra)
+            yield name, (state.revision, id(state), extra, self.site)
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
         """One endpoint's families (label names are still the union over all endpoints)."""
@@ -95,10 +96,11 @@ class ServerCollector(Collector):
         return tuple(sorted({k for s in self._states.values() for k in s.labels}))
 
     def _collect(self, states: list[ServerState], extra: tuple[str, ...]) -> Iterator[Metric]:
-        names = ["endpoint", *extra]
+        site = [self.site] if self.site else []
+        names = ["endpoint", *extra, *(["site"] if site else [])]
 
         def labels(s: ServerState, *more: str) -> list[str]:
-            return [s.endpoint, *(s.labels.get(k, "") for k in extra), *more]
+            return [s.endpoint, *(s.labels.get(k, "") for k in extra), *site, *more]
 
         up = GaugeMetricFamily("tokwatch_server_up", "1 if the server metrics source answered", labels=names)
         errors = CounterMetricFamily(

@@ -6,7 +6,7 @@ Names, types and labels are the contract in docs/metrics.md.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tokwatch.result import RunResult, Status
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings
@@ -82,12 +83,15 @@ class _Histogram:
 
 @dataclass
 class EndpointState:
-    """What the collectors know about one endpoint."""
+    """What the collectors know about one endpoint's runs of one workload."""
 
     settings: EndpointSettings
+    workload: str = DEFAULT_WORKLOAD
     runs: dict[Status, int] = field(default_factory=lambda: dict.fromkeys(Status, 0))
     disturbed: int = 0  # timed runs flagged timing_disturbed
     set_aside: dict[tuple[str, str], int] = field(default_factory=dict)  # (figure, reason) -> runs
+    cache_assisted: int = 0  # timed runs the prefix cache helped beyond the chat template's preamble
+    prompt_size_missed: int = 0  # timed runs whose prompt the server counted off the workload's size
     last: RunResult | None = None
     last_ok: RunResult | None = None
     # The reasoning-phase histograms appear on first observation: for a model that does not reason they
@@ -100,60 +104,89 @@ class EndpointState:
 
 
 class LabelSet:
-    """`endpoint` plus the union of static label names over all endpoints (missing ones are empty)."""
+    """`endpoint` plus the union of static label names over all endpoints (missing ones are empty), and
+    `site` when the exporter has one; per-run series add `workload` (`run_names`)."""
 
-    def __init__(self, endpoints: Sequence[EndpointSettings]) -> None:
+    def __init__(self, endpoints: Sequence[EndpointSettings], site: str = NO_SITE) -> None:
         self.static = sorted({k for ep in endpoints for k in ep.labels})
-        self.names = ["endpoint", *self.static]
+        self.site = site
+        self.names = ["endpoint", *self.static, *(["site"] if site else [])]
+        self.run_names = [*self.names, "workload"]
 
     def values(self, ep: EndpointSettings) -> list[str]:
         """Label values for one endpoint, in `names` order."""
-        return [ep.name, *(ep.labels.get(k, "") for k in self.static)]
+        return [ep.name, *(ep.labels.get(k, "") for k in self.static), *([self.site] if self.site else [])]
+
+    def run_values(self, ep: EndpointSettings, workload: str) -> list[str]:
+        """Label values for one endpoint's runs of one workload, in `run_names` order."""
+        return [*self.values(ep), workload]
 
 
 class ProbeMetrics(Collector):
-    """Probe results per endpoint; `record()` is called after every timed run. One part per endpoint.
+    """Probe results per endpoint and workload; `record()` is called after every timed run. One part per
+    endpoint (all its workloads).
 
-    Sample (`endpoint` plus the union of static labels on every family)::
+    Sample (`endpoint` plus the union of static labels, `site` when configured, on every family; `workload`
+    on every per-run family)::
 
         tokwatch_endpoint_info{endpoint="a",gpu="3090",kind="openai",model="m1"} 1.0
-        tokwatch_probe_runs_total{endpoint="a",gpu="3090",status="ok"} 4.0
-        tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090"} 1.0
-        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",figure="itl",reason="client_stall"} 1.0
-        tokwatch_probe_success{endpoint="a",gpu="3090"} 1.0
-        tokwatch_probe_status{endpoint="a",gpu="3090",status="ok"} 1.0
-        tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090"} 0.2
-        tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090"} 1.7000072e+09
-        tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",source="engine"} 96.0
-        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",le="0.25"} 3.0
-        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090"} 12.0
-    """
+        tokwatch_probe_runs_total{endpoint="a",gpu="3090",workload="seed000",status="ok"} 4.0
+        tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090",workload="seed000"} 1.0
+        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",workload="seed000",figure="itl",reason="client_stall"} 1.0
+        tokwatch_probe_success{endpoint="a",gpu="3090",workload="seed000"} 1.0
+        tokwatch_probe_status{endpoint="a",gpu="3090",workload="seed000",status="ok"} 1.0
+        tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090",workload="seed000"} 0.2
+        tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090",workload="seed000"} 1.7000072e+09
+        tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",workload="short",source="engine"} 96.0
+        tokwatch_probe_prefill_tokens_per_second{endpoint="a",gpu="3090",workload="long",source="engine"} 2150
+        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",workload="seed000",le="0.25"} 3.0
+        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090",workload="seed000"} 12.0
+    """  # noqa: E501
 
     def __init__(self) -> None:
-        self._states: dict[str, EndpointState] = {}
+        self._endpoints: dict[str, EndpointSettings] = {}
+        self._states: dict[tuple[str, str], EndpointState] = {}
+        self._workloads: dict[str, list[str]] = {}
+        self._revisions: dict[str, int] = {}
         self._labels = LabelSet(())
         self._generation = 0  # bumped on reload: label names and settings may have changed
 
-    def set_endpoints(self, endpoints: Sequence[EndpointSettings]) -> None:
-        """Apply a (re)loaded config: keep history of endpoints that stay, drop removed ones."""
-        states: dict[str, EndpointState] = {}
+    def set_endpoints(
+        self,
+        endpoints: Sequence[EndpointSettings],
+        workloads: Mapping[str, Sequence[str]] | None = None,
+        site: str = NO_SITE,
+    ) -> None:
+        """Apply a (re)loaded config: each endpoint's workloads (seed000 alone when not given) and the
+        exporter's site; history of endpoints and workloads that stay is kept, removed ones are dropped."""
+        states: dict[tuple[str, str], EndpointState] = {}
+        self._workloads = {
+            ep.name: list(workloads.get(ep.name, ())) if workloads is not None else [DEFAULT_WORKLOAD]
+            for ep in endpoints
+        }
         for ep in endpoints:
-            state = self._states.get(ep.name) or EndpointState(ep)
-            state.settings = ep
-            states[ep.name] = state
+            for w in self._workloads[ep.name]:
+                state = self._states.get((ep.name, w)) or EndpointState(ep, w)
+                state.settings = ep
+                states[(ep.name, w)] = state
         self._states = states
-        self._labels = LabelSet(endpoints)
+        self._endpoints = {ep.name: ep for ep in endpoints}
+        self._labels = LabelSet(endpoints, site)
         self._generation += 1
 
-    def state(self, name: str) -> EndpointState | None:
-        """Current state of one endpoint."""
-        return self._states.get(name)
+    def state(self, name: str, workload: str | None = None) -> EndpointState | None:
+        """Current state of one endpoint's runs of a workload (its first when None)."""
+        names = self._workloads.get(name)
+        if not names:
+            return None
+        return self._states.get((name, workload or names[0]))
 
     def record(self, result: RunResult) -> None:
         """Account one timed run."""
-        state = self._states.get(result.endpoint)
-        if state is None:  # endpoint removed by a reload while its probe ran
+        state = self._states.get((result.endpoint, result.workload))
+        if state is None:  # endpoint or workload removed by a reload while its probe ran
             return
+        self._revisions[result.endpoint] = self._revisions.get(result.endpoint, 0) + 1
         state.revision += 1
         state.runs[result.status] += 1
         state.last = result
@@ -163,6 +196,8 @@ class ProbeMetrics(Collector):
             state.set_aside[key] = state.set_aside.get(key, 0) + 1
         # A figure a client stall could have moved beyond its tolerance feeds no histogram, and a tok/s set
         # aside does not become the exported "last ok" figure (docs/methodology.md, "Disturbance").
+        state.cache_assisted += result.cache_assisted
+        state.prompt_size_missed += result.prompt_size_missed
         if result.ok and not result.tps_set_aside:
             state.last_ok = result
         if result.status in (Status.OK, Status.DEGRADED):
@@ -175,90 +210,108 @@ class ProbeMetrics(Collector):
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
         """One part per endpoint (see tokwatch.exposition)."""
         gen = self._generation
-        for name, state in self._states.items():
-            yield name, (gen, state.revision)
+        for name in self._endpoints:
+            yield name, (gen, self._revisions.get(name, 0))
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
         """One endpoint's families."""
-        state = self._states.get(str(key))
-        return self._collect([state] if state is not None else [])
+        return self._collect([str(key)] if str(key) in self._endpoints else [])
 
     def collect(self) -> Iterator[Metric]:
         """Families built from the in-memory snapshot."""
-        return self._collect(list(self._states.values()))
+        return self._collect(list(self._endpoints))
 
-    def _collect(self, states: Sequence[EndpointState]) -> Iterator[Metric]:
-        names = self._labels.names
-        fams = _Families(names)
-        for state in states:
-            lv = self._labels.values(state.settings)
-            ep = state.settings
-            fams.gauge(
+    def _collect(self, names: Sequence[str]) -> Iterator[Metric]:
+        info = _Families(self._labels.names)
+        fams = _Families(self._labels.run_names)
+        for name in names:
+            ep = self._endpoints[name]
+            info.gauge(
                 "tokwatch_endpoint_info",
                 "What each endpoint is; always 1.",
-                lv,
+                self._labels.values(ep),
                 1.0,
                 extra={"kind": ep.kind, "model": ep.model},
             )
-            for status, n in state.runs.items():
-                fams.counter(
-                    "tokwatch_probe_runs_total",
-                    "Timed probe runs by status.",
-                    lv,
-                    n,
-                    extra={"status": status.value},
-                )
-            fams.counter(
-                "tokwatch_probe_timing_disturbed_total",
-                "Timed runs with a client-timed figure set aside (timing_disturbed).",
-                lv,
-                state.disturbed,
-            )
-            # Per figure from its first set-aside run on (six figures per endpoint from zero would weigh on
-            # /metrics at fleet size; the run counter above is there from the start).
-            for (figure, reason), n in sorted(state.set_aside.items()):
-                fams.counter(
-                    "tokwatch_probe_figures_set_aside_total",
-                    "Client-timed figures set aside: a client stall bounds their error above the tolerance.",
-                    lv,
-                    n,
-                    extra={"figure": figure, "reason": reason},
-                )
-            if state.last is not None:
-                last_run_families(fams, lv, state.last, include_tps=False)
-                fams.gauge(
-                    "tokwatch_probe_last_run_timestamp_seconds",
-                    "Unix time the last timed run started.",
-                    lv,
-                    state.last.started_at,
-                )
-            if state.last_ok is not None:
-                ok = state.last_ok
-                fams.gauge(
-                    "tokwatch_probe_last_ok_timestamp_seconds",
-                    "Unix time the last ok run started.",
-                    lv,
-                    ok.started_at,
-                )
-                if ok.tokens_per_second is not None and ok.source is not None:
-                    fams.gauge(
-                        "tokwatch_probe_decode_tokens_per_second",
-                        "Decode tokens per second of the last ok run, by timing source.",
-                        lv,
-                        ok.tokens_per_second,
-                        extra={"source": ok.source.value},
-                    )
-                    _tps_error(fams, lv, ok)
-                fams.gauge(
-                    "tokwatch_probe_server_shared",
-                    "1 if the last ok run's server-counter window saw other requests.",
-                    lv,
-                    float(ok.server_shared),
-                )
-            for hname, (_, doc) in HISTOGRAMS.items():
-                if (hist := state.hist.get(hname)) is not None:
-                    fams.histogram(hname, doc, lv, hist)
+            for w in self._workloads.get(name, ()):
+                self._series(fams, self._states[(name, w)])
+        yield from info.all()
         yield from fams.all()
+
+    def _series(self, fams: _Families, state: EndpointState) -> None:
+        """The families of one endpoint's runs of one workload."""
+        lv = self._labels.run_values(state.settings, state.workload)
+        for status, n in state.runs.items():
+            fams.counter(
+                "tokwatch_probe_runs_total",
+                "Timed probe runs by status.",
+                lv,
+                n,
+                extra={"status": status.value},
+            )
+        fams.counter(
+            "tokwatch_probe_timing_disturbed_total",
+            "Timed runs with a client-timed figure set aside (timing_disturbed).",
+            lv,
+            state.disturbed,
+        )
+        # Per figure from its first set-aside run on (six figures per series from zero would weigh on
+        # /metrics at fleet size; the run counter above is there from the start).
+        for (figure, reason), n in sorted(state.set_aside.items()):
+            fams.counter(
+                "tokwatch_probe_figures_set_aside_total",
+                "Client-timed figures set aside: a client stall bounds their error above the tolerance.",
+                lv,
+                n,
+                extra={"figure": figure, "reason": reason},
+            )
+        fams.counter(
+            "tokwatch_probe_cache_assisted_total",
+            "Timed runs the server's prefix cache served beyond the chat template's preamble.",
+            lv,
+            state.cache_assisted,
+        )
+        fams.counter(
+            "tokwatch_probe_prompt_size_missed_total",
+            "Timed runs whose prompt the server counted off the workload's input size beyond tolerance.",
+            lv,
+            state.prompt_size_missed,
+        )
+        if state.last is not None:
+            last_run_families(fams, lv, state.last, include_tps=False)
+            fams.gauge(
+                "tokwatch_probe_last_run_timestamp_seconds",
+                "Unix time the last timed run started.",
+                lv,
+                state.last.started_at,
+            )
+        if state.last_ok is not None:
+            ok = state.last_ok
+            fams.gauge(
+                "tokwatch_probe_last_ok_timestamp_seconds",
+                "Unix time the last ok run started.",
+                lv,
+                ok.started_at,
+            )
+            if ok.tokens_per_second is not None and ok.source is not None:
+                fams.gauge(
+                    "tokwatch_probe_decode_tokens_per_second",
+                    "Decode tokens per second of the last ok run, by timing source.",
+                    lv,
+                    ok.tokens_per_second,
+                    extra={"source": ok.source.value},
+                )
+                _tps_error(fams, lv, ok)
+            fams.gauge(
+                "tokwatch_probe_server_shared",
+                "1 if the last ok run's server-counter window saw other requests.",
+                lv,
+                float(ok.server_shared),
+            )
+            prefill_family(fams, lv, ok)
+        for hname, (_, doc) in HISTOGRAMS.items():
+            if (hist := state.hist.get(hname)) is not None:
+                fams.histogram(hname, doc, lv, hist)
 
 
 def _observe(state: EndpointState, r: RunResult) -> None:
@@ -358,6 +411,20 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_output_tokens", "Output tokens of the run.", lv, float(r.output_tokens))
     if r.think_tokens is not None:
         fams.gauge("tokwatch_probe_think_tokens", "Reasoning tokens of the run.", lv, float(r.think_tokens))
+    if r.prompt_tokens is not None:
+        fams.gauge(
+            "tokwatch_probe_prompt_tokens",
+            "Prompt tokens of the run, as the server counted them.",
+            lv,
+            float(r.prompt_tokens),
+        )
+    if r.cached_tokens is not None:
+        fams.gauge(
+            "tokwatch_probe_cached_prompt_tokens",
+            "Prompt tokens of the run the server served from its prefix cache.",
+            lv,
+            float(r.cached_tokens),
+        )
     if r.max_stall_s is not None:
         fams.gauge(
             "tokwatch_probe_max_stall_seconds",
@@ -375,13 +442,27 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             extra={"source": r.source.value},
         )
         _tps_error(fams, lv, r)
+    if include_tps:
+        prefill_family(fams, lv, r)
 
 
-def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metric]:
+def prefill_family(fams: _Families, lv: Sequence[str], r: RunResult) -> None:
+    """The run's prefill tok/s by source (when it has one)."""
+    if r.prefill_tokens_per_second is not None and r.prefill_source is not None:
+        fams.gauge(
+            "tokwatch_probe_prefill_tokens_per_second",
+            "Prefill tokens per second (prompt tokens computed over the prefill time), by source.",
+            lv,
+            r.prefill_tokens_per_second,
+            extra={"source": r.prefill_source.value},
+        )
+
+
+def probe_result_families(result: RunResult, ep: EndpointSettings, site: str = NO_SITE) -> list[Metric]:
     """The metrics `/probe?target=` returns for one run (blackbox-exporter style)."""
-    labels = LabelSet([ep])
-    fams = _Families(labels.names)
-    last_run_families(fams, labels.values(ep), result, include_tps=True)
+    labels = LabelSet([ep], site)
+    fams = _Families(labels.run_names)
+    last_run_families(fams, labels.run_values(ep, result.workload), result, include_tps=True)
     out = list(fams.all())
     # trigger="on_demand" on every sample: Prometheus scraping both /metrics and /probe for one endpoint
     # keeps two distinct series, and the shipped rules read only the scheduled ones (`trigger=""`).

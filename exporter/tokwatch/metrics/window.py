@@ -1,7 +1,8 @@
 """Window and fleet figures: the `tokwatch_window_*` and `tokwatch_fleet_*` gauges, read from a snapshot.
 
 The snapshot comes from the store's window cache or the in-memory window (tokwatch.window); collecting it
-does no I/O. Names, types and labels are the contract in docs/metrics.md.
+does no I/O. Every figure is one series' (endpoint x workload, and the exporter's site): `workload` and
+(when configured) `site` labels. Names, types and labels are the contract in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from tokwatch.series import SeriesKey
 
 if TYPE_CHECKING:
     from tokwatch.window import WindowFigures, WindowSnapshot
@@ -34,27 +37,42 @@ _WINDOW_FAMILIES = (
         "ok runs in the window whose tok/s was set aside, so not in the median, stddev and CV.",
         "tps_set_aside",
     ),
+    (
+        "tokwatch_window_prefill_tokens_per_second_median",
+        "Median prefill tok/s of ok runs in the window, cache-assisted runs left out.",
+        "prefill_median",
+    ),
+    (
+        "tokwatch_window_cache_assisted_runs",
+        "Runs in the window the prefix cache served beyond the chat template's preamble.",
+        "cache_assisted_runs",
+    ),
+    (
+        "tokwatch_window_prompt_size_missed_runs",
+        "Runs in the window whose prompt the server counted off the workload's size.",
+        "prompt_size_missed_runs",
+    ),
 )
 
 
 class WindowCollector(Collector):
     """`tokwatch_window_*` per endpoint and the fleet figures, from the store cache or the memory window.
 
-    One part per endpoint and one for the fleet (exported by one replica of a sharded fleet). Sample::
+    One part per series and one for the fleet (exported by one replica of a sharded fleet); fleet figures
+    rank endpoints within each workload. Sample::
 
-        tokwatch_window_decode_tokens_per_second_median{endpoint="a",gpu="3090",window="24h"} 100.0
-        tokwatch_window_decode_tokens_per_second_stddev{endpoint="a",gpu="3090",window="24h"} 4.0
-        tokwatch_window_decode_tokens_per_second_cv_ratio{endpoint="a",gpu="3090",window="24h"} 0.04
-        tokwatch_window_uptime_ratio{endpoint="a",gpu="3090",window="24h"} 1.0
-        tokwatch_window_runs{endpoint="a",gpu="3090",window="24h"} 3.0
-        tokwatch_window_ok_runs{endpoint="a",gpu="3090",window="24h"} 3.0
-        tokwatch_window_timing_disturbed_runs{endpoint="a",gpu="3090",window="24h"} 1.0
-        tokwatch_window_decode_tokens_per_second_set_aside_runs{endpoint="a",gpu="3090",window="24h"} 0.0
-        tokwatch_fleet_fastest_vs_slowest_ratio{fastest="a",slowest="b",window="7d"} 1.8181818181818181
-        tokwatch_fleet_median_tokens_per_second{endpoint="a",window="7d"} 100.0
-        tokwatch_fleet_rank{endpoint="a",window="7d"} 1.0
-        tokwatch_fleet_faster_than_next_ratio{endpoint="a",next="b",window="7d"} 1.8181818181818181
-    """
+        tokwatch_window_decode_tokens_per_second_median{endpoint="a",gpu="3090",workload="seed000",window="24h"} 100
+        tokwatch_window_decode_tokens_per_second_cv_ratio{endpoint="a",gpu="3090",workload="seed000",window="24h"} 0.04
+        tokwatch_window_prefill_tokens_per_second_median{endpoint="a",gpu="3090",workload="long",window="24h"} 2150
+        tokwatch_window_uptime_ratio{endpoint="a",gpu="3090",workload="seed000",window="24h"} 1.0
+        tokwatch_window_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 3.0
+        tokwatch_window_timing_disturbed_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 1.0
+        tokwatch_window_decode_tokens_per_second_set_aside_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 0.0
+        tokwatch_fleet_fastest_vs_slowest_ratio{fastest="a",slowest="b",workload="seed000",window="7d"} 1.818
+        tokwatch_fleet_median_tokens_per_second{endpoint="a",workload="seed000",window="7d"} 100.0
+        tokwatch_fleet_rank{endpoint="a",workload="seed000",window="7d"} 1.0
+        tokwatch_fleet_faster_than_next_ratio{endpoint="a",next="b",workload="seed000",window="7d"} 1.818
+    """  # noqa: E501
 
     def __init__(
         self, snapshot: Callable[[], WindowSnapshot], *, export_fleet: bool | Callable[[], bool] = True
@@ -78,18 +96,18 @@ class WindowCollector(Collector):
         """One part per endpoint, revised when its figures change, and one for the fleet comparison."""
         snap = self._parts_snapshot = self._snapshot()
         static = self._parts_static = _static_names(snap)
-        for name, fig in snap.figures.items():
-            yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
+        for key, fig in snap.figures.items():
+            yield key, (fig, static, tuple(sorted(snap.static_labels.get(key.endpoint, {}).items())))
         if self._export_fleet():
-            yield _FLEET, (snap.fleet, snap.ranking)
+            yield _FLEET, snap.rankings
 
     def collect_part(self, key: Hashable) -> Iterator[Metric]:
-        """One endpoint's window figures, or the fleet comparison (from the snapshot `parts()` saw)."""
+        """One series' window figures, or the fleet comparison (from the snapshot `parts()` saw)."""
         snap = self._parts_snapshot or self._snapshot()
         if key == _FLEET:
             yield from self._fleet(snap)
             return
-        fig = snap.figures.get(str(key))
+        fig = snap.figures.get(key) if isinstance(key, SeriesKey) else None
         yield from self._figures(snap, [fig] if fig is not None else [], self._parts_static)
 
     def collect(self) -> Iterator[Metric]:
@@ -103,7 +121,8 @@ class WindowCollector(Collector):
         self, snap: WindowSnapshot, figures: Sequence[WindowFigures], static: Sequence[str] | None = None
     ) -> Iterator[Metric]:
         static_names = list(static) if static is not None else _static_names(snap)
-        label_names = ["endpoint", *static_names, "window"]
+        site = _with_site(snap)
+        label_names = ["endpoint", *static_names, *(["site"] if site else []), "workload", "window"]
         for name, doc, attr in _WINDOW_FAMILIES:
             family = GaugeMetricFamily(name, doc, labels=label_names)
             for fig in figures:
@@ -111,44 +130,58 @@ class WindowCollector(Collector):
                 if value is None:
                     continue
                 own = snap.static_labels.get(fig.endpoint, {})
-                values = [fig.endpoint, *(own.get(k, "") for k in static_names), fig.window]
+                values = [
+                    fig.endpoint,
+                    *(own.get(k, "") for k in static_names),
+                    *([fig.site] if site else []),
+                    fig.workload,
+                    fig.window,
+                ]
                 family.add_metric(values, value)
             yield family
 
     @staticmethod
     def _fleet(snap: WindowSnapshot) -> Iterator[Metric]:
+        site = _with_site(snap)
+        where = ["site"] if site else []
         fleet = GaugeMetricFamily(
             "tokwatch_fleet_fastest_vs_slowest_ratio",
-            "Median tok/s of the fastest endpoint over that of the slowest (ok runs).",
-            labels=["fastest", "slowest", "window"],
+            "Median tok/s of the fastest endpoint over that of the slowest (ok runs), per workload.",
+            labels=["fastest", "slowest", *where, "workload", "window"],
         )
-        if snap.fleet is not None:
-            fleet.add_metric([snap.fleet.fastest, snap.fleet.slowest, snap.fleet.window], snap.fleet.ratio)
-        yield fleet
         medians = GaugeMetricFamily(
             "tokwatch_fleet_median_tokens_per_second",
-            "Median tok/s of ok runs over the comparison window, per ranked endpoint.",
-            labels=["endpoint", "window"],
+            "Median tok/s of ok runs over the comparison window, per ranked endpoint and workload.",
+            labels=["endpoint", *where, "workload", "window"],
         )
         rank = GaugeMetricFamily(
             "tokwatch_fleet_rank",
-            "Place in the comparison ranking by median tok/s (1 = fastest).",
-            labels=["endpoint", "window"],
+            "Place in the workload's comparison ranking by median tok/s (1 = fastest).",
+            labels=["endpoint", *where, "workload", "window"],
         )
         faster = GaugeMetricFamily(
             "tokwatch_fleet_faster_than_next_ratio",
-            "Median tok/s of an endpoint over that of the next slower one in the ranking.",
-            labels=["endpoint", "next", "window"],
+            "Median tok/s of an endpoint over that of the next slower one in the workload's ranking.",
+            labels=["endpoint", "next", *where, "workload", "window"],
         )
-        if snap.ranking is not None:
-            window = snap.ranking.window
-            for i, (name, median) in enumerate(snap.ranking.ranked, start=1):
-                medians.add_metric([name, window], median)
-                rank.add_metric([name, window], float(i))
-            for pair in snap.ranking.neighbours():
-                faster.add_metric([pair.fastest, pair.slowest, window], pair.ratio)
-        yield from (medians, rank, faster)
+        # A snapshot built with one ranking only (`ranking=`) exports that one.
+        rankings = snap.rankings or ((snap.ranking,) if snap.ranking is not None else ())
+        for ranking in rankings:
+            series = [*([ranking.site] if site else []), ranking.workload, ranking.window]
+            if (extremes := ranking.extremes) is not None:
+                fleet.add_metric([extremes.fastest, extremes.slowest, *series], extremes.ratio)
+            for i, (name, median) in enumerate(ranking.ranked, start=1):
+                medians.add_metric([name, *series], median)
+                rank.add_metric([name, *series], float(i))
+            for pair in ranking.neighbours():
+                faster.add_metric([pair.fastest, pair.slowest, *series], pair.ratio)
+        yield from (fleet, medians, rank, faster)
 
 
 def _static_names(snap: WindowSnapshot) -> tuple[str, ...]:
     return tuple(sorted({k for labels in snap.static_labels.values() for k in labels}))
+
+
+def _with_site(snap: WindowSnapshot) -> bool:
+    """Figures from an exporter with a site carry a `site` label (as every series of that exporter does)."""
+    return any(f.site for f in snap.figures.values()) or any(r.site for r in snap.rankings)

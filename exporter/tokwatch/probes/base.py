@@ -7,8 +7,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from tokwatch.prompts import PromptSizer, RecentStarts
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.series import NO_SITE
+from tokwatch.tokens import token_counter
+from tokwatch.workloads import SEED000, Workload
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings, ProbeSettings
@@ -57,6 +61,14 @@ class CounterWindow(Protocol):
         ...
 
 
+def prompt_sizer(endpoint: EndpointSettings, workload: Workload) -> PromptSizer:
+    """A sizer for the endpoint's sized workload, counting with its tokenizer.json when it has one (loaded
+    once per process; raises WorkloadError when it cannot be loaded)."""
+    assert workload.input_tokens is not None
+    counter = token_counter(endpoint.tokenizer) if endpoint.tokenizer else None
+    return PromptSizer(workload.input_tokens, counter)
+
+
 @dataclass
 class ProbeContext:
     """Everything one probe run needs; built by the scheduler or the /probe handler."""
@@ -73,6 +85,29 @@ class ProbeContext:
     # watcher, that thread's (None: figures carry no error bound).
     stamps: StampLateness | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    workload: Workload = SEED000
+    site: str = NO_SITE
+    # Sizes a sized workload's prompts, learning from the server's counts run after run (None: a sizer of
+    # this run's own, calibrated by its warm-up only).
+    prompts: PromptSizer | None = None
+    # The first words of the endpoint's latest prompts, which a fresh prompt does not start with (None: this
+    # run's own, covering its warm-up).
+    starts: RecentStarts | None = None
+
+    @property
+    def timeout(self) -> float:
+        """This run's timeout: the workload's, else the endpoint's scaled by the output asked for."""
+        return self.workload.timeout_for(self.endpoint.effective_timeout, self.max_tokens)
+
+    @property
+    def max_tokens(self) -> int:
+        """Output tokens asked for: the workload's, else the endpoint's or probe's max_tokens."""
+        return self.workload.max_tokens(self.endpoint.max_tokens or self.settings.max_tokens)
+
+    @property
+    def warmup(self) -> bool:
+        """Whether a discarded warm-up precedes the timed run (the workload's say, else probe.warmup)."""
+        return self.settings.warmup if self.workload.warmup is None else self.workload.warmup
 
 
 class Probe(ABC):
@@ -87,13 +122,18 @@ class Probe(ABC):
 
 async def run_probe(probe: Probe, ctx: ProbeContext) -> RunResult:
     """Warm-up (discarded, when configured) then one timed run; no retries."""
-    if ctx.settings.warmup:
+    if ctx.workload.sized and ctx.prompts is None:
+        ctx.prompts = prompt_sizer(ctx.endpoint, ctx.workload)
+    if ctx.starts is None:
+        ctx.starts = RecentStarts()
+    if ctx.warmup:
         warm = await probe.run_once(ctx, timed=False)
         ctx.log(f"warm-up: {warm.status.value} (discarded)")
     t0 = time.perf_counter()
     result = await probe.run_once(ctx, timed=True)
     result.duration_s = time.perf_counter() - t0
     result.instance = ctx.instance
+    result.workload, result.site = ctx.workload.name, ctx.site
     ctx.log(
         f"timed run: {result.status.value}"
         + (f", {result.tokens_per_second:.2f} tok/s from {result.source}" if result.tokens_per_second else "")

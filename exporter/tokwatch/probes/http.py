@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -12,17 +13,20 @@ from tokwatch import status as status_mod
 from tokwatch.config import server_root
 from tokwatch.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.request_options import merge_body, unique_prefix
-from tokwatch.result import RunResult, Status, TimingSource, TokenEvent
+from tokwatch.prompts import FreshPrompt, fresh_prefix
+from tokwatch.request_options import merge_body
+from tokwatch.result import PrefillSource, RunResult, Status, TimingSource, TokenEvent
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.framing import decode_utf8
 from tokwatch.streams.payload import loads_json
 from tokwatch.timing import (
+    client_prefill_tps,
     client_stream_tps,
     client_wall_tps,
     itl,
     llamacpp_engine_tps,
+    llamacpp_prefill_tps,
     output_itl,
     select_within_tolerance,
     token_events,
@@ -32,37 +36,75 @@ from tokwatch.timing import (
     ttot,
 )
 
+# A sized workload's warm-up asks for at most this many tokens: it loads the model and calibrates the
+# prompt size; a long workload's full output would double its cost for nothing measured.
+WARMUP_MAX_TOKENS = 16
+
 
 @dataclass(frozen=True, slots=True)
 class RequestPlan:
-    """Resolved request settings for one run (endpoint overrides applied)."""
+    """Resolved request settings for one run (endpoint overrides and the workload applied)."""
 
     stream: bool
     max_tokens: int
     prompt: str
     system_prompt: str | None
+    fresh: FreshPrompt | None = None  # a sized workload's prompt (the user message)
+    target_tokens: int | None = None  # the size it was made for
+    seed: str | None = None  # what the fresh part (filler, or seed000's fresh sentence) was drawn from
 
 
-def plan_for(ctx: ProbeContext, *, timed: bool = False) -> RequestPlan:
-    """Probe settings with the endpoint's own overrides; a timed run's first message gets a unique prefix.
+def plan_for(ctx: ProbeContext, *, timed: bool = False, run_id: str = "") -> RequestPlan:
+    """seed000's request: the configured prompt with the endpoint's overrides; a timed run's first message
+    starts with a fresh three-word sentence drawn from the run id (`ctx.starts` picks the seed).
 
-    The prefix goes at the very start of the first message (the system prompt when there is one), since
-    prompt caches (vLLM's automatic prefix caching, llama.cpp's cache_prompt) reuse a shared leading run of
-    tokens: anything after a shared system prompt would still hit the cache for that part.
+    The fresh start goes at the very start of the first message (the system prompt when there is one),
+    since prompt caches (vLLM's automatic prefix caching, llama.cpp's cache_prompt) reuse a shared leading
+    run of tokens: all a timed run then shares with any earlier request is the chat template's preamble.
     """
     ep, s = ctx.endpoint, ctx.settings
     prompt = ep.prompt or s.prompt
     system = ep.system_prompt if ep.system_prompt is not None else s.system_prompt
+    seed = None
     if timed and s.timed_prompt == "unique":
+        led = system or prompt  # the fresh sentence must not start as the text it leads does
+        seed = _seed(ctx, run_id, led.split()[:1])
         if system:
-            system = unique_prefix() + system
+            system = fresh_prefix(seed) + system
         else:
-            prompt = unique_prefix() + prompt
+            prompt = fresh_prefix(seed) + prompt
     return RequestPlan(
         stream=s.stream if ep.stream is None else ep.stream,
-        max_tokens=ep.max_tokens or s.max_tokens,
+        max_tokens=ctx.max_tokens,
         prompt=prompt,
         system_prompt=system,
+        seed=seed,
+    )
+
+
+def _seed(ctx: ProbeContext, run_id: str, also: list[str]) -> str:
+    """The fresh part's seed: the run id, unless a recent prompt of the endpoint starts as it would."""
+    return run_id if ctx.starts is None else ctx.starts.seed_for(run_id, [w.strip(".,") for w in also])
+
+
+async def plan_run(ctx: ProbeContext, *, timed: bool, run_id: str) -> RequestPlan:
+    """The request of one run: seed000's (`plan_for`), or a sized workload's fresh prompt drawn from the run
+    id alone in the user message, sized by `ctx.prompts` in a worker thread (a tokenizer's counts would
+    hold up the measurement loop's other runs)."""
+    if not ctx.workload.sized:
+        return plan_for(ctx, timed=timed, run_id=run_id)
+    assert ctx.prompts is not None  # run_probe gives a sized workload its sizer
+    seed = _seed(ctx, run_id, [])
+    fresh = await asyncio.to_thread(ctx.prompts.build, seed)
+    ep, s = ctx.endpoint, ctx.settings
+    return RequestPlan(
+        stream=s.stream if ep.stream is None else ep.stream,
+        max_tokens=ctx.max_tokens if timed else min(ctx.max_tokens, WARMUP_MAX_TOKENS),
+        prompt=fresh.text,
+        system_prompt=None,
+        fresh=fresh,
+        target_tokens=ctx.workload.input_tokens,
+        seed=seed,
     )
 
 
@@ -168,6 +210,24 @@ class HttpProbe(Probe):
                 out[TimingSource.ENGINE] = tps
         return out
 
+    def server_prefill(self, col: StreamCollector) -> float | None:
+        """The server's own prefill tok/s (llama.cpp `timings` for OpenAI-style answers), None without."""
+        t = col.timings
+        return None if t is None else llamacpp_prefill_tps(t.prompt_n, t.prompt_ms, t.prompt_per_second)
+
+    def server_prompt(self, col: StreamCollector) -> tuple[int | None, int | None]:
+        """(prompt tokens, cached prompt tokens) as the server reports them: usage first, llama.cpp's
+        `timings` (prompt_n counts the computed ones, cache_n the cached) where usage has none."""
+        usage, t = col.usage, col.timings
+        prompt = usage.prompt_tokens if usage is not None else None
+        cached = usage.cached_tokens if usage is not None else None
+        if t is not None:
+            if cached is None:
+                cached = t.cache_n
+            if prompt is None and t.prompt_n is not None:
+                prompt = t.prompt_n + (t.cache_n or 0)
+        return prompt, cached
+
     def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
         """The server's completion-token total and where it came from."""
         if col.usage is not None and col.usage.completion_tokens is not None:
@@ -178,13 +238,24 @@ class HttpProbe(Probe):
 
     async def run_once(self, ctx: ProbeContext, *, timed: bool) -> RunResult:
         """Send one request and classify it; never raises."""
-        plan = plan_for(ctx, timed=timed)
-        result = RunResult(endpoint=ctx.endpoint.name, started_at=time.time(), status=Status.OK)
-        result.streamed = plan.stream
+        result = RunResult(
+            endpoint=ctx.endpoint.name,
+            started_at=time.time(),
+            status=Status.OK,
+            workload=ctx.workload.name,
+            site=ctx.site,
+        )
         try:
-            return await self._run(ctx, plan, result, timed)
+            plan = await plan_run(ctx, timed=timed, run_id=result.run_id)
+            result.streamed = plan.stream
+            result.prompt_target_tokens, result.prompt_seed = plan.target_tokens, plan.seed
+            result.prompt_words = plan.fresh.words if plan.fresh is not None else None
+            result = await self._run(ctx, plan, result, timed)
         except Exception as exc:  # the contract is "never raises": anything unforeseen is a provider error
             return status_mod.apply(result, status_mod.classify_exception(exc), ctx.log.redact)
+        if ctx.prompts is not None and plan.fresh is not None:
+            ctx.prompts.observe(plan.fresh, result.prompt_tokens)
+        return result
 
     async def _run(self, ctx: ProbeContext, plan: RequestPlan, result: RunResult, timed: bool) -> RunResult:
         url, body = self.request(ctx, plan)
@@ -195,14 +266,18 @@ class HttpProbe(Probe):
         before = await _snapshot(ctx, counters)
         col = StreamCollector()
         sent_at = end = time.perf_counter()
-        ctx.log(f"POST {url} stream={plan.stream} max_tokens={plan.max_tokens}")
+        fresh = plan.fresh
+        size = "" if fresh is None else f" prompt ~{plan.target_tokens} tokens ({fresh.words} words)"
+        ctx.log(
+            f"POST {url} workload={ctx.workload.name}{size} stream={plan.stream} max_tokens={plan.max_tokens}"
+        )
         try:
             async with ctx.http.stream(
                 "POST",
                 url,
                 json_body=body,
                 headers=self.headers(ctx.api_key),
-                timeout=ctx.endpoint.effective_timeout,
+                timeout=ctx.timeout,
                 max_bytes=ctx.settings.max_response_bytes,
             ) as resp:
                 sent_at = resp.sent_at
@@ -212,6 +287,10 @@ class HttpProbe(Probe):
                 if bad is not None:
                     text = await _error_body(resp)
                     outcome = status_mod.classify_http_status(resp.status, text) or bad
+                    if outcome.error_class == status_mod.CONTEXT_EXCEEDED:
+                        outcome = status_mod.context_exceeded(
+                            outcome, ctx.workload.name, plan.target_tokens, plan.max_tokens
+                        )
                     return status_mod.apply(result, outcome, ctx.log.redact)
                 content_type = resp.headers.get("Content-Type", "").lower()
                 is_json = "json" in content_type and "ndjson" not in content_type
@@ -244,12 +323,13 @@ class HttpProbe(Probe):
             result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
         after = await _snapshot(ctx, counters)
         measurement = _measure(ctx, counters, before, after)
-        self._fill(ctx, result, col, sent_at, end, measurement)
+        self._fill(ctx, plan, result, col, sent_at, end, measurement)
         return result
 
     def _fill(
         self,
         ctx: ProbeContext,
+        plan: RequestPlan,
         result: RunResult,
         col: StreamCollector,
         sent_at: float,
@@ -264,8 +344,7 @@ class HttpProbe(Probe):
             result.tokens_source = total_source
         result.output_tokens = total_tokens(events, "output") if events else (n if total is not None else 0)
         result.think_tokens = total_tokens(events, "think") if events else 0
-        if col.usage is not None:
-            result.prompt_tokens = col.usage.prompt_tokens
+        result.prompt_tokens, result.cached_tokens = self.server_prompt(col)
         result.finish_reason = col.finish_reason
         result.e2e_s = end - sent_at
         bounds = _bounds(ctx, events, sent_at, end, result.e2e_s, n)
@@ -318,10 +397,12 @@ class HttpProbe(Probe):
         result.server_shared = chosen.server_shared
         for source, why in chosen.skipped.items():
             ctx.log(f"timing source {source} skipped: {why}")
+        _prefill(result, self.server_prefill(col))
+        _judge_prompt(ctx, plan, result)
         verdict = status_mod.judge_answer(
             result,
             completion_tokens=n,
-            max_tokens=plan_for(ctx).max_tokens,
+            max_tokens=plan.max_tokens,
             short_output=ctx.settings.short_output,
             text_bytes=_text_bytes(col) if col.deltas else None,
             answered_model=col.model,
@@ -341,6 +422,47 @@ def _bounds(
         return None
     late = ctx.stamps.lateness([*(sent_at + e.t for e in events), end])
     return figure_bounds(events, e2e_s, n, late[:-1], late[-1])
+
+
+def _prefill(result: RunResult, engine: float | None) -> None:
+    """Prefill tok/s candidates and the chosen one: the engine's own figure first, else prompt tokens
+    computed over TTFT (docs/methodology.md, "Prefill speed")."""
+    candidates: dict[PrefillSource, float] = {}
+    if engine is not None:
+        candidates[PrefillSource.ENGINE] = engine
+    if result.streamed:
+        client = client_prefill_tps(result.prompt_tokens, result.cached_tokens, result.ttft_s)
+        if client is not None:
+            candidates[PrefillSource.CLIENT_TTFT] = client
+    result.prefill_candidates = candidates
+    for source in PrefillSource:
+        if source in candidates:
+            result.prefill_source, result.prefill_tokens_per_second = source, candidates[source]
+            break
+    if result.prefill_source is PrefillSource.CLIENT_TTFT and "ttft" in result.set_aside:
+        # Prompt tokens over a TTFT a client stall could have moved beyond its tolerance: as far off.
+        result.set_aside["prefill"] = result.set_aside["ttft"]
+
+
+def _judge_prompt(ctx: ProbeContext, plan: RequestPlan, result: RunResult) -> None:
+    """Flag a sized prompt the server counted off its size, and a run the prefix cache helped beyond the
+    chat template's preamble (docs/methodology.md, "Workloads and fresh prompts")."""
+    allowance = ctx.settings.cache_preamble_tokens
+    if result.cached_tokens is not None and result.cached_tokens > allowance:
+        result.cache_assisted = True
+        ctx.log(
+            f"cache-assisted: {result.cached_tokens} prompt tokens cached, more than the {allowance} "
+            "a chat template's preamble accounts for"
+        )
+    target, counted = plan.target_tokens, result.prompt_tokens
+    if target is None or counted is None:
+        return
+    if abs(counted - target) > ctx.settings.prompt_tolerance * target:
+        result.prompt_size_missed = True
+        ctx.log(
+            f"prompt size missed: the server counted {counted} prompt tokens for the {target} of workload "
+            f"{ctx.workload.name} (tolerance {ctx.settings.prompt_tolerance:.0%})"
+        )
 
 
 def _text_bytes(col: StreamCollector) -> int:

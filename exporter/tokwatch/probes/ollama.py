@@ -11,7 +11,7 @@ from tokwatch.result import RunResult, TimingSource
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.ollama import OllamaStreamParser
-from tokwatch.timing import ollama_engine_tps, ollama_server_wall_tps
+from tokwatch.timing import ollama_engine_tps, ollama_prefill_tps, ollama_server_wall_tps
 
 # Ollama reports a few milliseconds of load_duration even when the model is already resident; a reload of
 # an evicted model takes hundreds of milliseconds at least. Anything above this counts as a cold load.
@@ -69,13 +69,24 @@ class OllamaProbe(HttpProbe):
             return col.ollama.eval_count, "engine"
         return None, "engine"
 
+    def server_prompt(self, col: StreamCollector) -> tuple[int | None, int | None]:
+        """prompt_eval_count (the prompt tokens Ollama evaluated) and prompt_eval_cached_count if sent."""
+        final = col.ollama
+        return (None, None) if final is None else (final.prompt_eval_count, final.prompt_eval_cached_count)
+
+    def server_prefill(self, col: StreamCollector) -> float | None:
+        """prompt_eval_count / prompt_eval_duration."""
+        final = col.ollama
+        if final is None:
+            return None
+        return ollama_prefill_tps(final.prompt_eval_count, final.prompt_eval_duration_ns)
+
     def server_candidates(self, col: StreamCollector, result: RunResult) -> dict[TimingSource, float]:
         """Engine figure, or the total-duration figure when the upstream strips eval_duration."""
         out: dict[TimingSource, float] = {}
         final = col.ollama
         if final is None:
             return out
-        result.prompt_tokens = final.prompt_eval_count
         if final.load_duration_ns is not None:
             result.cold = final.load_duration_ns > COLD_LOAD_MIN_NS
         engine = ollama_engine_tps(final.eval_count, final.eval_duration_ns)

@@ -65,6 +65,9 @@ class ModelProfile(StrictModel):
     name: str = Field(min_length=1, max_length=200)
     decode_tps: float = Field(50.0, gt=0.0, le=1_000_000.0)
     prefill_tps: float = Field(2000.0, gt=0.0)
+    # The model's context length: a longer request is refused as the dialect refuses it (Ollama truncates
+    # the prompt to it instead, as its num_ctx does). None: unlimited.
+    context_tokens: int | None = Field(None, ge=1)
     jitter: float = Field(0.0, ge=0.0, le=1.0)
     contention: float = Field(0.0, ge=0.0)
     think_tokens: int = Field(0, ge=0)

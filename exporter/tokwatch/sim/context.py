@@ -10,7 +10,7 @@ from aiohttp import web
 
 from tokwatch.sim.config import ModelProfile
 from tokwatch.sim.engine import Engine
-from tokwatch.sim.faults import draw_fault, not_found_model
+from tokwatch.sim.faults import context_exceeded, draw_fault, not_found_model
 from tokwatch.sim.generation import Generation
 from tokwatch.sim.profile import Limits, TokenPlan, plan_tokens, request_rng
 from tokwatch.sim.runtime import ServerState
@@ -53,6 +53,19 @@ class SimRequest:
         )
 
 
+def _asked(limits: Limits, profile: ModelProfile) -> int:
+    """The output a request asks for (the model's default when it names none)."""
+    return limits.max_tokens if limits.max_tokens is not None else profile.default_max_tokens
+
+
+def _refused(dialect: str, prompt_tokens: int, asked: int, context: int) -> bool:
+    """llama-server refuses a prompt that fills its context (a long output just stops at the end of it);
+    the OpenAI-style servers refuse a prompt and output that do not fit together."""
+    if dialect == "llamacpp":
+        return prompt_tokens >= context
+    return prompt_tokens + asked > context
+
+
 def open_request(
     server: ServerState,
     route: str,
@@ -87,6 +100,11 @@ def open_request(
     if server.settings.dialect == "ollama" and cold_draw < profile.cold_load_probability:
         load_seconds = profile.cold_load_duration
     prompt_tokens = count_prompt_tokens(prompt_texts)
+    context, dialect = profile.context_tokens, server.settings.dialect
+    if context is not None and dialect == "ollama":
+        prompt_tokens = min(prompt_tokens, context)  # Ollama keeps the end of a prompt longer than num_ctx
+    elif context is not None and _refused(dialect, prompt_tokens, _asked(limits, profile), context):
+        return context_exceeded(dialect, prompt_tokens, _asked(limits, profile), context, request_id)
     engine = server.engine_for(seq)
     rec = RequestTruth(
         request_id=request_id,

@@ -88,6 +88,49 @@ def not_found_model(dialect: str, model: str, request_id: str | None) -> web.Res
     return error_response(dialect, 404, request_id, msg)
 
 
+def context_exceeded(
+    dialect: str, prompt_tokens: int, max_tokens: int, context: int, request_id: str | None
+) -> web.Response:
+    """A request longer than the model's context, refused as each server refuses it (Ollama truncates the
+    prompt instead and never gets here)."""
+    headers = {"x-sim-request-id": request_id} if request_id else None
+    body: dict[str, Any]
+    if dialect == "openai":
+        body = {
+            "error": {
+                "message": f"This model's maximum context length is {context} tokens. However, your messages "
+                f"resulted in {prompt_tokens + max_tokens} tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    elif dialect == "llamacpp":
+        body = {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt_tokens,
+                "n_ctx": context,
+            }
+        }
+    elif dialect == "sglang":
+        message = (
+            f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+            f"({context} tokens)."
+        )
+        body = {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+    else:  # vLLM
+        message = (
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+        body = {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+    return web.json_response(body, status=400, headers=headers)
+
+
 def reset_connection(request: web.Request) -> None:
     """Abort the TCP connection with an RST (SO_LINGER 0), as a crashed proxy or server would."""
     transport = request.transport

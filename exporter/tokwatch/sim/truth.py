@@ -89,6 +89,12 @@ class RequestTruth:
         return self.scheduled_at + self.load_seconds + self.prefill_seconds
 
     @property
+    def prefill_tps(self) -> float | None:
+        """True prefill rate: the prompt tokens computed (cached ones left out) over the prefill time."""
+        computed = self.prompt_tokens - self.cached_tokens
+        return computed / self.prefill_seconds if self.prefill_seconds > 0 and computed > 0 else None
+
+    @property
     def decode_seconds(self) -> float | None:
         """First to last generated token (covers tokens - 1 gaps), as vLLM's request_decode_time."""
         if len(self.generated_at) < 2:
@@ -140,6 +146,7 @@ class RequestTruth:
             "prefill_end": self.prefill_end,
             "decode_seconds": self.decode_seconds,
             "decode_tps": self.decode_tps,
+            "prefill_tps": self.prefill_tps,
         }
 
 

@@ -64,19 +64,23 @@ class StatusPages:
         self._last_good = ov
         return Page(200, render_overview(ov, config))
 
-    async def endpoint(self, name: str) -> Page:
-        """One endpoint's history; a former name redirects to the current one."""
+    async def endpoint(self, name: str, workload: str | None = None, site: str | None = None) -> Page:
+        """One endpoint's history (of one of its workloads, from one site: its first and this exporter's
+        when not given); a former name redirects to the current one."""
         config, store, now = self._config(), self._store(), self._clock()
         ep = config.endpoint(name)
         if ep is None:
             renamed = next((e for e in config.endpoints if name in e.renamed_from), None)
             if renamed is not None:
-                return Page(301, "", endpoint_href(renamed.name))
+                return Page(301, "", endpoint_href(renamed.name, workload, site))
             return Page(404, render_message("Unknown endpoint", f"No endpoint named {name!r}.", now, config))
+        if workload is not None and config.workload_for(ep, workload) is None:
+            message = f"Endpoint {ep.name} has no workload {workload!r}."
+            return Page(404, render_message("Unknown workload", message, now, config))
         if store is None:
             return Page(200, render_message(ep.name, _NO_STORE, now, config))
         try:
-            page = await build_endpoint_page(store, config, ep, now)
+            page = await build_endpoint_page(store, config, ep, now, workload=workload, site=site)
         except StorageError as exc:
             return Page(503, render_message(ep.name, f"Store unavailable ({redact(str(exc))}).", now, config))
         return Page(200, render_endpoint(page, config))

@@ -1,8 +1,10 @@
 """What the status page shows, assembled from the store: tiles, the comparison strip, an endpoint's history.
 
-Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges and
-`tokwatch report` (`tokwatch.window_rule`: on-demand runs and set-aside tok/s figures left out unless
-`schedule.window_includes` names them), through the same `window_figures`.
+A tile per series: each configured endpoint, with each of its workloads, from each site that stored runs
+of it (the exporter's own site always), side by side. Figures use the definitions of docs/methodology.md
+and the same window rule as the exported gauges and `tokwatch report` (`tokwatch.window_rule`: on-demand
+runs and set-aside tok/s figures left out unless `schedule.window_includes` names them), through the same
+`window_figures`.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.config import Config, EndpointSettings
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.stats import median
 from tokwatch.storage.base import LastRun, RunPoint, Store
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
-from tokwatch.window import FleetRanking, WindowFigures, rank_fleet, window_label
+from tokwatch.window import FleetRanking, WindowFigures, primary_ranking, rank_series, window_label
 from tokwatch.window_rule import WindowRule
 
 SPARK_RUNS = 48  # runs on a tile's sparkline
@@ -28,15 +31,22 @@ MAX_INCIDENTS = 50
 
 @dataclass(frozen=True, slots=True)
 class Tile:
-    """One endpoint's tile: current status, 24 h figures, recent runs (oldest first) and the headline: the
-    newest ok run whose tok/s the window figures take (scheduled, not set aside, unless
-    `schedule.window_includes` names more), however old."""
+    """One series' tile (an endpoint's runs of one workload from one site): current status, 24 h figures,
+    recent runs (oldest first) and the headline: the newest ok run among the runs the window figures take
+    (scheduled, not set aside, unless `schedule.window_includes` names more), however old."""
 
     endpoint: EndpointSettings
     last: LastRun | None  # the newest run of any kind: the status pill
     day: WindowFigures | None
     spark: Sequence[RunPoint]
     headline: RunPoint | None = None
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+
+    @property
+    def key(self) -> SeriesKey:
+        """(endpoint, workload, site)."""
+        return SeriesKey(self.endpoint.name, self.workload, self.site)
 
     @property
     def status(self) -> str | None:
@@ -46,12 +56,14 @@ class Tile:
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """The whole status page: a tile per configured endpoint and the ranked comparison strip."""
+    """The whole status page: a tile per series and the ranked comparison strips (one per workload and
+    site; `ranking` is the primary one: seed000's from the exporter's own site when measured)."""
 
     generated_at: float
     tiles: Sequence[Tile]
     ranking: FleetRanking  # 7-day median of ok runs, fastest first
-    unranked: Sequence[str]  # endpoints without an ok run in 7 days
+    unranked: Sequence[str]  # endpoints without an ok run in 7 days (in the primary ranking)
+    rankings: Sequence[FleetRanking] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +94,35 @@ class Incident:
 
 @dataclass(frozen=True, slots=True)
 class EndpointPage:
-    """An endpoint's page: daily medians and uptime, its last runs (newest first) and incidents."""
+    """An endpoint's page for one of its series: daily medians and uptime, its last runs (newest first) and
+    incidents; `series` lists every series of the endpoint to switch to."""
 
     generated_at: float
     endpoint: EndpointSettings
     days: Sequence[Day]
     runs: Sequence[RunPoint]
     incidents: Sequence[Incident] = field(default_factory=tuple)
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    series: Sequence[SeriesKey] = ()
+
+
+def series_of(config: Config, seen: Sequence[SeriesKey] = ()) -> list[SeriesKey]:
+    """Every series the page shows: each endpoint of the config with each of its workloads, from the
+    exporter's own site and from every other site in `seen` (series with stored runs), side by side."""
+    sites: dict[str, set[str]] = {}
+    for key in seen:
+        sites.setdefault(key.endpoint, set()).add(key.site)
+    out = []
+    for ep in config.endpoints:
+        others = sorted(sites.get(ep.name, set()) - {config.site_name})
+        for w in config.workloads_for(ep):
+            out += [SeriesKey(ep.name, w.name, site) for site in (config.site_name, *others)]
+    return out
 
 
 async def build_overview(store: Store, config: Config, now: float | None = None) -> Overview:
-    """Query the store for every endpoint of the (whole-fleet) config."""
+    """Query the store for every series of the (whole-fleet) config, from every site."""
     now = time.time() if now is None else now
     rule = WindowRule.of(config.schedule.window_includes)
     names = [e.name for e in config.endpoints]
@@ -103,54 +133,76 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
         store.last_runs(0.0),
         store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, rule=rule),
     )
-    headlines = {name: _newest_ok(runs, rule) for name, runs in recent.items()}
+    keys = series_of(config, list(last))
+    headlines = {key: _newest_ok(runs, rule) for key, runs in recent.items()}
 
-    def look_further(name: str) -> bool:
+    def look_further(key: SeriesKey) -> bool:
         """Runs that count in the last 7 days but none ok: an incident longer than the sparkline. No run at
         all in 7 days: a paused endpoint. Recent runs none of which counts (an endpoint probed only through
         /probe) have no headline, as they have no figures, and cost no search through their history."""
-        lr = last.get(name)
-        if headlines.get(name) is not None or lr is None or lr.ok_time is None:
+        lr = last.get(key)
+        if headlines.get(key) is not None or lr is None or lr.ok_time is None:
             return False
-        return bool(recent.get(name)) or lr.time < now - FLEET_WINDOW_S
+        return bool(recent.get(key)) or lr.time < now - FLEET_WINDOW_S
 
-    older = [e.name for e in config.endpoints if look_further(e.name)]
+    older = [key for key in keys if look_further(key)]
     if older:
-        found = await asyncio.gather(*(_headline_before(store, name, rule) for name in older))
+        found = await asyncio.gather(*(_headline_before(store, key, rule) for key in older))
         headlines.update(zip(older, found, strict=True))
+    endpoints = {e.name: e for e in config.endpoints}
     tiles = [
         Tile(
-            e,
-            last.get(e.name),
-            day.get(e.name),
-            _plotted(reversed(recent.get(e.name, [])), rule),
-            headlines.get(e.name),
+            endpoints[key.endpoint],
+            last.get(key),
+            day.get(key),
+            _plotted(reversed(recent.get(key, [])), rule),
+            headlines.get(key),
+            key.workload,
+            key.site,
         )
-        for e in config.endpoints
+        for key in keys
     ]
-    ranking = rank_fleet({n: f.median for n, f in week.items()}, window_label(FLEET_WINDOW_S))
+    label = window_label(FLEET_WINDOW_S)
+    wanted = set(keys)
+    rankings = rank_series({k: f for k, f in week.items() if k in wanted}, label)
+    own = [r for r in rankings if r.site == config.site_name]
+    ranking = primary_ranking(own or rankings, label)
     ranked = {n for n, _ in ranking.ranked}
-    return Overview(now, tiles, ranking, [n for n in names if n not in ranked])
+    return Overview(now, tiles, ranking, [n for n in names if n not in ranked], rankings)
 
 
 async def build_endpoint_page(
-    store: Store, config: Config, endpoint: EndpointSettings, now: float | None = None
+    store: Store,
+    config: Config,
+    endpoint: EndpointSettings,
+    now: float | None = None,
+    *,
+    workload: str | None = None,
+    site: str | None = None,
 ) -> EndpointPage:
-    """Daily figures over HISTORY_DAYS, the last LAST_RUNS runs and the incidents of one endpoint."""
+    """Daily figures over HISTORY_DAYS, the last LAST_RUNS runs and the incidents of one endpoint's series:
+    `workload` (its first when None) from `site` (the exporter's own when None)."""
     now = time.time() if now is None else now
     rule = WindowRule.of(config.schedule.window_includes)
     since = day_start(now) - (HISTORY_DAYS - 1) * DAY_S
-    history, latest = await asyncio.gather(
-        store.recent_runs(since, None, endpoint=endpoint.name, rule=rule),
-        store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name),
+    workload = workload or config.workloads_for(endpoint)[0].name
+    site = config.site_name if site is None else site
+    key = SeriesKey(endpoint.name, workload, site)
+    history, latest, last = await asyncio.gather(
+        store.recent_runs(since, None, endpoint=endpoint.name, rule=rule, workload=workload, site=site),
+        store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name, workload=workload, site=site),
+        store.last_runs(0.0),
     )
-    oldest_first = list(reversed(history.get(endpoint.name, [])))
+    oldest_first = list(reversed(history.get(key, [])))
     return EndpointPage(
         now,
         endpoint,
         daily(oldest_first, since, now, rule),
-        latest.get(endpoint.name, []),
+        latest.get(key, []),
         incidents(oldest_first)[-MAX_INCIDENTS:][::-1],
+        workload,
+        site,
+        [k for k in series_of(config, list(last)) if k.endpoint == endpoint.name],
     )
 
 
@@ -167,12 +219,15 @@ def _newest_ok(runs_newest_first: Sequence[RunPoint], rule: WindowRule) -> RunPo
     return next((r for r in runs_newest_first if rule.sample(r) is not None), None)
 
 
-async def _headline_before(store: Store, name: str, rule: WindowRule) -> RunPoint | None:
+async def _headline_before(store: Store, key: SeriesKey, rule: WindowRule) -> RunPoint | None:
     """The newest ok run under the window rule at any age: pages of growing size until one is found or the
     history ends, so a long incident costs a few index range scans and a healthy endpoint none."""
     limit = HEADLINE_LOOKBACK
     while True:
-        runs = (await store.recent_runs(0.0, limit, endpoint=name, rule=rule)).get(name, [])
+        found_runs = await store.recent_runs(
+            0.0, limit, endpoint=key.endpoint, rule=rule, workload=key.workload, site=key.site
+        )
+        runs = found_runs.get(key, [])
         found = _newest_ok(runs, rule)
         if found is not None or len(runs) < limit:
             return found

@@ -6,9 +6,10 @@ import datetime as dt
 import html
 from collections.abc import Sequence
 from importlib import resources
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from tokwatch.config import Config, EndpointSettings
+from tokwatch.series import DEFAULT_WORKLOAD, SeriesKey
 from tokwatch.statuspage import svg
 from tokwatch.statuspage.model import (
     HISTORY_DAYS,
@@ -20,7 +21,7 @@ from tokwatch.statuspage.model import (
     Tile,
 )
 from tokwatch.storage.base import RunPoint
-from tokwatch.window import CV_TIGHT, CV_TYPICAL, WindowFigures, cv_band, window_label
+from tokwatch.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
 
 REFRESH_S = 30
 STATUS_LABELS = {
@@ -40,9 +41,21 @@ def _e(text: object) -> str:
     return html.escape(str(text))
 
 
-def endpoint_href(name: str) -> str:
-    """URL path of an endpoint's page."""
-    return "/endpoints/" + quote(name, safe="")
+def endpoint_href(name: str, workload: str | None = None, site: str | None = None) -> str:
+    """URL path of an endpoint's page (of one of its series, when a workload or site is given)."""
+    query = {k: v for k, v in (("workload", workload), ("site", site)) if v is not None}
+    return "/endpoints/" + quote(name, safe="") + (f"?{urlencode(query)}" if query else "")
+
+
+def series_href(key: SeriesKey, config: Config) -> str:
+    """The endpoint page of one series: the workload and site in the query unless they are the defaults."""
+    ep = config.endpoint(key.endpoint)
+    first = config.workloads_for(ep)[0].name if ep is not None else DEFAULT_WORKLOAD
+    return endpoint_href(
+        key.endpoint,
+        None if key.workload == first else key.workload,
+        None if key.site == config.site_name else key.site,
+    )
 
 
 def _utc(t: float) -> str:
@@ -68,8 +81,9 @@ def _pill(status: str | None) -> str:
     return f'<span class="pill st-{_e(status)}" data-status="{_e(status)}">{_e(label)}</span>'
 
 
-def _chips(ep: EndpointSettings) -> str:
-    chips = [ep.kind, ep.model, *(f"{k}={v}" for k, v in sorted(ep.labels.items()))]
+def _chips(ep: EndpointSettings, workload: str | None = None, site: str | None = None) -> str:
+    series = [*([f"workload {workload}"] if workload else []), *([f"site {site}"] if site else [])]
+    chips = [*series, ep.kind, ep.model, *(f"{k}={v}" for k, v in sorted(ep.labels.items()))]
     return '<div class="chips">' + "".join(f'<span class="chip">{_e(c)}</span>' for c in chips) + "</div>"
 
 
@@ -96,7 +110,7 @@ def _figures(day: WindowFigures | None) -> str:
         '<dl class="figs">'
         f'<div class="median"><dt>24 h median</dt><dd>{median}</dd></div>'
         f'<div class="cv band-{band or "none"}" data-band="{band or "none"}"><dt>CV (stddev)</dt>{cv}</div>'
-        f'<div class="uptime"><dt>24 h uptime</dt>{uptime}</div>'
+        f'<div class="uptime"><dt>24 h uptime</dt>{uptime}</div>{_prefill(day)}'
         "</dl>"
     )
 
@@ -117,7 +131,21 @@ def _set_aside(day: WindowFigures | None) -> str:
     )
 
 
-def _tile(tile: Tile, now: float) -> str:
+def _prefill(day: WindowFigures | None) -> str:
+    """The 24 h prefill median, with the runs counted apart from it (only where there is one)."""
+    if day is None or day.prefill_median is None:
+        return ""
+    counts = ((day.cache_assisted_runs, "cache-assisted"), (day.prompt_size_missed_runs, "off size"))
+    apart = [f"{n} {what}" for n, what in counts if n]
+    note = f'<small class="muted"> ({", ".join(apart)})</small>' if apart else ""
+    return (
+        f'<div class="prefill"><dt>24 h prefill</dt><dd>{day.prefill_median:,.0f}<small> tok/s</small>'
+        f"{note}</dd></div>"
+    )
+
+
+def _tile(tile: Tile, now: float, config: Config, many: tuple[bool, bool]) -> str:
+    """One series' tile; `many`: (several workloads, several sites) on the page, each then named."""
     ep, last, ok = tile.endpoint, tile.last, tile.headline
     if ok is not None and ok.tokens_per_second is not None:
         source = _e(ok.timing_source or "unknown source")
@@ -135,35 +163,53 @@ def _tile(tile: Tile, now: float) -> str:
         if last
         else "not probed yet"
     )
+    workloads, sites = many
+    chips = _chips(ep, tile.workload if workloads else None, (tile.site or "(none)") if sites else None)
     return (
-        f'<article class="tile" data-endpoint="{_e(ep.name)}" data-status="{_e(tile.status or "none")}">'
-        f'<header><a class="name" href="{endpoint_href(ep.name)}">{_e(ep.name)}</a>'
+        f'<article class="tile" data-endpoint="{_e(ep.name)}" data-status="{_e(tile.status or "none")}" '
+        f'data-workload="{_e(tile.workload)}" data-site="{_e(tile.site)}">'
+        f'<header><a class="name" href="{series_href(tile.key, config)}">{_e(ep.name)}</a>'
         f"{_pill(tile.status)}</header>"
-        f"{_chips(ep)}{headline}{_figures(tile.day)}{_set_aside(tile.day)}{svg.sparkline(tile.spark)}"
+        f"{chips}{headline}{_figures(tile.day)}{_set_aside(tile.day)}{svg.sparkline(tile.spark)}"
         f'<small class="muted">{seen}</small></article>'
     )
 
 
-def _strip(ov: Overview) -> str:
-    if not ov.ranking.ranked and not ov.unranked:
+def _strip(ov: Overview, config: Config) -> str:
+    """The primary ranking (with the unranked endpoints), then every other workload's and site's."""
+    primary = (ov.ranking.workload, ov.ranking.site)
+    others = [r for r in ov.rankings if r.ranked and (r.workload, r.site) != primary]
+    if not ov.ranking.ranked and not ov.unranked and not others:
         return ""
-    ranks = "".join(
-        f'<li data-endpoint="{_e(name)}"><a href="{endpoint_href(name)}">{_e(name)}</a> '
-        f"{median:.1f} tok/s</li>"
-        for name, median in ov.ranking.ranked
-    )
-    pairs = "".join(
-        f'<li class="pair">{_e(c.fastest)} is {c.percent_faster:.0f} % faster than {_e(c.slowest)}</li>'
-        for c in ov.ranking.neighbours()
-    )
     unranked = (
         f'<p class="muted">Not ranked (no ok run in 7 days): {_e(", ".join(ov.unranked))}</p>'
         if ov.unranked
         else ""
     )
+    named = bool(others)
+    sections = [_ranking(ov.ranking, config, named, unranked, "comparison")]
+    sections += [_ranking(r, config, True, "", f"comparison-{r.workload}-{r.site}") for r in others]
+    return "".join(sections)
+
+
+def _ranking(ranking: FleetRanking, config: Config, named: bool, after: str, anchor: str) -> str:
+    """One comparison strip: the ranking and the neighbours' ratios (the workload named when `named`)."""
+    ranks = "".join(
+        f'<li data-endpoint="{_e(name)}">'
+        f'<a href="{series_href(SeriesKey(name, ranking.workload, ranking.site), config)}">{_e(name)}</a> '
+        f"{median:.1f} tok/s</li>"
+        for name, median in ranking.ranked
+    )
+    pairs = "".join(
+        f'<li class="pair">{_e(c.fastest)} is {c.percent_faster:.0f} % faster than {_e(c.slowest)}</li>'
+        for c in ranking.neighbours()
+    )
+    what = f" · workload {_e(ranking.workload)}" if named else ""
+    where = f" · site {_e(ranking.site)}" if ranking.site else ""
     return (
-        '<section class="strip" id="comparison"><h2>Comparison · 7-day median of ok runs</h2>'
-        f'<ol class="ranking">{ranks}</ol><ul class="pairs">{pairs}</ul>{unranked}</section>'
+        f'<section class="strip" id="{_e(anchor)}" data-workload="{_e(ranking.workload)}" '
+        f'data-site="{_e(ranking.site)}"><h2>Comparison · 7-day median of ok runs{what}{where}</h2>'
+        f'<ol class="ranking">{ranks}</ol><ul class="pairs">{pairs}</ul>{after}</section>'
     )
 
 
@@ -176,13 +222,14 @@ def methodology(config: Config) -> str:
     includes = ", ".join(s.window_includes) or "neither"
     unique = ""
     if p.timed_prompt == "unique":
-        unique = ", a unique prefix on the timed run so it is no prefix-cache hit"
+        unique = ", the timed run's prompt led by a fresh three-word sentence so it is no prefix-cache hit"
     return (
         '<footer class="method"><h2>Methodology</h2>'
         f"<p>Every {_e(window_label(s.interval))} (offset {_e(window_label(s.offset))}) each enabled "
         f"endpoint gets {warm} of the prompt <q>{_e(p.prompt)}</q> with max_tokens {p.max_tokens}, "
         f"temperature {p.temperature:g}, {delivery}{unique}"
         ". Endpoints may override prompt and max_tokens in the config.</p>"
+        f"{_workloads(config)}"
         f"<p>tok/s comes from the first trusted timing source in this order: {_e(sources)}. The headline is "
         "the most recent <code>ok</code> run among the runs the figures below count, so an incident shows "
         "in the status pill, never as a blank. "
@@ -200,6 +247,22 @@ def methodology(config: Config) -> str:
         "<p>Statuses: OK, TIMEOUT, RATE LIMITED (HTTP 429), PROVIDER ERROR (5xx, malformed or implausible "
         "answers), AUTH FAILURE (401/403), UNREACHABLE (no response), DEGRADED (answered, but short or "
         "without usable timing). Full definitions: docs/methodology.md.</p></footer>"
+    )
+
+
+def _workloads(config: Config) -> str:
+    """What the sized workloads send, when the config has any."""
+    sized = {w.name: w for ep in config.endpoints for w in config.workloads_for(ep) if w.sized}
+    sized.update({w.name: w for w in config.probe.workloads if w.sized})
+    if not sized:
+        return ""
+    listed = ", ".join(f"{_e(w.name)} {w.input_tokens}/{w.output_tokens}" for w in sized.values())
+    return (
+        f"<p>Workloads (input/output tokens): {listed}. Their timed runs send a fresh natural-language "
+        "prompt drawn from the run id, sized to the input tokens as the server counts them. Prefill tok/s is "
+        "the engine's own figure where the server reports one, else the prompt tokens it computed over "
+        "TTFT; a run the prefix cache served beyond the chat template's preamble (cache-assisted) is "
+        "counted apart from the prefill median.</p>"
     )
 
 
@@ -221,9 +284,10 @@ def render_overview(ov: Overview, config: Config, notice: str | None = None) -> 
         f'<p class="muted">{len(ov.tiles)} endpoints · refreshes every {REFRESH_S} s</p></header>'
     )
     warn = f'<p class="notice">{_e(notice)}</p>' if notice else ""
-    tiles = "".join(_tile(t, ov.generated_at) for t in ov.tiles)
+    many = (len({t.workload for t in ov.tiles}) > 1, len({t.site for t in ov.tiles}) > 1)
+    tiles = "".join(_tile(t, ov.generated_at, config, many) for t in ov.tiles)
     empty = "" if ov.tiles else '<p class="muted">No endpoints configured.</p>'
-    body = f'{head}{warn}<section class="wall" id="tiles">{tiles}</section>{empty}{_strip(ov)}'
+    body = f'{head}{warn}<section class="wall" id="tiles">{tiles}</section>{empty}{_strip(ov, config)}'
     return _page("tokwatch", body + methodology(config), ov.generated_at)
 
 
@@ -255,17 +319,48 @@ def _duration(s: float) -> str:
     return f"{s / 86400:.1f} d"
 
 
+_RUN_FLAGS = (
+    ("cache_assisted", "cache-assisted", "the prefix cache served more than the chat template's preamble"),
+    ("prompt_size_missed", "off size", "the server counted the prompt off the workload's size"),
+)
+
+
 def _run_row(r: RunPoint) -> str:
     figures = r.set_aside.replace(",", ", ") if r.set_aside else "client timing"
     title = "a client stall bounds the error of these figures above their tolerance"
-    flags = f" <small title='{title}'>set aside: {_e(figures)}</small>" if r.timing_disturbed else ""
+    disturbed = f" <small title='{title}'>set aside: {_e(figures)}</small>" if r.timing_disturbed else ""
+    flags = disturbed + "".join(
+        f" <small class='flag' title='{why}'>{label}</small>"
+        for attr, label, why in _RUN_FLAGS
+        if getattr(r, attr)
+    )
     error = ": ".join(x for x in (r.error_class, r.error_message) if x)
+    prompt = "—" if r.prompt_tokens is None else str(r.prompt_tokens)
+    if r.cached_tokens:
+        cached = f"({r.cached_tokens} cached)"
+        prompt += f" <small class='muted' title='served from the prefix cache'>{cached}</small>"
+    prefill = "—" if r.prefill_tokens_per_second is None else f"{r.prefill_tokens_per_second:,.0f}"
     return (
         f'<tr><td class="t">{_utc(r.time)}</td><td>{_e(r.triggered_by)}</td><td>{_pill(r.status)}{flags}</td>'
         f'<td class="num">{_tps(r.tokens_per_second)}</td><td>{_e(r.timing_source or "—")}</td>'
-        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{_ms(r.itl_p50_s)}</td>'
+        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{prompt}</td><td class="num">{prefill}</td>'
+        f'<td class="num">{_ms(r.itl_p50_s)}</td>'
         f'<td class="num">{_ms(r.itl_p99_s)}</td><td class="err">{_e(error)}</td></tr>'
     )
+
+
+def _series_links(page: EndpointPage, config: Config) -> str:
+    """Links to the endpoint's other series (its workloads, from every site), the shown one marked."""
+    if len(page.series) < 2:
+        return ""
+    items = []
+    for key in page.series:
+        text = key.workload + (f" @ {key.site}" if key.site else "")
+        if (key.workload, key.site) == (page.workload, page.site):
+            items.append(f'<li aria-current="page"><b>{_e(text)}</b></li>')
+        else:
+            items.append(f'<li><a href="{series_href(key, config)}">{_e(text)}</a></li>')
+    return f'<nav class="series"><ul>{"".join(items)}</ul></nav>'
 
 
 def render_endpoint(page: EndpointPage, config: Config) -> str:
@@ -278,16 +373,20 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
         else ""
     )
     runs = "".join(_run_row(r) for r in page.runs)
+    several = len({k.workload for k in page.series}) > 1 or len({k.site for k in page.series}) > 1
+    chips = _chips(ep, page.workload if several else None, page.site if several and page.site else None)
     body = (
         '<p><a href="/">← all endpoints</a></p>'
-        f'<header><h1 data-endpoint="{_e(ep.name)}">{_e(ep.name)} {_pill(status)}</h1>{_chips(ep)}{formerly}'
-        "</header>"
+        f'<header><h1 data-endpoint="{_e(ep.name)}" data-workload="{_e(page.workload)}" '
+        f'data-site="{_e(page.site)}">{_e(ep.name)} {_pill(status)}</h1>{chips}{formerly}'
+        f"{_series_links(page, config)}</header>"
         f"<h2>Daily median tok/s · {HISTORY_DAYS} days (UTC)</h2>{svg.daily_medians(page.days)}"
         f"<h2>Daily uptime</h2>{svg.daily_uptime(page.days)}"
         f"<h2>Incidents</h2>{_incidents(page.incidents, page.generated_at)}"
         f"<h2>Last {LAST_RUNS} runs</h2>"
         '<div class="scroll"><table id="runs"><thead><tr><th>Time (UTC)</th><th>Trigger</th><th>Status</th>'
-        '<th class="num">tok/s</th><th>Source</th><th class="num">TTFT ms</th><th class="num">ITL p50 ms</th>'
+        '<th class="num">tok/s</th><th>Source</th><th class="num">TTFT ms</th>'
+        '<th class="num">Prompt tokens</th><th class="num">Prefill tok/s</th><th class="num">ITL p50 ms</th>'
         f'<th class="num">ITL p99 ms</th><th>Error</th></tr></thead><tbody>{runs}</tbody></table></div>'
     )
     if not page.runs:

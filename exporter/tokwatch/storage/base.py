@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
@@ -25,7 +26,8 @@ class EndpointSpec:
 
 @dataclass(frozen=True, slots=True)
 class WindowStats:
-    """Aggregates of one endpoint's runs in a time window; tok/s figures cover `ok` runs with a figure."""
+    """Aggregates of one series' runs in a time window; tok/s figures cover `ok` runs with a figure, the
+    prefill median the window rule's prefill samples (tokwatch.window_rule)."""
 
     endpoint: str
     runs: int
@@ -36,11 +38,22 @@ class WindowStats:
     stddev: float | None
     disturbed_runs: int = 0  # counted runs with a client-timed figure set aside (timing_disturbed)
     tps_set_aside: int = 0  # counted ok runs whose tok/s the rule did not take as a sample
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    prefill_samples: int = 0
+    prefill_median: float | None = None
+    cache_assisted: int = 0  # runs counted that the prefix cache helped beyond the preamble
+    prompt_size_missed: int = 0  # runs counted whose prompt missed the workload's size
+
+    @property
+    def key(self) -> SeriesKey:
+        """(endpoint, workload, site)."""
+        return SeriesKey(self.endpoint, self.workload, self.site)
 
 
 @dataclass(frozen=True, slots=True)
 class LastRun:
-    """An endpoint's most recent run and most recent `ok` run."""
+    """A series' most recent run and most recent `ok` run."""
 
     endpoint: str
     time: float
@@ -48,6 +61,13 @@ class LastRun:
     ok_time: float | None
     ok_tokens_per_second: float | None
     ok_timing_source: str | None = None
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+
+    @property
+    def key(self) -> SeriesKey:
+        """(endpoint, workload, site)."""
+        return SeriesKey(self.endpoint, self.workload, self.site)
 
 
 # Columns of `runs` a RunPoint is read from, in field order.
@@ -65,6 +85,16 @@ RUN_POINT_COLUMNS = (
     "timing_disturbed",
     "tps_set_aside",
     "set_aside",
+    "workload",
+    "site",
+    "prompt_tokens",
+    "cached_tokens",
+    "cache_assisted",
+    "prompt_size_missed",
+    "prefill_tokens_per_second",
+)
+_RUN_POINT_FLAGS = tuple(
+    RUN_POINT_COLUMNS.index(c) for c in ("timing_disturbed", "cache_assisted", "prompt_size_missed")
 )
 
 
@@ -84,18 +114,25 @@ class RunPoint(NamedTuple):
     timing_disturbed: bool
     tps_set_aside: bool | None = None  # None: stored before figures were judged one by one (window_rule)
     set_aside: str | None = None  # the figures set aside, comma-separated
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_assisted: bool = False
+    prompt_size_missed: bool = False
+    prefill_tokens_per_second: float | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunPoint:
         """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flags made bools)."""
         values = list(row)
-        values[_DISTURBED] = bool(values[_DISTURBED])
+        for i in _RUN_POINT_FLAGS:
+            values[i] = bool(values[i])
         if values[_TPS_SET_ASIDE] is not None:
             values[_TPS_SET_ASIDE] = bool(values[_TPS_SET_ASIDE])
         return cls._make(values)
 
 
-_DISTURBED = RUN_POINT_COLUMNS.index("timing_disturbed")
 _TPS_SET_ASIDE = RUN_POINT_COLUMNS.index("tps_set_aside")
 
 
@@ -144,14 +181,14 @@ class Store(ABC):
 
     @abstractmethod
     async def window_stats(
-        self, since: float, until: float, *, rule: WindowRule
-    ) -> dict[str, WindowStats]:
-        """Per-endpoint aggregates of the runs `rule` counts with since <= time < until, keyed by current
-        endpoint name (tok/s figures over its samples)."""
+        self, since: float, until: float, *, rule: WindowRule, site: str | None = None
+    ) -> dict[SeriesKey, WindowStats]:
+        """Per-series aggregates of the runs `rule` counts with since <= time < until (of one `site` if
+        given), keyed by (current endpoint name, workload, site) (tok/s figures over its samples)."""
 
     @abstractmethod
-    async def last_runs(self, since: float) -> dict[str, LastRun]:
-        """Per endpoint, the newest run and newest `ok` run at or after `since`."""
+    async def last_runs(self, since: float, *, site: str | None = None) -> dict[SeriesKey, LastRun]:
+        """Per series (of one `site` if given), the newest run and newest `ok` run at or after `since`."""
 
     @abstractmethod
     async def recent_runs(
@@ -161,13 +198,17 @@ class Store(ABC):
         *,
         endpoint: str | None = None,
         rule: WindowRule | None = None,
-    ) -> dict[str, list[RunPoint]]:
-        """Per endpoint (current name; one `endpoint` if given), its newest `limit` runs (all when None) at or
-        after `since`, newest first: the runs `rule` counts (None: every run)."""
+        workload: str | None = None,
+        site: str | None = None,
+    ) -> dict[SeriesKey, list[RunPoint]]:
+        """Per series (current endpoint name; only those of `endpoint`, `workload`, `site` where given), its
+        newest `limit` runs (all when None) at or after `since`, newest first: the runs `rule` counts
+        (None: every run)."""
 
     @abstractmethod
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
-        """Rows of the hourly rollup in a time range (endpoint name, bucket start, counts, tok/s figures)."""
+        """Rows of the hourly rollup in a time range (endpoint name, workload, site, bucket start, counts,
+        tok/s figures)."""
 
     @abstractmethod
     async def count_runs(self) -> int:

@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tokwatch.redact import Redactor
+from tokwatch.series import SeriesKey
 from tokwatch.storage import timescale
 from tokwatch.storage.base import (
     RUN_POINT_COLUMNS,
@@ -41,7 +42,7 @@ from tokwatch.storage.errors import (
     StorageError,
     StoreUnavailableError,
 )
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import (
     Flavor,
     SchemaStatus,
@@ -62,58 +63,81 @@ _INSERT_SQL = (
 )
 _COPY_SQL = f"COPY runs ({', '.join(_INSERT_COLUMNS)}) FROM STDIN"
 _OK_TPS = "FILTER (WHERE r.status = 'ok' AND r.tokens_per_second IS NOT NULL)"
+_PREFILL = f"FILTER (WHERE {WindowRule().prefill_sample_sql()})"
 _ROLLUP_SQL = f"""
-INSERT INTO runs_hourly AS h (endpoint_id, bucket, runs, ok_runs, tps_samples, tps_median, tps_mean,
-                              tps_stddev, tps_min, tps_max, ttft_median_s, e2e_median_s)
-SELECT r.endpoint_id, date_trunc('hour', r.time, 'UTC'), count(*), count(*) FILTER (WHERE r.status = 'ok'),
+INSERT INTO runs_hourly AS h (endpoint_id, workload, site, bucket, runs, ok_runs, tps_samples, tps_median,
+                              tps_mean, tps_stddev, tps_min, tps_max, ttft_median_s, e2e_median_s,
+                              prefill_tps_median)
+SELECT r.endpoint_id, r.workload, r.site, date_trunc('hour', r.time, 'UTC'), count(*),
+       count(*) FILTER (WHERE r.status = 'ok'),
        count(*) {_OK_TPS},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {_OK_TPS},
        avg(r.tokens_per_second) {_OK_TPS}, stddev_samp(r.tokens_per_second) {_OK_TPS},
        min(r.tokens_per_second) {_OK_TPS}, max(r.tokens_per_second) {_OK_TPS},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.ttft_s),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.e2e_s)
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.e2e_s),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.prefill_tokens_per_second) {_PREFILL}
 FROM runs r
 WHERE r.time >= %(since)s AND r.time < %(until)s
   AND (%(ids)s::bigint[] IS NULL OR r.endpoint_id = ANY(%(ids)s))
-GROUP BY r.endpoint_id, date_trunc('hour', r.time, 'UTC')
-ON CONFLICT (endpoint_id, bucket) DO UPDATE SET
+GROUP BY r.endpoint_id, r.workload, r.site, date_trunc('hour', r.time, 'UTC')
+ON CONFLICT (endpoint_id, workload, site, bucket) DO UPDATE SET
     runs = EXCLUDED.runs, ok_runs = EXCLUDED.ok_runs, tps_samples = EXCLUDED.tps_samples,
     tps_median = EXCLUDED.tps_median, tps_mean = EXCLUDED.tps_mean, tps_stddev = EXCLUDED.tps_stddev,
     tps_min = EXCLUDED.tps_min, tps_max = EXCLUDED.tps_max, ttft_median_s = EXCLUDED.ttft_median_s,
-    e2e_median_s = EXCLUDED.e2e_median_s
+    e2e_median_s = EXCLUDED.e2e_median_s, prefill_tps_median = EXCLUDED.prefill_tps_median
 """
 
 
 def _window_sql(rule: WindowRule) -> str:
-    """One aggregate query over the runs `rule` counts, tok/s figures over its samples."""
+    """One aggregate query per series over the runs `rule` counts, tok/s figures over its samples."""
     sample = f"FILTER (WHERE {rule.sample_sql()})"
+    prefill = f"FILTER (WHERE {rule.prefill_sample_sql()})"
     return f"""
-SELECT e.name, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {sample},
+SELECT e.name, r.workload, r.site, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {sample},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {sample},
        avg(r.tokens_per_second) {sample}, stddev_samp(r.tokens_per_second) {sample},
+       count(*) {prefill},
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.prefill_tokens_per_second) {prefill},
+       count(*) FILTER (WHERE r.cache_assisted), count(*) FILTER (WHERE r.prompt_size_missed),
        count(*) FILTER (WHERE r.timing_disturbed), count(*) FILTER (WHERE {rule.set_aside_sql()})
 FROM runs r JOIN endpoints e ON e.id = r.endpoint_id
-WHERE r.time >= %s AND r.time < %s {rule.where()}
-GROUP BY e.name
+WHERE r.time >= %(since)s AND r.time < %(until)s {rule.where()}
+  AND (%(site)s::text IS NULL OR r.site = %(site)s::text)
+GROUP BY e.name, r.workload, r.site
 """
 
 
-_LAST_SQL = """
-SELECT e.name, l.time, l.status, k.time, k.tokens_per_second, k.timing_source
-FROM endpoints e
-JOIN LATERAL (SELECT time, status FROM runs WHERE endpoint_id = e.id AND time >= %(since)s
-              ORDER BY time DESC LIMIT 1) l ON true
+# Series with a run since `since` (the series of every endpoint without a scan of its runs), narrowed to a
+# workload and site where given.
+_SERIES = """
+(SELECT endpoint_id, workload, site FROM run_series
+ WHERE last_time >= %(since)s
+   AND (%(workload)s::text IS NULL OR workload = %(workload)s::text)
+   AND (%(site)s::text IS NULL OR site = %(site)s::text)) s
+JOIN endpoints e ON e.id = s.endpoint_id
+"""
+_SERIES_UPSERT = """
+INSERT INTO run_series AS s (endpoint_id, workload, site, first_time, last_time) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (endpoint_id, workload, site) DO UPDATE SET
+    first_time = LEAST(s.first_time, EXCLUDED.first_time),
+    last_time = GREATEST(s.last_time, EXCLUDED.last_time)
+"""
+_IN_SERIES = "endpoint_id = s.endpoint_id AND workload = s.workload AND site = s.site AND time >= %(since)s"
+_LAST_SQL = f"""
+SELECT e.name, s.workload, s.site, l.time, l.status, k.time, k.tokens_per_second, k.timing_source
+FROM {_SERIES}
+JOIN LATERAL (SELECT time, status FROM runs WHERE {_IN_SERIES} ORDER BY time DESC LIMIT 1) l ON true
 LEFT JOIN LATERAL (SELECT time, tokens_per_second, timing_source FROM runs
-                   WHERE endpoint_id = e.id AND time >= %(since)s AND status = 'ok'
-                   ORDER BY time DESC LIMIT 1) k ON true
+                   WHERE {_IN_SERIES} AND status = 'ok' ORDER BY time DESC LIMIT 1) k ON true
 """
 _RECENT_SQL = f"""
-SELECT e.name, {", ".join(f"r.{c}" for c in RUN_POINT_COLUMNS)}
-FROM endpoints e
-JOIN LATERAL (SELECT * FROM runs r WHERE r.endpoint_id = e.id AND r.time >= %(since)s /*filter*/
+SELECT e.name, s.workload, s.site, {", ".join(f"r.{c}" for c in RUN_POINT_COLUMNS)}
+FROM {_SERIES}
+JOIN LATERAL (SELECT * FROM runs r WHERE r.{_IN_SERIES.replace(" AND ", " AND r.")} /*filter*/
               ORDER BY r.time DESC LIMIT %(limit)s) r ON true
 WHERE %(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text
-ORDER BY e.name, r.time DESC
+ORDER BY e.name, s.workload, s.site, r.time DESC
 """
 _BENCH_TIMES = frozenset({"started_at", "finished_at", "sent_at"})
 _BENCH_RUN_SQL = (
@@ -141,6 +165,10 @@ _PARTITION_RE = re.compile(r"^runs_p(\d{4})_(\d{2})$")
 # answers / while it was found down); see `PostgresStore._getconn`.
 _POOL_LOOK_S, _POOL_LOOK_DOWN_S = 1.0, 0.05
 PARTITIONS_AHEAD = 2  # months created beyond the current one
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if v is not None else None
 
 
 def ts(t: float) -> datetime:
@@ -545,6 +573,13 @@ class PostgresStore(Store):
     def _params(row: RunRow, eid: int) -> tuple[Any, ...]:
         return (eid, *(ts(row.time) if c == "time" else getattr(row, c) for c in RUN_COLUMNS))
 
+    @staticmethod
+    async def _note_series(conn: AsyncConnection[Any], rows: Sequence[RunRow], ids: dict[str, int]) -> None:
+        spans = series_spans(rows)
+        params = [(ids[ep], w, site, ts(lo), ts(hi)) for (ep, w, site), (lo, hi) in spans.items()]
+        async with conn.cursor() as cur:
+            await cur.executemany(_SERIES_UPSERT.encode(), params)
+
     async def _refresh_rollup(
         self, conn: AsyncConnection[Any], since: float, until: float, ids: Sequence[int] | None
     ) -> None:
@@ -574,6 +609,7 @@ class PostgresStore(Store):
                         params = [self._params(r, ids[r.endpoint]) for r in rows]
                         await cur.executemany(_INSERT_SQL.encode(), params)
                         inserted = max(cur.rowcount, 0)
+                    await self._note_series(conn, rows, ids)
                     since, until = self._hour_range(rows)
                     await self._refresh_rollup(conn, since, until, sorted(set(ids.values())))
         except StorageError:
@@ -594,6 +630,7 @@ class PostgresStore(Store):
                 async with conn.cursor() as cur, cur.copy(_COPY_SQL.encode()) as copy:
                     for r in rows:
                         await copy.write_row(self._params(r, ids[r.endpoint]))
+                await self._note_series(conn, rows, ids)
                 since, until = self._hour_range(rows)
                 await self._refresh_rollup(conn, since, until, None)
         return len(rows)
@@ -601,37 +638,50 @@ class PostgresStore(Store):
     # --- queries -------------------------------------------------------------------------------------
 
     async def window_stats(
-        self, since: float, until: float, *, rule: WindowRule
-    ) -> dict[str, WindowStats]:
+        self, since: float, until: float, *, rule: WindowRule, site: str | None = None
+    ) -> dict[SeriesKey, WindowStats]:
         """One aggregate query (percentile_cont = numpy's linear median; stddev_samp = n-1 stddev)."""
         await self.ensure_ready()
         sql = _window_sql(rule)
+        params = {"since": ts(since), "until": ts(until), "site": site}
         async with self._connection() as conn:
-            rows = await (await conn.execute(sql.encode(), (ts(since), ts(until)))).fetchall()
+            rows = await (await conn.execute(sql.encode(), params)).fetchall()
         out = {}
-        for name, runs, ok, samples, med, mean, sd, disturbed, set_aside in rows:
-            out[name] = WindowStats(
+        for row in rows:
+            name, workload, run_site, runs, ok, samples, med, mean, sd, *rest = row
+            pre_n, pre_med, cached, missed, disturbed, set_aside = rest
+            key = SeriesKey(name, workload, run_site)
+            out[key] = WindowStats(
                 name,
                 int(runs),
                 int(ok),
                 int(samples),
-                float(med) if med is not None else None,
-                float(mean) if mean is not None else None,
-                float(sd) if sd is not None else None,  # stddev_samp: NULL below two samples, as on SQLite
+                _float(med),
+                _float(mean),
+                _float(sd),  # stddev_samp: NULL below two samples, as on SQLite
                 int(disturbed),
                 int(set_aside),
+                workload=workload,
+                site=run_site,
+                prefill_samples=int(pre_n),
+                prefill_median=_float(pre_med),
+                cache_assisted=int(cached),
+                prompt_size_missed=int(missed),
             )
         return out
 
-    async def last_runs(self, since: float) -> dict[str, LastRun]:
-        """Newest run and newest ok run per endpoint (index scans through LATERAL joins)."""
+    async def last_runs(self, since: float, *, site: str | None = None) -> dict[SeriesKey, LastRun]:
+        """Newest run and newest ok run per series (index scans through LATERAL joins)."""
         await self.ensure_ready()
+        params = {"since": ts(since), "workload": None, "site": site}
         async with self._connection() as conn:
-            rows = await (await conn.execute(_LAST_SQL.encode(), {"since": ts(since)})).fetchall()
-        return {
-            name: LastRun(name, t.timestamp(), status, ok_t.timestamp() if ok_t else None, ok_tps, ok_src)
-            for name, t, status, ok_t, ok_tps, ok_src in rows
-        }
+            rows = await (await conn.execute(_LAST_SQL.encode(), params)).fetchall()
+        out = {}
+        for name, workload, run_site, t, status, ok_t, ok_tps, ok_src in rows:
+            ok_time = ok_t.timestamp() if ok_t else None
+            key = SeriesKey(name, workload, run_site)
+            out[key] = LastRun(name, t.timestamp(), status, ok_time, ok_tps, ok_src, workload, run_site)
+        return out
 
     async def recent_runs(
         self,
@@ -640,16 +690,20 @@ class PostgresStore(Store):
         *,
         endpoint: str | None = None,
         rule: WindowRule | None = None,
-    ) -> dict[str, list[RunPoint]]:
-        """Newest runs per endpoint through a LATERAL join (index scan on (endpoint_id, time))."""
+        workload: str | None = None,
+        site: str | None = None,
+    ) -> dict[SeriesKey, list[RunPoint]]:
+        """Newest runs per series through a LATERAL join (index scan on (endpoint_id, time))."""
         await self.ensure_ready()
         sql = _RECENT_SQL.replace("/*filter*/", "" if rule is None else rule.where())
         params = {"since": ts(since), "limit": limit, "endpoint": endpoint}
+        params.update(workload=workload, site=site)
         async with self._connection() as conn:
             rows = await (await conn.execute(sql.encode(), params)).fetchall()
-        out: dict[str, list[RunPoint]] = {}
-        for name, t, *rest in rows:
-            out.setdefault(name, []).append(RunPoint.from_row((t.timestamp(), *rest)))
+        out: dict[SeriesKey, list[RunPoint]] = {}
+        for name, series_workload, series_site, t, *rest in rows:
+            key = SeriesKey(name, series_workload, series_site)
+            out.setdefault(key, []).append(RunPoint.from_row((t.timestamp(), *rest)))
         return out
 
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
@@ -657,11 +711,12 @@ class PostgresStore(Store):
         await self.ensure_ready()
         async with self._connection() as conn:
             cur = await conn.execute(
-                "SELECT e.name AS endpoint, h.bucket, h.runs, h.ok_runs, h.tps_samples, h.tps_median, "
-                "h.tps_mean, h.tps_stddev, h.tps_min, h.tps_max, h.ttft_median_s, h.e2e_median_s "
+                "SELECT e.name AS endpoint, h.workload, h.site, h.bucket, h.runs, h.ok_runs, h.tps_samples, "
+                "h.tps_median, h.tps_mean, h.tps_stddev, h.tps_min, h.tps_max, h.ttft_median_s, "
+                "h.e2e_median_s, h.prefill_tps_median "
                 "FROM runs_hourly h "
                 "JOIN endpoints e ON e.id = h.endpoint_id WHERE h.bucket >= %s AND h.bucket < %s "
-                "ORDER BY h.bucket, e.name",
+                "ORDER BY h.bucket, e.name, h.workload, h.site",
                 (ts(since), ts(until)),
             )
             names = [d.name for d in cur.description or ()]

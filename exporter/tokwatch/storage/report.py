@@ -1,20 +1,22 @@
-"""`tokwatch report`: per-endpoint figures from the store, as a table, JSON or Markdown."""
+"""`tokwatch report`: per-series figures from the store (endpoint x workload x site, every site side by side),
+as a table, JSON or Markdown."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
 from tokwatch.storage.base import Store
 from tokwatch.storage.window import WINDOW_S, window_figures
-from tokwatch.window import FleetComparison, compare_fleet, window_label
+from tokwatch.window import FleetComparison, primary_ranking, rank_series, window_label
 from tokwatch.window_rule import WindowRule
 
 
 @dataclass(frozen=True, slots=True)
 class EndpointReport:
-    """One report line."""
+    """One report line: one endpoint's runs of one workload from one site."""
 
     endpoint: str
     last_run_at: float | None
@@ -34,11 +36,17 @@ class EndpointReport:
     # runs whose tok/s was among them (left out of the median, CV and stddev).
     set_aside_24h: int = 0
     tps_set_aside_24h: int = 0
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    prefill_median_24h: float | None = None
+    cache_assisted_24h: int = 0
+    prompt_size_missed_24h: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """Everything `tokwatch report` prints."""
+    """Everything `tokwatch report` prints; `comparison` is the primary workload's (seed000's when it is
+    measured), `comparisons` every workload's and site's."""
 
     generated_at: float
     since: str
@@ -46,22 +54,25 @@ class Report:
     location: str
     endpoints: list[EndpointReport]
     comparison: FleetComparison | None
+    comparisons: list[FleetComparison] = field(default_factory=list)
 
 
 async def build_report(store: Store, now: float, since_s: float, *, rule: WindowRule) -> Report:
-    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per endpoint; the
+    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per series; the
     figures over the runs `rule` counts, as on /metrics and the status page."""
     label = window_label(since_s)
     day = await window_figures(store, now, rule=rule, window_s=WINDOW_S)
     period = await window_figures(store, now, rule=rule, window_s=since_s)
     last = await store.last_runs(now - since_s)
-    names = sorted(set(day) | set(period) | set(last))
+    keys = sorted(set(day) | set(period) | set(last))
     rows = []
-    for name in names:
-        d, p, lr = day.get(name), period.get(name), last.get(name)
+    for key in keys:
+        d, p, lr = day.get(key), period.get(key), last.get(key)
         rows.append(
             EndpointReport(
-                endpoint=name,
+                endpoint=key.endpoint,
+                workload=key.workload,
+                site=key.site,
                 last_run_at=lr.time if lr else None,
                 last_status=lr.status if lr else None,
                 last_ok_at=lr.ok_time if lr else None,
@@ -77,10 +88,15 @@ async def build_report(store: Store, now: float, since_s: float, *, rule: Window
                 runs_since=p.runs if p else 0,
                 set_aside_24h=d.disturbed_runs if d else 0,
                 tps_set_aside_24h=d.tps_set_aside if d else 0,
+                prefill_median_24h=d.prefill_median if d else None,
+                cache_assisted_24h=d.cache_assisted_runs if d else 0,
+                prompt_size_missed_24h=d.prompt_size_missed_runs if d else 0,
             )
         )
-    comparison = compare_fleet({n: f.median for n, f in period.items()}, label)
-    return Report(now, label, store.backend, store.location, rows, comparison)
+    rankings = rank_series(period, label)
+    comparisons = [c for r in rankings if (c := r.extremes) is not None]
+    primary = primary_ranking(rankings, label).extremes
+    return Report(now, label, store.backend, store.location, rows, primary, comparisons)
 
 
 def _num(v: float | None, fmt: str = ".1f") -> str:
@@ -105,8 +121,11 @@ def _age(now: float, t: float | None) -> str:
 
 
 def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
+    sites = any(r.site for r in report.endpoints)
     head = [
         "endpoint",
+        "workload",
+        *(["site"] if sites else []),
         "last tok/s",
         "last run",
         "status",
@@ -116,6 +135,7 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
         "uptime 24h",
         "runs 24h",
         "set aside 24h",
+        "prefill 24h",
         f"{report.since} median",
         f"uptime {report.since}",
     ]
@@ -125,6 +145,8 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
         body.append(
             [
                 r.endpoint,
+                r.workload,
+                *([r.site or "-"] if sites else []),
                 _num(r.last_tokens_per_second),
                 _age(report.generated_at, r.last_run_at),
                 r.last_status or "-",
@@ -134,6 +156,7 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
                 _pct(r.uptime_24h),
                 str(r.runs_24h),
                 _set_aside(r),
+                _num(r.prefill_median_24h, ".0f") + _flags(r),
                 _num(r.median_since),
                 _pct(r.uptime_since),
             ]
@@ -148,19 +171,25 @@ def _set_aside(r: EndpointReport) -> str:
     return f"{r.set_aside_24h}" + (f" (tok/s {r.tps_set_aside_24h})" if r.tps_set_aside_24h else "")
 
 
+def _flags(r: EndpointReport) -> str:
+    """Runs counted apart in the 24 h window: cache-assisted (c) and prompt size missed (s)."""
+    marks = [f"{n}{mark}" for n, mark in ((r.cache_assisted_24h, "c"), (r.prompt_size_missed_24h, "s")) if n]
+    return f" ({' '.join(marks)})" if marks else ""
+
+
 def _footer(report: Report) -> str:
     when = datetime.fromtimestamp(report.generated_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    line = (
-        report.comparison.text() if report.comparison else "comparison: fewer than two endpoints with ok runs"
-    )
+    lines = [c.text() for c in report.comparisons]
+    line = "\n".join(lines) if lines else "comparison: fewer than two endpoints with ok runs"
     where = f"{report.backend} {report.location}, {when}"
+    flags = "prefill 24h: median prefill tok/s; (Nc) cache-assisted runs, (Ns) prompt size missed."
     busy = ""
     if any(r.set_aside_24h for r in report.endpoints):
         busy = (
             "\nset aside: runs whose client timing the exporter's own lateness (a busy host) could have "
             "moved beyond the tolerance; their status and uptime count, a tok/s set aside is not a sample."
         )
-    return f"{line}\nCV bands: <5% tight, 5-15% typical, >15% jittery. {where}{busy}"
+    return f"{line}\nCV bands: <5% tight, 5-15% typical, >15% jittery. {flags} {where}{busy}"
 
 
 def render_table(report: Report) -> str:
@@ -188,13 +217,13 @@ def render_json(report: Report) -> str:
     """Machine-readable report; times are unix seconds, ratios 0..1."""
     data = asdict(report)
     if report.comparison is not None:
-        data["comparison"] = {
-            **asdict(report.comparison),
-            "ratio": report.comparison.ratio,
-            "percent_faster": report.comparison.percent_faster,
-            "text": report.comparison.text(),
-        }
+        data["comparison"] = _comparison(report.comparison)
+    data["comparisons"] = [_comparison(c) for c in report.comparisons]
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+
+def _comparison(c: FleetComparison) -> dict[str, object]:
+    return {**asdict(c), "ratio": c.ratio, "percent_faster": c.percent_faster, "text": c.text()}
 
 
 RENDERERS = {"table": render_table, "markdown": render_markdown, "json": render_json}

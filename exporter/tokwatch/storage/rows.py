@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
+from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
 
 ERROR_CLASS_MAX = 64
 ERROR_MESSAGE_MAX = 500
@@ -55,6 +57,16 @@ class RunRow:
     e2e_error_s: float | None = None
     set_aside: str | None = None
     tps_set_aside: bool | None = None
+    workload: str = DEFAULT_WORKLOAD
+    site: str = NO_SITE
+    prompt_target_tokens: int | None = None
+    prompt_seed: str | None = None
+    prompt_words: int | None = None
+    prompt_size_missed: bool = False
+    cached_tokens: int | None = None
+    cache_assisted: bool = False
+    prefill_tokens_per_second: float | None = None
+    prefill_source: str | None = None
 
     @classmethod
     def from_result(
@@ -101,6 +113,16 @@ class RunRow:
             e2e_error_s=result.e2e_error_s,
             set_aside=",".join(result.set_aside) or None,
             tps_set_aside=result.tps_set_aside,
+            workload=result.workload,
+            site=result.site,
+            prompt_target_tokens=result.prompt_target_tokens,
+            prompt_seed=result.prompt_seed,
+            prompt_words=result.prompt_words,
+            prompt_size_missed=bool(result.prompt_size_missed),
+            cached_tokens=result.cached_tokens,
+            cache_assisted=bool(result.cache_assisted),
+            prefill_tokens_per_second=result.prefill_tokens_per_second,
+            prefill_source=str(result.prefill_source) if result.prefill_source is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -116,4 +138,15 @@ class RunRow:
 
 # Column order shared by every backend's INSERT/COPY (endpoint becomes endpoint_id).
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "endpoint")
+
+
+def series_spans(rows: Iterable[RunRow]) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(endpoint, workload, site) -> (first, last) run time among `rows`: what the `run_series` table takes
+    in from one write."""
+    out: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for r in rows:
+        key = (r.endpoint, r.workload, r.site)
+        first, last = out.get(key, (r.time, r.time))
+        out[key] = (min(first, r.time), max(last, r.time))
+    return out
 

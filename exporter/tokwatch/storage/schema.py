@@ -59,6 +59,12 @@ def migrations_for(flavor: Flavor) -> list[Migration]:
         if file_flavor is not None and file_flavor != flavor:
             continue
         specific = file_flavor is not None
+        if version in chosen and chosen[version][0] == specific:
+            # Two branches that each added "the next" migration: loud, never one of them silently dropped.
+            raise RuntimeError(
+                f"storage migrations for {flavor}: two files numbered {version:04d} "
+                f"({chosen[version][1].name}, {name}); renumber one"
+            )
         if version in chosen and chosen[version][0] and not specific:
             continue
         chosen[version] = (specific, Migration(version, name, entry.read_text(encoding="utf-8")))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tokwatch.series import SeriesKey
 from tokwatch.stats import median, sample_stddev
 from tokwatch.storage.base import (
     HOUR_S,
@@ -32,7 +33,7 @@ from tokwatch.storage.bench_rows import (
     BenchRunRow,
 )
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
 from tokwatch.window_rule import WindowRule
 
@@ -45,9 +46,24 @@ _INSERT_SQL = (
 )
 _ALIAS_SQL = "INSERT OR IGNORE INTO endpoint_aliases (name, endpoint_id, created_at) VALUES (?, ?, ?)"
 _ROLLUP_SQL = (
-    "INSERT OR REPLACE INTO runs_hourly (endpoint_id, bucket, runs, ok_runs, tps_samples, tps_median, "
-    "tps_mean, tps_stddev, tps_min, tps_max, ttft_median_s, e2e_median_s) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO runs_hourly (endpoint_id, workload, site, bucket, runs, ok_runs, tps_samples, "
+    "tps_median, tps_mean, tps_stddev, tps_min, tps_max, ttft_median_s, e2e_median_s, prefill_tps_median) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# What a rollup row is computed from, per run: status, tok/s, TTFT, E2E and the prefill sample.
+_ROLLUP_INPUT = (
+    f"status, tokens_per_second, ttft_s, e2e_s, CASE WHEN {WindowRule().prefill_sample_sql('runs')} "
+    "THEN prefill_tokens_per_second END"
+)
+# Series with a run since a time: the series of every endpoint without a scan of its runs.
+_SERIES_SQL = (
+    "SELECT s.endpoint_id, e.name, s.workload, s.site FROM run_series s "
+    "JOIN endpoints e ON e.id = s.endpoint_id WHERE s.last_time >= ?"
+)
+_SERIES_UPSERT = (
+    "INSERT INTO run_series (endpoint_id, workload, site, first_time, last_time) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (endpoint_id, workload, site) DO UPDATE SET "
+    "first_time = min(first_time, excluded.first_time), last_time = max(last_time, excluded.last_time)"
 )
 
 _BENCH_RUN_SQL = (
@@ -105,13 +121,17 @@ def tps_aggregates(values: Sequence[float]) -> tuple[float | None, float | None,
     return median(values), sum(values) / len(values), sample_stddev(values) if len(values) >= 2 else None
 
 
-def _rollup_row(endpoint_id: int, bucket: float, rows: Iterable[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """One runs_hourly row from (status, tok/s, ttft, e2e) tuples of the same endpoint and hour."""
+RollupKey = tuple[int, str, str, float]  # endpoint id, workload, site, hour
+
+
+def _rollup_row(key: RollupKey, rows: Iterable[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """One runs_hourly row from (status, tok/s, ttft, e2e, prefill sample) tuples of one series and hour."""
     runs = ok = 0
     tps: list[float] = []
     ttft: list[float] = []
     e2e: list[float] = []
-    for status, value, ttft_s, e2e_s in rows:
+    prefill: list[float] = []
+    for status, value, ttft_s, e2e_s, prefill_sample in rows:
         runs += 1
         if status == "ok":
             ok += 1
@@ -121,10 +141,11 @@ def _rollup_row(endpoint_id: int, bucket: float, rows: Iterable[tuple[Any, ...]]
             ttft.append(ttft_s)
         if e2e_s is not None:
             e2e.append(e2e_s)
+        if prefill_sample is not None:
+            prefill.append(prefill_sample)
     med, mean, stddev = tps_aggregates(tps)
     return (
-        endpoint_id,
-        bucket,
+        *key,
         runs,
         ok,
         len(tps),
@@ -135,6 +156,16 @@ def _rollup_row(endpoint_id: int, bucket: float, rows: Iterable[tuple[Any, ...]]
         max(tps) if tps else None,
         median(ttft) if ttft else None,
         median(e2e) if e2e else None,
+        median(prefill) if prefill else None,
+    )
+
+
+def _matches(key: SeriesKey, endpoint: str | None, workload: str | None, site: str | None) -> bool:
+    """The series is the endpoint's, workload's and site's asked for (None: any)."""
+    return (
+        (endpoint is None or key.endpoint == endpoint)
+        and (workload is None or key.workload == workload)
+        and (site is None or key.site == site)
     )
 
 
@@ -306,14 +337,22 @@ class SQLiteStore(Store):
     def _params(row: RunRow, eid: int) -> tuple[Any, ...]:
         return (eid, *(getattr(row, c) for c in RUN_COLUMNS))
 
-    def _rollup_buckets(self, conn: sqlite3.Connection, keys: Iterable[tuple[int, float]]) -> None:
-        for eid, bucket in keys:
+    @staticmethod
+    def _note_series(conn: sqlite3.Connection, rows: Sequence[RunRow], ids: dict[str, int]) -> None:
+        spans = series_spans(rows)
+        conn.executemany(
+            _SERIES_UPSERT, [(ids[ep], w, site, lo, hi) for (ep, w, site), (lo, hi) in spans.items()]
+        )
+
+    def _rollup_buckets(self, conn: sqlite3.Connection, keys: Iterable[RollupKey]) -> None:
+        for key in keys:
+            eid, workload, site, bucket = key
             rows = conn.execute(
-                "SELECT status, tokens_per_second, ttft_s, e2e_s FROM runs "
-                "WHERE endpoint_id = ? AND time >= ? AND time < ?",
-                (eid, bucket, bucket + HOUR_S),
+                f"SELECT {_ROLLUP_INPUT} FROM runs "
+                "WHERE endpoint_id = ? AND workload = ? AND site = ? AND time >= ? AND time < ?",
+                (eid, workload, site, bucket, bucket + HOUR_S),
             ).fetchall()
-            conn.execute(_ROLLUP_SQL, _rollup_row(eid, bucket, rows))
+            conn.execute(_ROLLUP_SQL, _rollup_row(key, rows))
 
     def _write_sync(self, conn: sqlite3.Connection, rows: Sequence[RunRow]) -> int:
         conn.execute("BEGIN IMMEDIATE")
@@ -321,7 +360,10 @@ class SQLiteStore(Store):
         before = conn.total_changes
         conn.executemany(_INSERT_SQL, [self._params(r, ids[r.endpoint]) for r in rows])
         inserted = conn.total_changes - before
-        self._rollup_buckets(conn, {(ids[r.endpoint], hour_bucket(r.time)) for r in rows})
+        self._note_series(conn, rows, ids)
+        self._rollup_buckets(
+            conn, {(ids[r.endpoint], r.workload, r.site, hour_bucket(r.time)) for r in rows}
+        )
         conn.execute("COMMIT")
         return inserted
 
@@ -342,21 +384,22 @@ class SQLiteStore(Store):
         before = conn.total_changes
         conn.executemany(_INSERT_SQL, [self._params(r, ids[r.endpoint]) for r in rows])
         inserted = conn.total_changes - before
+        self._note_series(conn, rows, ids)
         lo, hi = min(r.time for r in rows), max(r.time for r in rows)
         self._refresh_range(conn, hour_bucket(lo), hour_bucket(hi) + HOUR_S)
         conn.execute("COMMIT")
         return inserted
 
     def _refresh_range(self, conn: sqlite3.Connection, since: float, until: float) -> None:
-        groups: dict[tuple[int, float], list[tuple[Any, ...]]] = defaultdict(list)
+        groups: dict[RollupKey, list[tuple[Any, ...]]] = defaultdict(list)
         cur = conn.execute(
-            "SELECT endpoint_id, time, status, tokens_per_second, ttft_s, e2e_s FROM runs "
+            f"SELECT endpoint_id, workload, site, time, {_ROLLUP_INPUT} FROM runs "
             "WHERE time >= ? AND time < ?",
             (since, until),
         )
-        for eid, t, *rest in cur:
-            groups[(eid, hour_bucket(t))].append(tuple(rest))
-        conn.executemany(_ROLLUP_SQL, [_rollup_row(eid, b, rows) for (eid, b), rows in groups.items()])
+        for eid, workload, site, t, *rest in cur:
+            groups[(eid, workload, site, hour_bucket(t))].append(tuple(rest))
+        conn.executemany(_ROLLUP_SQL, [_rollup_row(key, rows) for key, rows in groups.items()])
 
     async def bulk_load(self, rows: Sequence[RunRow]) -> int:
         """executemany in one transaction, then one pass over the loaded range for the rollup."""
@@ -368,65 +411,107 @@ class SQLiteStore(Store):
     # --- queries -------------------------------------------------------------------------------------
 
     def _window_sync(
-        self, conn: sqlite3.Connection, since: float, until: float, rule: WindowRule
-    ) -> dict[str, WindowStats]:
-        runs: dict[str, int] = defaultdict(int)
-        ok: dict[str, int] = defaultdict(int)
-        disturbed: dict[str, int] = defaultdict(int)
-        set_aside: dict[str, int] = defaultdict(int)
-        values: dict[str, list[float]] = defaultdict(list)
-        cur = conn.execute(
-            f"SELECT e.name, r.status = 'ok', CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
+        self, conn: sqlite3.Connection, since: float, until: float, rule: WindowRule, site: str | None
+    ) -> dict[SeriesKey, WindowStats]:
+        counts: dict[SeriesKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        # runs, ok, cached, missed, disturbed, tps set aside
+        values: dict[SeriesKey, list[float]] = defaultdict(list)
+        prefill: dict[SeriesKey, list[float]] = defaultdict(list)
+        sql = (
+            f"SELECT e.name, r.workload, r.site, r.status = 'ok', r.cache_assisted, r.prompt_size_missed, "
+            f"CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
+            f"CASE WHEN {rule.prefill_sample_sql()} THEN r.prefill_tokens_per_second END, "
             f"r.timing_disturbed, CASE WHEN {rule.set_aside_sql()} THEN 1 ELSE 0 END "
             "FROM runs r JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
-            + rule.where(),
-            (since, until),
+            + rule.where()
         )
-        for name, is_ok, sample, is_disturbed, is_set_aside in cur:
-            runs[name] += 1
-            ok[name] += is_ok
-            disturbed[name] += is_disturbed
-            set_aside[name] += is_set_aside
+        params: tuple[Any, ...] = (since, until)
+        if site is not None:
+            sql, params = sql + " AND r.site = ?", (*params, site)
+        for row in conn.execute(sql, params):
+            name, workload, run_site, is_ok, cached, missed, sample, prefill_sample, *flags = row
+            disturbed, set_aside = flags
+            key = SeriesKey(name, workload, run_site)
+            c = counts[key]
+            c[0] += 1
+            c[1] += is_ok
+            c[2] += cached
+            c[3] += missed
+            c[4] += disturbed
+            c[5] += set_aside
             if sample is not None:
-                values[name].append(sample)
+                values[key].append(sample)
+            if prefill_sample is not None:
+                prefill[key].append(prefill_sample)
         out = {}
-        for name, n in runs.items():
-            med, mean, sd = tps_aggregates(values[name])
-            out[name] = WindowStats(
-                name, n, ok[name], len(values[name]), med, mean, sd, disturbed[name], set_aside[name]
+        for key, (n, ok, cached, missed, disturbed, set_aside) in counts.items():
+            med, mean, sd = tps_aggregates(values[key])
+            pre = prefill[key]
+            out[key] = WindowStats(
+                key.endpoint,
+                n,
+                ok,
+                len(values[key]),
+                med,
+                mean,
+                sd,
+                disturbed,
+                set_aside,
+                workload=key.workload,
+                site=key.site,
+                prefill_samples=len(pre),
+                prefill_median=median(pre) if pre else None,
+                cache_assisted=cached,
+                prompt_size_missed=missed,
             )
         return out
 
     async def window_stats(
-        self, since: float, until: float, *, rule: WindowRule
-    ) -> dict[str, WindowStats]:
+        self, since: float, until: float, *, rule: WindowRule, site: str | None = None
+    ) -> dict[SeriesKey, WindowStats]:
         """Aggregates computed in Python with tokwatch.stats (SQLite has no percentile_cont)."""
         await self.ensure_ready()
-        return await self._run(lambda conn: self._window_sync(conn, since, until, rule))
+        return await self._run(lambda conn: self._window_sync(conn, since, until, rule, site))
 
-    def _last_sync(self, conn: sqlite3.Connection, since: float) -> dict[str, LastRun]:
+    @staticmethod
+    def _series(
+        conn: sqlite3.Connection, since: float, endpoint: str | None, workload: str | None, site: str | None
+    ) -> list[tuple[int, SeriesKey]]:
+        """(endpoint id, series) of every series with a run since `since` (from `run_series`)."""
+        out = []
+        for eid, name, w, s in conn.execute(_SERIES_SQL, (since,)).fetchall():
+            key = SeriesKey(name, w, s)
+            if _matches(key, endpoint, workload, site):
+                out.append((eid, key))
+        return sorted(out, key=lambda item: item[1])
+
+    def _last_sync(
+        self, conn: sqlite3.Connection, since: float, site: str | None
+    ) -> dict[SeriesKey, LastRun]:
         out = {}
-        for eid, name in conn.execute("SELECT id, name FROM endpoints").fetchall():
+        where = "endpoint_id = ? AND workload = ? AND site = ? AND time >= ?"
+        for eid, key in self._series(conn, since, None, None, site):
+            params = (eid, key.workload, key.site, since)
             last = conn.execute(
-                "SELECT time, status FROM runs WHERE endpoint_id = ? AND time >= ? "
-                "ORDER BY time DESC LIMIT 1",
-                (eid, since),
+                f"SELECT time, status FROM runs WHERE {where} ORDER BY time DESC LIMIT 1", params
             ).fetchone()
             if last is None:
                 continue
             last_ok = conn.execute(
-                "SELECT time, tokens_per_second, timing_source FROM runs "
-                "WHERE endpoint_id = ? AND time >= ? AND status = 'ok' ORDER BY time DESC LIMIT 1",
-                (eid, since),
+                f"SELECT time, tokens_per_second, timing_source FROM runs WHERE {where} AND status = 'ok' "
+                "ORDER BY time DESC LIMIT 1",
+                params,
             ).fetchone()
             ok_time, ok_tps, ok_source = last_ok if last_ok else (None, None, None)
-            out[name] = LastRun(name, last[0], last[1], ok_time, ok_tps, ok_source)
+            out[key] = LastRun(
+                key.endpoint, last[0], last[1], ok_time, ok_tps, ok_source, key.workload, key.site
+            )
         return out
 
-    async def last_runs(self, since: float) -> dict[str, LastRun]:
-        """Newest run and newest ok run per endpoint (index range scans per endpoint)."""
+    async def last_runs(self, since: float, *, site: str | None = None) -> dict[SeriesKey, LastRun]:
+        """Newest run and newest ok run per series (index range scans per series)."""
         await self.ensure_ready()
-        return await self._run(lambda conn: self._last_sync(conn, since))
+        return await self._run(lambda conn: self._last_sync(conn, since, site))
 
     def _recent_sync(
         self,
@@ -435,18 +520,19 @@ class SQLiteStore(Store):
         limit: int | None,
         endpoint: str | None,
         rule: WindowRule | None,
-    ) -> dict[str, list[RunPoint]]:
+        workload: str | None,
+        site: str | None,
+    ) -> dict[SeriesKey, list[RunPoint]]:
         cols = ", ".join(f"r.{c}" for c in RUN_POINT_COLUMNS)
-        sql = f"SELECT {cols} FROM runs r WHERE r.endpoint_id = ? AND r.time >= ?"
+        sql = (
+            f"SELECT {cols} FROM runs r WHERE r.endpoint_id = ? AND r.workload = ? AND r.site = ? "
+            "AND r.time >= ?"
+        )
         sql += ("" if rule is None else rule.where()) + " ORDER BY r.time DESC LIMIT ?"
-        if endpoint is None:
-            endpoints = conn.execute("SELECT id, name FROM endpoints").fetchall()
-        else:
-            endpoints = conn.execute("SELECT id, name FROM endpoints WHERE name = ?", (endpoint,)).fetchall()
-        out: dict[str, list[RunPoint]] = {}
-        for eid, name in endpoints:
-            rows = conn.execute(sql, (eid, since, -1 if limit is None else limit)).fetchall()
-            out[name] = [RunPoint.from_row(r) for r in rows]
+        out: dict[SeriesKey, list[RunPoint]] = {}
+        for eid, key in self._series(conn, since, endpoint, workload, site):
+            params = (eid, key.workload, key.site, since, -1 if limit is None else limit)
+            out[key] = [RunPoint.from_row(r) for r in conn.execute(sql, params).fetchall()]
         return out
 
     async def recent_runs(
@@ -456,10 +542,14 @@ class SQLiteStore(Store):
         *,
         endpoint: str | None = None,
         rule: WindowRule | None = None,
-    ) -> dict[str, list[RunPoint]]:
-        """Newest runs per endpoint (one index range scan per endpoint)."""
+        workload: str | None = None,
+        site: str | None = None,
+    ) -> dict[SeriesKey, list[RunPoint]]:
+        """Newest runs per series (one index range scan per series)."""
         await self.ensure_ready()
-        return await self._run(lambda conn: self._recent_sync(conn, since, limit, endpoint, rule))
+        return await self._run(
+            lambda conn: self._recent_sync(conn, since, limit, endpoint, rule, workload, site)
+        )
 
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
         """Hourly rollup rows, oldest first."""
@@ -467,11 +557,12 @@ class SQLiteStore(Store):
 
         def query(conn: sqlite3.Connection) -> list[dict[str, object]]:
             cur = conn.execute(
-                "SELECT e.name AS endpoint, h.bucket, h.runs, h.ok_runs, h.tps_samples, h.tps_median, "
-                "h.tps_mean, h.tps_stddev, h.tps_min, h.tps_max, h.ttft_median_s, h.e2e_median_s "
+                "SELECT e.name AS endpoint, h.workload, h.site, h.bucket, h.runs, h.ok_runs, h.tps_samples, "
+                "h.tps_median, h.tps_mean, h.tps_stddev, h.tps_min, h.tps_max, h.ttft_median_s, "
+                "h.e2e_median_s, h.prefill_tps_median "
                 "FROM runs_hourly h "
                 "JOIN endpoints e ON e.id = h.endpoint_id WHERE h.bucket >= ? AND h.bucket < ? "
-                "ORDER BY h.bucket, e.name",
+                "ORDER BY h.bucket, e.name, h.workload, h.site",
                 (since, until),
             )
             names = [d[0] for d in cur.description]

@@ -1,7 +1,9 @@
 """Window figures from the store (they survive restarts), and a cache refreshed off the scrape path.
 
 `window_figures` is the one path every surface takes to them: the /metrics window gauges (through
-`WindowCache`), the status page and `tokwatch report`, each with the configuration's `WindowRule`.
+`WindowCache`), the status page and `tokwatch report`, each with the configuration's `WindowRule`. Figures
+are per series (endpoint x workload x site); /metrics takes its own site's, the page and the report every
+site's, side by side.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import time
 from collections.abc import Callable, Sequence
 
 from tokwatch.config import EndpointSettings
+from tokwatch.series import SeriesKey
 from tokwatch.storage.base import Store, WindowStats
 from tokwatch.window import (
     FleetComparison,
     FleetRanking,
     WindowFigures,
     WindowSnapshot,
-    rank_fleet,
+    primary_ranking,
+    rank_series,
+    snapshot_of,
     window_label,
 )
 from tokwatch.window_rule import WindowRule
@@ -48,6 +53,12 @@ def figures_from_stats(stats: WindowStats, window: str) -> WindowFigures:
         uptime,
         stats.disturbed_runs,
         stats.tps_set_aside,
+        workload=stats.workload,
+        site=stats.site,
+        prefill_median=stats.prefill_median,
+        prefill_runs=stats.prefill_samples,
+        cache_assisted_runs=stats.cache_assisted,
+        prompt_size_missed_runs=stats.prompt_size_missed,
     )
 
 
@@ -58,16 +69,17 @@ async def window_figures(
     rule: WindowRule,
     window_s: float = WINDOW_S,
     endpoints: Sequence[str] | None = None,
-) -> dict[str, WindowFigures]:
-    """Per endpoint: median, sample stddev, CV of ok-run tok/s, uptime, runs and ok runs in the window, over
-    the runs `rule` counts."""
-    stats = await store.window_stats(now - window_s, now, rule=rule)
+    site: str | None = None,
+) -> dict[SeriesKey, WindowFigures]:
+    """Per series (of `endpoints` and `site` where given), sorted: median, sample stddev, CV of ok-run tok/s,
+    the prefill median, uptime, runs and ok runs in the window, over the runs `rule` counts."""
+    stats = await store.window_stats(now - window_s, now, rule=rule, site=site)
     label = window_label(window_s)
     wanted = set(endpoints) if endpoints is not None else None
     return {
-        name: figures_from_stats(s, label)
-        for name, s in sorted(stats.items())
-        if wanted is None or name in wanted
+        key: figures_from_stats(s, label)
+        for key, s in sorted(stats.items())
+        if wanted is None or key.endpoint in wanted
     }
 
 
@@ -78,23 +90,27 @@ async def fleet_comparison(
     rule: WindowRule,
     window_s: float = FLEET_WINDOW_S,
     endpoints: Sequence[str] | None = None,
+    site: str | None = None,
 ) -> FleetComparison | None:
-    """Seed 000's comparison strip: the 7-day median decides fastest and slowest."""
-    ranking = await fleet_ranking(store, now, rule=rule, window_s=window_s, endpoints=endpoints)
-    return ranking.extremes
+    """Seed 000's comparison strip: the 7-day median decides fastest and slowest (the primary workload's)."""
+    rankings = await fleet_rankings(store, now, rule=rule, window_s=window_s, endpoints=endpoints, site=site)
+    return primary_ranking(rankings, window_label(window_s)).extremes
 
 
-async def fleet_ranking(
+async def fleet_rankings(
     store: Store,
     now: float,
     *,
     rule: WindowRule,
     window_s: float = FLEET_WINDOW_S,
     endpoints: Sequence[str] | None = None,
-) -> FleetRanking:
-    """Every endpoint with an ok run in the window, by median tok/s, fastest first."""
-    figures = await window_figures(store, now, rule=rule, window_s=window_s, endpoints=endpoints)
-    return rank_fleet({n: f.median for n, f in figures.items()}, window_label(window_s))
+    site: str | None = None,
+) -> list[FleetRanking]:
+    """Per workload and site: every endpoint with an ok run in the window, by median tok/s, fastest first."""
+    figures = await window_figures(
+        store, now, rule=rule, window_s=window_s, endpoints=endpoints, site=site
+    )
+    return rank_series(figures, window_label(window_s))
 
 
 class WindowCache:
@@ -118,6 +134,7 @@ class WindowCache:
         self._clock = clock
         self._endpoints: list[str] | None = None
         self._fleet: list[str] | None = None
+        self._site: str | None = None
         self._static: dict[str, dict[str, str]] = {}
         self._snapshot = WindowSnapshot()
         self._task: asyncio.Task[None] | None = None
@@ -128,12 +145,16 @@ class WindowCache:
         endpoints: Sequence[EndpointSettings],
         fleet: Sequence[EndpointSettings] | None = None,
         rule: WindowRule | None = None,
+        site: str | None = None,
     ) -> None:
-        """Export only these endpoints, each with its static `labels:`; compare the `fleet` (default: the
-        same endpoints; a sharded replica passes every endpoint of the fleet, read from the shared store);
+        """Export only these endpoints, each with its static `labels:`, and only runs from this exporter's
+        `site` (None: unchanged; "" for an exporter without one); compare the `fleet` (default: the same
+        endpoints; a sharded replica passes every endpoint of the fleet, read from the shared store);
         count the runs `rule` counts (default: unchanged). Applies from the next refresh."""
         if rule is not None:
             self._rule = rule
+        if site is not None:
+            self._site = site
         self._endpoints = [e.name for e in endpoints]
         self._fleet = [e.name for e in fleet] if fleet is not None else None
         self._static = {e.name: dict(e.labels) for e in endpoints}
@@ -147,20 +168,27 @@ class WindowCache:
         now = self._clock()
         try:
             figures = await window_figures(
-                self._store, now, rule=self._rule, window_s=self._window_s, endpoints=self._endpoints
+                self._store,
+                now,
+                rule=self._rule,
+                window_s=self._window_s,
+                endpoints=self._endpoints,
+                site=self._site,
             )
-            ranking = await fleet_ranking(
+            rankings = await fleet_rankings(
                 self._store,
                 now,
                 rule=self._rule,
                 window_s=self._fleet_window_s,
                 endpoints=self._fleet if self._fleet is not None else self._endpoints,
+                site=self._site,
             )
         except Exception as exc:
             self.refresh_errors += 1
             log.warning("storage: window figures not refreshed: %s", exc)
             return False
-        self._snapshot = WindowSnapshot(figures, ranking.extremes, now, dict(self._static), ranking)
+        label = window_label(self._fleet_window_s)
+        self._snapshot = snapshot_of(figures, rankings, label, now, dict(self._static))
         return True
 
     async def run(self) -> None:

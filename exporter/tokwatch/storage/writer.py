@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokwatch.config import EndpointSettings
+from tokwatch.event_wait import wait_event
 from tokwatch.log_throttle import BurstLog
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
@@ -340,8 +341,7 @@ class RunWriter:
         else:
             timeout = max(0.0, min(self._next_maintenance, self._next_check) - now)
         self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        await wait_event(self._wake, timeout)
 
     async def _run(self) -> None:
         while True:

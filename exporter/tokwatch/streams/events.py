@@ -58,10 +58,11 @@ class LlamaTimings:
     t: float
     predicted_n: int | None
     predicted_ms: float | None
-    prompt_n: int | None  # prompt tokens evaluated (llama-server leaves the cached ones out)
+    prompt_n: int | None  # prompt tokens computed for this request: the cached ones left out
     prompt_ms: float | None
     predicted_per_second: float | None = None
     cache_n: int | None = None  # prompt tokens reused from the slot's cache
+    prompt_per_second: float | None = None  # llama.cpp's own prefill rate: prompt_n / prompt_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class OllamaFinal:
     prompt_eval_count: int | None
     prompt_eval_duration_ns: int | None
     done_reason: str | None
+    prompt_eval_cached_count: int | None = None  # prompt tokens Ollama reused from its cache, if it says
 
 
 @dataclass(frozen=True, slots=True)

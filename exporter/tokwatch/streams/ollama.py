@@ -74,6 +74,7 @@ class OllamaStreamParser:
                     prompt_eval_count=int_field(obj, "prompt_eval_count"),
                     prompt_eval_duration_ns=int_field(obj, "prompt_eval_duration"),
                     done_reason=reason if isinstance(reason, str) else None,
+                    prompt_eval_cached_count=int_field(obj, "prompt_eval_cached_count"),
                 )
             )
             if isinstance(reason, str):

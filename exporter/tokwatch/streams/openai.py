@@ -47,6 +47,7 @@ def _timings(d: Any, t: float) -> LlamaTimings | None:
         float_field(d, "prompt_ms"),
         float_field(d, "predicted_per_second"),
         int_field(d, "cache_n"),
+        float_field(d, "prompt_per_second"),
     )
 
 

@@ -1,8 +1,9 @@
 """Client-side token counts and prompts of a given token length: a 4-characters-per-token estimate, or a
-local HuggingFace `tokenizer.json` (`--tokenizer`) for exact lengths.
+local HuggingFace `tokenizer.json` for exact lengths (the bench's `--tokenizer`, an endpoint's `tokenizer:`).
 
-`WorkloadError` lives here, in the lowest module that raises it (a tokenizer that cannot load);
-`tokwatch.bench.workload` hands it on with the rest of the workload's vocabulary."""
+Below both the bench and the probe, which count with it. `WorkloadError` lives here, in the lowest module
+that raises it (a tokenizer that cannot load); `tokwatch.bench.workload` hands it on with the rest of the
+workload's vocabulary."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class HFTokenizer:
             from tokenizers import Tokenizer
         except ImportError:
             raise WorkloadError(
-                "--tokenizer needs the tokenizers package: pip install 'tokwatch[tokenizer]'"
+                "a tokenizer.json (--tokenizer, an endpoint's tokenizer:) needs the tokenizers package: "
+                "pip install 'tokwatch[tokenizer]'"
             ) from None
         try:
             self._tok: Any = Tokenizer.from_file(path)
