@@ -1,0 +1,176 @@
+"""Network phases against real servers on 127.0.0.1: a TLS server with a certificate the test trusts, a plain
+one, a kept-alive connection, a name lookup."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+from aiohttp import web
+
+from tests.support.pki import Pki, client_ssl, make_pki, server_ssl
+from tokwatch.http import ConnectionSetup, HttpClient
+
+HANDSHAKE_PAUSE_S = 0.3  # the server accepts, then waits this long before its side of the TLS handshake
+ANSWER_PAUSE_S = 0.2  # the server read the request, then waits this long before the status line
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+class _PausingServer:
+    """A blocking HTTP/1.1 server in a thread that waits `accept_pause_s` after accepting a connection (over
+    TLS, before its side of the handshake) and `answer_pause_s` after reading each request; keeps alive."""
+
+    def __init__(
+        self, ssl_context: ssl.SSLContext | None, *, accept_pause_s: float, answer_pause_s: float
+    ) -> None:
+        self._ssl, self._accept_pause, self._answer_pause = ssl_context, accept_pause_s, answer_pause_s
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = int(self._listener.getsockname()[1])
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}/"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> _PausingServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self._listener.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(10)
+                time.sleep(self._accept_pause)
+                try:
+                    if self._ssl is None:
+                        self._answer(conn)
+                    else:
+                        with self._ssl.wrap_socket(conn, server_side=True) as tls:
+                            self._answer(tls)
+                except (OSError, ssl.SSLError):
+                    pass  # the client went away
+
+    def _answer(self, conn: socket.socket) -> None:
+        """Answer every request on the connection until the client closes it."""
+        buf = b""
+        for _ in range(100):
+            while b"\r\n\r\n" not in buf:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").lower().split("\r\n")
+            length = next((int(ln.split(":", 1)[1]) for ln in lines if ln.startswith("content-length:")), 0)
+            while len(buf) < length:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+            buf = buf[length:]
+            time.sleep(self._answer_pause)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+
+
+async def _one_request(client: HttpClient, url: str) -> tuple[ConnectionSetup, float, float, float, bool]:
+    """(the connection's set-up, send delay, processing, first body byte - sent, reused) of one POST."""
+    async with client.stream("POST", url, json_body={"prompt": "x"}, timeout=20) as resp:
+        assert await resp.read() == b"ok"
+        assert resp.connection is not None and resp.processing_s is not None
+        assert resp.first_byte_at is not None
+        body_s = resp.first_byte_at - resp.sent_at
+        return resp.connection, resp.send_delay_s, resp.processing_s, body_s, resp.reused
+
+
+async def _tls_phases(pki: Pki) -> tuple[ConnectionSetup, float, float, float, bool]:
+    pauses = {"accept_pause_s": HANDSHAKE_PAUSE_S, "answer_pause_s": ANSWER_PAUSE_S}
+    with _PausingServer(server_ssl(pki), **pauses) as srv:
+        async with HttpClient(ssl_context=client_ssl(pki)) as client:
+            return await _one_request(client, srv.url)
+
+
+def _assert_tls_phases(got: tuple[ConnectionSetup, float, float, float, bool]) -> None:
+    setup, send_delay, processing, body_s, reused = got
+    assert setup.tls and not reused
+    # The server held its side of the handshake: that wait is the TLS phase...
+    assert setup.tls_s >= HANDSHAKE_PAUSE_S
+    # ... and not the TCP connect, which the server's kernel completed before the server even accepted.
+    assert 0.0 < setup.connect_s < setup.tls_s
+    assert setup.resolve_s == 0.0  # an IP address: nothing to look up
+    assert setup.rtt_s == setup.connect_s  # one address, answered at the first try
+    # The set-up happened before the request's last byte went out: inside the send delay, never in latency.
+    assert setup.resolve_s + setup.connect_s + setup.tls_s <= send_delay
+    # The server waited before answering: time to the first response byte, which precedes the first body byte.
+    assert ANSWER_PAUSE_S <= processing <= body_s
+
+
+async def test_a_tls_connection_has_connect_and_tls_phases(pki: Pki) -> None:
+    _assert_tls_phases(await _tls_phases(pki))
+
+
+def test_a_tls_connection_has_connect_and_tls_phases_on_uvloop_too(pki: Pki) -> None:
+    """The probes' measurement loop runs uvloop when installed: its SSL protocol calls connection_made too."""
+    pytest.importorskip("uvloop")
+    from tokwatch.measurement import loop_name, new_loop
+
+    async def main() -> tuple[str, tuple[ConnectionSetup, float, float, float, bool]]:
+        return loop_name(asyncio.get_running_loop()), await _tls_phases(pki)
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        name, got = runner.run(main())
+    assert name == "uvloop"
+    _assert_tls_phases(got)
+
+
+async def test_plain_http_has_a_tls_phase_of_zero() -> None:
+    # The server waits before reading the request: over plain HTTP that is the server's time, not set-up.
+    with _PausingServer(None, accept_pause_s=HANDSHAKE_PAUSE_S, answer_pause_s=0.0) as srv:
+        async with HttpClient() as client:
+            setup, send_delay, processing, _, _ = await _one_request(client, srv.url)
+    assert not setup.tls and setup.tls_s == 0.0
+    assert 0.0 < setup.connect_s < HANDSHAKE_PAUSE_S
+    assert setup.resolve_s + setup.connect_s <= send_delay
+    assert processing >= HANDSHAKE_PAUSE_S
+
+
+async def test_a_reused_connection_brings_no_set_up_of_its_own(serve) -> None:  # type: ignore[no-untyped-def]
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    url = await serve({"/": ok})
+    async with HttpClient() as client:
+        first = await _one_request(client, url + "/")
+        second = await _one_request(client, url + "/")
+    assert not first[4] and second[4]  # the second request went out on the first one's connection
+    assert second[0] is first[0]  # the same set-up record: nothing resolved, connected or negotiated again
+
+
+async def test_a_name_is_looked_up_and_an_address_is_not(serve) -> None:  # type: ignore[no-untyped-def]
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    url = await serve({"/": ok})
+    async with HttpClient() as by_address, HttpClient() as by_name:
+        address = (await _one_request(by_address, url + "/"))[0]
+        name = (await _one_request(by_name, url.replace("127.0.0.1", "localhost") + "/"))[0]
+    assert address.resolve_s == 0.0
+    assert name.resolve_s > 0.0  # aiohttp resolved "localhost" before connecting
+    # Where "localhost" is also ::1 and that address refused first, connect counts both tries, rtt the one
+    # that answered.
+    assert 0.0 < name.rtt_s <= name.connect_s
