@@ -1,5 +1,5 @@
 """Network phases against real servers on 127.0.0.1: a TLS server with a certificate the test trusts, a plain
-one, a kept-alive connection, a name lookup."""
+one, a kept-alive connection, a name lookup; then the probe's timed run, its metrics and `/probe` family."""
 
 from __future__ import annotations
 
@@ -8,12 +8,19 @@ import socket
 import ssl
 import threading
 import time
+from typing import Any
 
 import pytest
 from aiohttp import web
 
+from tests.probes.test_openai import sse_handler
 from tests.support.pki import Pki, client_ssl, make_pki, server_ssl
+from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.http import ConnectionSetup, HttpClient
+from tokwatch.metrics.probe import probe_result_families
+from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
+from tokwatch.probes.openai import OpenAIProbe
+from tokwatch.result import RunResult, Status
 
 HANDSHAKE_PAUSE_S = 0.3  # the server accepts, then waits this long before its side of the TLS handshake
 ANSWER_PAUSE_S = 0.2  # the server read the request, then waits this long before the status line
@@ -174,3 +181,89 @@ async def test_a_name_is_looked_up_and_an_address_is_not(serve) -> None:  # type
     # Where "localhost" is also ::1 and that address refused first, connect counts both tries, rtt the one
     # that answered.
     assert 0.0 < name.rtt_s <= name.connect_s
+
+
+def _answering_after(pause_s: float) -> Any:
+    """An OpenAI-style streamed answer whose headers leave `pause_s` after the request arrived."""
+    answer = sse_handler(["a ", "b ", "c ", "d "])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(pause_s)
+        return await answer(request)
+
+    return handler
+
+
+def _ctx(client: HttpClient, url: str, *, warmup: bool) -> ProbeContext:
+    ep = EndpointSettings(name="ep", kind="openai", base_url=url + "/v1", model="m", labels={"site": "lab"})
+    return ProbeContext(
+        endpoint=ep,
+        settings=ProbeSettings(max_tokens=4, warmup=warmup),
+        http=client,
+        api_key=None,
+        log=ProbeLog(),
+    )
+
+
+def _phase_samples(result: RunResult, client: HttpClient, url: str) -> dict[str, float]:
+    """The `/probe` answer's phase gauge, by phase; every sample carries the endpoint's labels."""
+    ep = _ctx(client, url, warmup=False).endpoint
+    fams = {f.name: f for f in probe_result_families(result, ep)}
+    samples = fams["tokwatch_probe_phase_seconds"].samples if "tokwatch_probe_phase_seconds" in fams else []
+    assert all(s.labels["endpoint"] == "ep" and s.labels["site"] == "lab" for s in samples)
+    return {s.labels["phase"]: s.value for s in samples}
+
+
+async def test_the_timed_run_reports_the_set_up_of_the_connection_its_warm_up_opened(serve, pki: Pki) -> None:  # type: ignore[no-untyped-def]
+    routes = {"/v1/chat/completions": _answering_after(ANSWER_PAUSE_S)}
+    url = await serve(routes, ssl_context=server_ssl(pki))
+    async with HttpClient(ssl_context=client_ssl(pki)) as client:
+        first = await run_probe(OpenAIProbe(), _ctx(client, url, warmup=True))
+        # The next round straight away: the connection is still open, so this round set nothing up.
+        kept = await run_probe(OpenAIProbe(), _ctx(client, url, warmup=True))
+    assert first.status is Status.OK and kept.status is Status.OK, (first.error_message, kept.error_message)
+
+    # The warm-up opened the connection and the timed run reused it: its set-up is this round's network.
+    assert first.connection_reused is True
+    assert first.phase_resolve_s == 0.0
+    assert first.phase_connect_s is not None and first.phase_connect_s > 0.0
+    assert first.phase_tls_s is not None and first.phase_tls_s > 0.0
+    assert first.network_rtt_s == first.phase_connect_s
+    # TTFT is defined as before: from the request's last byte on the socket, so the server's wait is in it
+    # (over TLS too: t = 0 once was the response's arrival there), the connection's set-up is not, and
+    # the first response byte comes before the first token.
+    assert first.phase_processing_s is not None and first.ttft_s is not None
+    assert ANSWER_PAUSE_S <= first.phase_processing_s <= first.ttft_s
+    assert _phase_samples(first, client, url) == {
+        "resolve": 0.0,
+        "connect": first.phase_connect_s,
+        "tls": first.phase_tls_s,
+        "processing": first.phase_processing_s,
+    }
+
+    assert kept.connection_reused is True
+    assert (kept.phase_resolve_s, kept.phase_connect_s, kept.phase_tls_s, kept.network_rtt_s) == (None,) * 4
+    assert kept.phase_processing_s is not None and kept.phase_processing_s >= ANSWER_PAUSE_S
+    assert _phase_samples(kept, client, url) == {"processing": kept.phase_processing_s}
+
+
+async def test_without_a_warm_up_the_timed_run_opens_its_connection(serve, pki: Pki) -> None:  # type: ignore[no-untyped-def]
+    url = await serve({"/v1/chat/completions": _answering_after(ANSWER_PAUSE_S)}, ssl_context=server_ssl(pki))
+    async with HttpClient(ssl_context=client_ssl(pki)) as client:
+        r = await run_probe(OpenAIProbe(), _ctx(client, url, warmup=False))
+    assert r.status is Status.OK, r.error_message
+    assert r.connection_reused is False
+    # The first request on a new TLS connection: its TTFT and time to first byte include the server's wait.
+    assert r.ttft_s is not None and r.phase_processing_s is not None
+    assert ANSWER_PAUSE_S <= r.phase_processing_s <= r.ttft_s
+    phases: list[Any] = [r.phase_resolve_s, r.phase_connect_s, r.phase_tls_s]
+    assert None not in phases and r.send_delay_s is not None
+    assert sum(phases) <= r.send_delay_s  # its own set-up is in its send delay, not in its TTFT
+
+
+async def test_a_run_that_never_connected_has_no_phases(free_port) -> None:  # type: ignore[no-untyped-def]
+    async with HttpClient() as client:
+        r = await run_probe(OpenAIProbe(), _ctx(client, f"http://127.0.0.1:{free_port()}", warmup=False))
+    assert r.status is Status.UNREACHABLE
+    assert r.network_phases() == {} and r.network_rtt_s is None and r.connection_reused is None
+

@@ -24,6 +24,7 @@ from tokwatch.config import load_config
 from tokwatch.result import Status
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
+from tokwatch.storage.schema import known_version
 
 T0 = 1_790_000_000.0
 
@@ -171,12 +172,13 @@ def test_cli_store_table_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and "gated figure tbt not stored for this run" in err
 
     # A database at an older schema is not migrated by compare.
+    newest = known_version("sqlite")
     with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM tokwatch_schema WHERE version = 5")
+        conn.execute("DELETE FROM tokwatch_schema WHERE version = ?", (newest,))
     code, _, err = _cli(capsys, id_a, id_b, "-c", str(cfg))
-    assert code == 2 and "older than this tokwatch's 5" in err and "tokwatch db migrate" in err
+    assert code == 2 and f"older than this tokwatch's {newest}" in err and "tokwatch db migrate" in err
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone() == (4,)
+        assert conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone() == (newest - 1,)
 
 
 def test_disabled_storage_and_down_postgres_are_clear(

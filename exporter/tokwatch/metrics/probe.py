@@ -121,6 +121,7 @@ class ProbeMetrics(Collector):
         tokwatch_probe_success{endpoint="a",gpu="3090"} 1.0
         tokwatch_probe_status{endpoint="a",gpu="3090",status="ok"} 1.0
         tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090"} 0.2
+        tokwatch_probe_phase_seconds{endpoint="a",gpu="3090",phase="connect"} 0.021
         tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090"} 1.7000072e+09
         tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",source="engine"} 96.0
         tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",le="0.25"} 3.0
@@ -321,6 +322,15 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_output_tokens", "Output tokens of the run.", lv, float(r.output_tokens))
     if r.think_tokens is not None:
         fams.gauge("tokwatch_probe_think_tokens", "Reasoning tokens of the run.", lv, float(r.think_tokens))
+    for phase, seconds in r.network_phases().items():
+        fams.gauge(
+            "tokwatch_probe_phase_seconds",
+            "Network phases of the run, by blackbox_exporter's names: resolve, connect, tls (its connection, "
+            "when this round opened it), processing (request sent to the first response byte).",
+            lv,
+            seconds,
+            extra={"phase": phase},
+        )
     if r.max_stall_s is not None:
         fams.gauge(
             "tokwatch_probe_max_stall_seconds",

@@ -70,6 +70,9 @@ class ProbeContext:
     counters: CounterWindow | None = None
     stalls: StallMonitor | None = None  # the measurement loop's heartbeat (None: disturbance not checked)
     extra: dict[str, object] = field(default_factory=dict)
+    # perf_counter when this round's context was made: a connection ready since then was opened by this
+    # round (its warm-up, usually), so its set-up phases describe this round's network.
+    round_started: float = field(default_factory=time.perf_counter)
 
 
 class Probe(ABC):

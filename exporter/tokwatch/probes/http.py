@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from tokwatch import status as status_mod
 from tokwatch.config import server_root
+from tokwatch.http import StreamResponse
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
 from tokwatch.request_options import merge_body, unique_prefix
 from tokwatch.result import RunResult, Status, TimingSource
@@ -207,6 +208,7 @@ class HttpProbe(Probe):
             ) as resp:
                 sent_at = resp.sent_at
                 result.send_delay_s = resp.send_delay_s
+                _network_phases(result, resp, ctx.round_started)
                 result.http_status = resp.status
                 bad = status_mod.classify_http_status(resp.status)
                 if bad is not None:
@@ -311,6 +313,19 @@ class HttpProbe(Probe):
         )
         if verdict is not None:
             status_mod.apply(result, verdict, ctx.log.redact)
+
+
+def _network_phases(result: RunResult, resp: StreamResponse, round_started: float) -> None:
+    """The run's network phases: its connection's set-up when this round opened that connection (a
+    connection kept from an earlier round was set up for that round), and time to the first response byte."""
+    result.connection_reused = resp.reused
+    result.phase_processing_s = resp.processing_s
+    setup = resp.connection
+    if setup is not None and setup.ready_at >= round_started:
+        result.phase_resolve_s = setup.resolve_s
+        result.phase_connect_s = setup.connect_s
+        result.phase_tls_s = setup.tls_s
+        result.network_rtt_s = setup.rtt_s
 
 
 def _text_bytes(col: StreamCollector) -> int:

@@ -44,6 +44,13 @@ class RunRow:
     merged_reads: int | None = None
     send_delay_s: float | None = None
     duration_s: float | None = None  # wall time of the timed run until it completed or failed
+    # Network phases (RunResult, docs/methodology.md "Network phases").
+    phase_resolve_s: float | None = None
+    phase_connect_s: float | None = None
+    phase_tls_s: float | None = None
+    phase_processing_s: float | None = None
+    network_rtt_s: float | None = None
+    connection_reused: bool | None = None
 
     @classmethod
     def from_result(
@@ -82,6 +89,12 @@ class RunRow:
             merged_reads=result.merged_reads,
             send_delay_s=result.send_delay_s,
             duration_s=result.duration_s,
+            phase_resolve_s=result.phase_resolve_s,
+            phase_connect_s=result.phase_connect_s,
+            phase_tls_s=result.phase_tls_s,
+            phase_processing_s=result.phase_processing_s,
+            network_rtt_s=result.network_rtt_s,
+            connection_reused=result.connection_reused,
         )
 
     def to_json(self) -> dict[str, Any]:
