@@ -122,9 +122,16 @@ class RunResult:
         return self.status is Status.OK
 
     def network_phases(self) -> dict[str, float]:
-        """The phases this run measured, by name (`NETWORK_PHASES` order): what the phase gauge exports."""
-        values = (self.phase_resolve_s, self.phase_connect_s, self.phase_tls_s, self.phase_processing_s)
-        return {name: v for name, v in zip(NETWORK_PHASES, values, strict=True) if v is not None}
+        """The phases as the gauge exports them (`NETWORK_PHASES` order), for a run that got a response: the
+        set-up phases of a connection kept from an earlier round are 0.0 (this round set nothing up; stored,
+        they stay None: not measured), so the exported series do not depend on connection reuse."""
+        if self.connection_reused is None:
+            return {}
+        setup = (self.phase_resolve_s, self.phase_connect_s, self.phase_tls_s)
+        out = {name: 0.0 if v is None else v for name, v in zip(NETWORK_PHASES[:3], setup, strict=True)}
+        if self.phase_processing_s is not None:
+            out["processing"] = self.phase_processing_s
+        return out
 
     def itl_percentile(self, q: float) -> float | None:
         """Percentile (0-100) of the per-token inter-token latency, None without a stream."""

@@ -325,8 +325,8 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
     for phase, seconds in r.network_phases().items():
         fams.gauge(
             "tokwatch_probe_phase_seconds",
-            "Network phases of the run, by blackbox_exporter's names: resolve, connect, tls (its connection, "
-            "when this round opened it), processing (request sent to the first response byte).",
+            "Network phases of the run, by blackbox_exporter's names: resolve, connect, tls (setting up its "
+            "connection in this round; 0 if kept open), processing (request sent to first response byte).",
             lv,
             seconds,
             extra={"phase": phase},
