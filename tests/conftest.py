@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -29,20 +30,22 @@ def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]]]:
-    """Start a real aiohttp server on 127.0.0.1 with the given routes; returns its base URL."""
+async def serve() -> AsyncIterator[Callable[..., Awaitable[str]]]:
+    """Start a real aiohttp server on 127.0.0.1 with the given routes (over TLS with `ssl_context`); returns
+    its base URL."""
     runners: list[web.AppRunner] = []
 
-    async def start(routes: dict[str, Handler]) -> str:
+    async def start(routes: dict[str, Handler], ssl_context: ssl.SSLContext | None = None) -> str:
         app = web.Application()
         for path, handler in routes.items():
             app.router.add_route("*", path, handler)
         runner = web.AppRunner(app, handler_cancellation=True)
         await runner.setup()
         runners.append(runner)
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
         await site.start()
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+        scheme = "https" if ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{runner.addresses[0][1]}"
 
     try:
         yield start

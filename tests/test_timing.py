@@ -10,6 +10,7 @@ import pytest
 from tokwatch.result import TimingSource, TokenEvent
 from tokwatch.timing import (
     apportion,
+    client_prefill_tps,
     client_stream_tps,
     client_wall_tps,
     itl,
@@ -143,3 +144,12 @@ def test_shared_counter_window_policy() -> None:
     assert sel.source is S.VLLM_METRICS and sel.server_shared
     sel = select_source(c, pref, counters_shared=False, shared_policy="fallback")
     assert sel.source is S.VLLM_METRICS and not sel.server_shared
+
+
+def test_client_prefill_takes_the_network_round_trip_off_the_ttft() -> None:
+    """Issue 21: prefill tok/s = computed prompt tokens / (TTFT - network round trip where measured)."""
+    assert client_prefill_tps(1100, 100, 0.5) == pytest.approx(2000.0)
+    assert client_prefill_tps(1100, 100, 0.5, network_rtt_s=0.1) == pytest.approx(2500.0)
+    assert client_prefill_tps(1100, 100, 0.5, network_rtt_s=None) == pytest.approx(2000.0)
+    assert client_prefill_tps(1100, 100, 0.1, network_rtt_s=0.1) is None  # no server time left to divide by
+    assert client_prefill_tps(100, 100, 0.5) is None  # everything came from the cache

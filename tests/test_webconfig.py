@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import gzip
-import ipaddress
-import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import bcrypt
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.support.pki import Pki, client_ssl, make_pki
 from tokwatch.app import App
 from tokwatch.cli import main
 from tokwatch.config import load_config_text
@@ -30,61 +23,10 @@ PASSWORD = "s3cret-scrape-pass"
 CONFIG = "endpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]\n"
 
 
-Issuer = tuple[x509.Name, ec.EllipticCurvePrivateKey]
-
-
-Key = ec.EllipticCurvePrivateKey
-
-
-def _cert(name: str, key: Key, issuer: Issuer | None, *, ca: bool = False) -> x509.Certificate:
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    issuer_name, issuer_key = issuer if issuer else (subject, key)
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
-        )
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-@dataclass
-class Pki:
-    dir: Path
-    ca: Path
-    client_cert: Path
-    client_key: Path
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
-    d = tmp_path_factory.mktemp("pki")
-
-    def write(name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
-        (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (d / f"{name}.key").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("tokwatch-test-ca", ca_key, None, ca=True)
-    write("ca", ca, ca_key)
-    for name in ("server", "client"):
-        key = ec.generate_private_key(ec.SECP256R1())
-        write(name, _cert(name, key, (ca.subject, ca_key)), key)
-    return Pki(d, d / "ca.crt", d / "client.crt", d / "client.key")
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _web_config(pki: Pki, extra: str = "") -> Path:
@@ -100,13 +42,6 @@ def _web_config(pki: Pki, extra: str = "") -> Path:
 
 def _basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
-
-
-def _client_ssl(pki: Pki, *, with_cert: bool = False) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(pki.ca))
-    if with_cert:
-        ctx.load_cert_chain(pki.client_cert, pki.client_key)
-    return ctx
 
 
 Serve = Callable[[Path], "AsyncIterator[str]"]
@@ -136,7 +71,7 @@ async def test_tls_basic_auth_on_every_route_gzip_and_process_metrics(pki: Pki, 
     url = await serve(_web_config(pki))
     good = _basic("prometheus", PASSWORD)
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=_client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=20)
+        connector=aiohttp.TCPConnector(ssl=client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=20)
     ) as s:
         for method, path in (("GET", "/metrics"), ("GET", "/probe?target=a"), ("POST", "/-/reload"),
                              ("GET", "/-/healthy"), ("GET", "/"), ("GET", "/endpoints/a")):  # fmt: skip
@@ -167,12 +102,12 @@ async def test_client_certificates_are_required_and_verified(pki: Pki, serve) ->
     extra = "  client_ca_file: ca.crt\n  client_auth_type: RequireAndVerifyClientCert\n"
     url = await serve(_web_config(pki, extra))
     good = _basic("prometheus", PASSWORD)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_client_ssl(pki))) as s:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(pki))) as s:
         with pytest.raises(aiohttp.ClientError):  # no client certificate: the handshake fails
             async with s.get(url + "/metrics", headers=good) as resp:
                 await resp.read()
     async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_client_ssl(pki, with_cert=True))) as s,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(pki, with_cert=True))) as s,
         s.get(url + "/metrics", headers=good) as resp,
     ):
         assert resp.status == 200
@@ -265,7 +200,7 @@ async def test_demo_with_a_web_config_serves_tls_and_basic_auth(
     url, good = f"https://127.0.0.1:{port}", _basic("prometheus", PASSWORD)
     try:
         async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=_client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=10)
+            connector=aiohttp.TCPConnector(ssl=client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=10)
         ) as s:
             deadline = time.monotonic() + 60
             while True:  # bounded: the demo starts its simulator first

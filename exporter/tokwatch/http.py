@@ -4,8 +4,11 @@ Streaming requests record `time.perf_counter()` when the request's last byte is 
 latency clock starts there; bytes the socket could not take at once count when the transport's buffer
 drained) and for every piece of the body as it arrives; the time from calling the client to that moment
 (pool wait, connection set-up, serialisation, the body-writing task's turn, a full socket) is reported as
-the send delay. Every request has a total deadline and a cap on the body size. Transport failures are
-raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them into run statuses.
+the send delay. Every new connection records how long its DNS lookup, TCP connect and TLS handshake took
+(`ConnectionSetup`), and every response when the read that brought its headers ran: connection set-up and
+first-byte events only, nothing per body read. Every request has a total deadline and a cap on the body
+size. Transport failures are raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns
+them into run statuses.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import socket
 import ssl
 import time
 from collections import deque
@@ -24,6 +28,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Literal
 
 import aiohttp
+from aiohappyeyeballs import AddrInfoType
 from aiohttp.client_proto import ResponseHandler
 
 from tokwatch import rxwatch
@@ -67,11 +72,54 @@ class _Attempt:
     headers_sent_at: float | None = None
     body_sent_at: float | None = None  # the last body chunk, right before it is written to the transport
     drained_at: float | None = None  # the transport's buffer emptied: bytes the socket did not take at once
+    # Opening a new connection (see ConnectionSetup): when aiohttp began, whether it needed a name lookup
+    # (its own, or one in flight or cached), and when each TCP socket of the attempt was created, by fd.
+    create_started_at: float | None = None
+    looked_up: bool = False
+    first_socket_at: float | None = None
+    sockets: dict[int, float] | None = None
 
 
-# The attempt whose request bytes are being written in this context: the write_bytes task inherits it, so
-# the connection protocol knows whose bytes were left in the transport's buffer (see pause_writing).
-_WRITING: ContextVar[_Attempt | None] = ContextVar("tokwatch_http_writing", default=None)
+@dataclass(frozen=True, slots=True)
+class ConnectionSetup:
+    """How one connection was opened, in seconds per phase (docs/methodology.md, "Network phases").
+
+    `resolve_s`: the DNS lookup (or the wait for one already in flight; 0.0 for an IP address); `connect_s`:
+    TCP connect, every address tried; `tls_s`: the TLS handshake (0.0 over plain HTTP); `rtt_s`: the TCP
+    connect of the address that answered alone, i.e. one network round trip. `ready_at` is the
+    `perf_counter()` when the connection could carry its first request.
+    """
+
+    ready_at: float
+    resolve_s: float
+    connect_s: float
+    tls_s: float
+    rtt_s: float
+    tls: bool
+
+
+def _setup_of(
+    opener: _Attempt, tcp_at: float, ready_at: float, fd: int | None, *, tls: bool
+) -> ConnectionSetup | None:
+    """The phases of a connection `opener` opened: TCP up at `tcp_at`, ready at `ready_at`."""
+    first, begun = opener.first_socket_at, opener.create_started_at
+    if first is None or begun is None:
+        return None  # not opened through this client's connector hooks: nothing measured
+    winner = opener.sockets.get(fd, first) if opener.sockets is not None and fd is not None else first
+    return ConnectionSetup(
+        ready_at=ready_at,
+        resolve_s=max(0.0, first - begun) if opener.looked_up else 0.0,
+        connect_s=max(0.0, tcp_at - first),
+        tls_s=max(0.0, ready_at - tcp_at) if tls else 0.0,
+        rtt_s=max(0.0, tcp_at - winner),
+        tls=tls,
+    )
+
+
+# The attempt being sent in this context. The connector's socket and protocol factories run in it (so a
+# new connection knows which attempt opened it), and so does the write_bytes task, so the connection
+# protocol knows whose bytes were left in the transport's buffer (see pause_writing).
+_SENDING: ContextVar[_Attempt | None] = ContextVar("tokwatch_http_sending", default=None)
 
 
 async def _on_reuse(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
@@ -86,6 +134,20 @@ async def _on_create(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object
     if isinstance(attempt, _Attempt):
         attempt.connected = True
         attempt.reused = False
+
+
+async def _on_create_start(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.create_started_at = time.perf_counter()
+
+
+async def _on_lookup(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
+    # aiohttp resolves the name itself (resolvehost_start), or takes it from its cache or from a lookup
+    # another request already started (cache_hit); an IP address fires neither.
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.looked_up = True
 
 
 async def _on_headers_sent(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: object) -> None:
@@ -110,7 +172,26 @@ def _trace_config() -> aiohttp.TraceConfig:
     tc.on_request_chunk_sent.append(_on_chunk_sent)
     tc.on_connection_reuseconn.append(_on_reuse)
     tc.on_connection_create_end.append(_on_create)
+    tc.on_connection_create_start.append(_on_create_start)
+    tc.on_dns_resolvehost_start.append(_on_lookup)
+    tc.on_dns_cache_hit.append(_on_lookup)
     return tc
+
+
+def _stamped_socket(addr_info: AddrInfoType) -> socket.socket:
+    """The connector's socket factory: a TCP socket, its creation (the start of its connect) stamped on the
+    attempt being sent (happy-eyeballs races run in tasks that inherit the attempt's context)."""
+    family, type_, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    attempt = _SENDING.get()
+    if attempt is not None:
+        now = time.perf_counter()
+        if attempt.first_socket_at is None:
+            attempt.first_socket_at = now
+        if attempt.sockets is None:
+            attempt.sockets = {}
+        attempt.sockets[sock.fileno()] = now
+    return sock
 
 
 def _is_disconnect(exc: BaseException) -> bool:
@@ -164,6 +245,11 @@ class _StampingHandler(ResponseHandler):
 
     last_rx: float | None = None
     watcher: ReceiveWatcher | None = None  # stamps arrivals off the loop (tokwatch.rxwatch), when given
+    setup: ConnectionSetup | None = None  # how this connection was opened
+    # The newest response's body reader, and the stamp of the read that completed its headers.
+    response_started: tuple[aiohttp.StreamReader, float] | None = None
+    _opener: _Attempt | None = None  # the attempt that opened this connection, until it is ready
+    _tcp_at: float | None = None  # the TCP connection was up (the protocol was created)
     _unsent_of: _Attempt | None = None  # the attempt whose bytes wait in the transport's buffer
     _fd: int | None = None
     _tracked: aiohttp.StreamReader | None = None
@@ -186,27 +272,42 @@ class _StampingHandler(ResponseHandler):
         self._tracked = None
         self._marks = None
 
+    def opened(self, opener: _Attempt | None) -> None:
+        """Called by the connector's protocol factory: the TCP connect is done, a TLS handshake not begun."""
+        self._opener, self._tcp_at = opener, time.perf_counter()
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Make the transport report a full flush; register the socket with the receive watcher, if any."""
+        """Note the connection's set-up phases; make the transport report a full flush; register the socket
+        with the receive watcher, if any."""
+        # Over TLS this is called when the handshake completed (asyncio's and uvloop's SSL protocols alike).
+        ready_at = time.perf_counter()
         super().connection_made(transport)
+        tls = transport.get_extra_info("ssl_object") is not None
         if isinstance(transport, asyncio.WriteTransport):
             # Pause on any byte the socket did not take and resume only once all of them went out, so
             # resume_writing is when the request's last byte reached the socket (a body larger than the
             # socket buffers leaves as fast as the server reads it). asyncio's loop and uvloop alike.
+            # A socket transport pauses above `high` bytes, a TLS transport at `high` or more: with 0 a TLS
+            # transport paused on an empty buffer after a write and resumed only at the connection's next
+            # read, often the response, which then became t = 0. Over TLS the buffer watched is the TLS
+            # layer's: the last byte handed, encrypted, to the socket transport (docs/methodology.md).
             try:
-                transport.set_write_buffer_limits(high=0, low=0)
+                transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
             except (NotImplementedError, ValueError, AttributeError):
                 pass
-        if self.watcher is not None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                self._fd = sock.fileno()
-                self.watcher.watch(self._fd)
+        sock = transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else None
+        if self._opener is not None and self._tcp_at is not None:
+            self.setup = _setup_of(self._opener, self._tcp_at, ready_at, fd, tls=tls)
+        self._opener = None  # the connection outlives its first request: it need not keep that attempt
+        if self.watcher is not None and fd is not None:
+            self._fd = fd
+            self.watcher.watch(fd)
 
     def pause_writing(self) -> None:
         """Bytes stayed in the transport's buffer: note whose (called inside the write, in its context)."""
         super().pause_writing()
-        self._unsent_of = _WRITING.get()
+        self._unsent_of = _SENDING.get()
 
     def resume_writing(self) -> None:
         """The buffer is empty: the waiting request's last byte was handed to the socket now."""
@@ -244,6 +345,7 @@ class _StampingHandler(ResponseHandler):
         payload = getattr(self, "_payload", None)
         if isinstance(payload, aiohttp.StreamReader) and payload is not self._tracked:
             self._tracked, self._marks = payload, deque()
+            self.response_started = (payload, stamp)  # once per response, not per read
         if self._tracked is not None and self._marks is not None:
             fed = self._tracked.total_bytes
             if not self._marks or fed > self._marks[-1][0]:
@@ -254,12 +356,15 @@ class _StampingConnector(aiohttp.TCPConnector):
     """A TCPConnector whose connections use `_StampingHandler` (with the client's receive watcher)."""
 
     def __init__(self, *, watcher: ReceiveWatcher | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(socket_factory=_stamped_socket, **kwargs)
         loop = self._loop
 
         def factory() -> _StampingHandler:
+            # The loop calls this once the TCP connection is up, before any TLS handshake, in the context of
+            # the request that opens the connection.
             handler = _StampingHandler(loop=loop)
             handler.watcher = watcher
+            handler.opened(_SENDING.get())
             return handler
 
         self._factory = factory  # type: ignore[assignment]
@@ -276,6 +381,10 @@ class StreamResponse:
     are stamped late by up to the stall, unless a receive watcher thread (`tokwatch.rxwatch`, the bench's
     closed loops) stamped them at the kernel's notice. Probes avoid that by owning their loop, and runs that
     overlapped a stall are flagged (docs/methodology.md, "Measurement isolation" and "Disturbance").
+
+    Network phases (docs/methodology.md, "Network phases"): `connection` is how the connection that carried
+    the request was opened, `reused` says whether it was already open (its set-up then happened for an
+    earlier request), and `response_at` is when the read that completed the response headers ran.
     """
 
     def __init__(
@@ -286,6 +395,7 @@ class StreamResponse:
         max_bytes: int,
         *,
         send_delay_s: float = 0.0,
+        reused: bool = False,
     ) -> None:
         self._resp = resp
         self._max_bytes = max_bytes
@@ -301,8 +411,23 @@ class StreamResponse:
         self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
         proto = resp.connection.protocol if resp.connection is not None else None
         self._proto = proto if isinstance(proto, _StampingHandler) else None
+        # A body that arrived whole with the headers has already handed its connection back to the pool (where
+        # another request may take it): aiohttp still holds its protocol, read here for this response's
+        # set-up and first byte only, never tracked.
+        carrier = proto if proto is not None else getattr(resp, "_protocol", None)
+        opened = carrier if isinstance(carrier, _StampingHandler) else None
+        self.reused = reused
+        self.connection: ConnectionSetup | None = opened.setup if opened is not None else None
+        started = opened.response_started if opened is not None else None
+        reader, stamp = started if started is not None else (None, None)
+        self.response_at: float | None = stamp if reader is resp.content else None
         # Per-read marks, so bytes merged into one `readany()` keep the times of the reads that brought them.
         self._marks = self._proto.track(resp.content) if self._proto is not None else None
+
+    @property
+    def processing_s(self) -> float | None:
+        """From the request's last byte on the socket (`sent_at`) to the first response byte's read."""
+        return None if self.response_at is None else max(0.0, self.response_at - self.sent_at)
 
     def _expire(self) -> None:
         self._resp.content.set_exception(TransportError("timeout", "body", "timed out reading the response"))
@@ -378,10 +503,17 @@ class HttpClient:
     """Owns one aiohttp session; create and close it inside a running event loop (`async with`)."""
 
     def __init__(
-        self, *, limit: int = 100, user_agent: str = "tokwatch", watch_receives: bool = False
+        self,
+        *,
+        limit: int = 100,
+        user_agent: str = "tokwatch",
+        watch_receives: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._limit = limit
         self._user_agent = user_agent
+        # HTTPS endpoints are verified against `ssl_context`'s trust store, else the system's (True).
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         # A thread stamping arrivals independently of this loop's backlog (the bench's many streams).
         self.watcher: ReceiveWatcher | None = None
         if watch_receives and rxwatch.available():
@@ -411,7 +543,9 @@ class HttpClient:
             self.watcher = None
 
     def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
-        connector = _StampingConnector(limit=self._limit, force_close=force_close, watcher=self.watcher)
+        connector = _StampingConnector(
+            limit=self._limit, force_close=force_close, watcher=self.watcher, ssl=self._ssl
+        )
         return aiohttp.ClientSession(
             connector=connector,
             trace_configs=[_trace_config()],
@@ -455,7 +589,7 @@ class HttpClient:
             send_headers.setdefault("Content-Type", "application/json")
         attempt = _Attempt()
         called_at = sent_at = time.perf_counter()
-        writing = _WRITING.set(attempt)
+        sending = _SENDING.set(attempt)
         try:
             async with asyncio.timeout_at(deadline):
                 try:
@@ -467,7 +601,7 @@ class HttpClient:
                         raise
                     self.stale_resends += 1
                     attempt = _Attempt()
-                    _WRITING.set(attempt)
+                    _SENDING.set(attempt)
                     sent_at = time.perf_counter()
                     resp = await self._ensure_fresh_session().request(
                         method, url, data=body, headers=send_headers, trace_request_ctx=attempt
@@ -475,7 +609,7 @@ class HttpClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _wrap(exc, attempt, "response") from exc
         finally:
-            _WRITING.reset(writing)
+            _SENDING.reset(sending)
         # t = 0 is when the request's last byte went to the socket: the body's last chunk, or the headers
         # of a request without a body, or, when the socket could not take it all at once, the moment the
         # transport's buffer drained (a server that answers before reading the whole body leaves that
@@ -484,7 +618,7 @@ class HttpClient:
         if attempt.drained_at is not None and attempt.drained_at > sent_at:
             sent_at = attempt.drained_at
         delay = max(0.0, sent_at - called_at)
-        stream = StreamResponse(resp, sent_at, deadline, max_bytes, send_delay_s=delay)
+        stream = StreamResponse(resp, sent_at, deadline, max_bytes, send_delay_s=delay, reused=attempt.reused)
         try:
             yield stream
         except BaseException:

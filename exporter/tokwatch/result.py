@@ -64,9 +64,21 @@ class TokenEvent:
     chars: int = 0
 
 
+# The network phases a run exports, by blackbox_exporter's names (docs/methodology.md, "Network phases").
+NETWORK_PHASES = ("resolve", "connect", "tls", "processing")
+
+
 @dataclass(slots=True)
 class RunResult:
-    """One timed probe run. Figures are None when the run could not measure them."""
+    """One timed probe run. Figures are None when the run could not measure them.
+
+    `network_rtt_s` is the network's share of TTFT: one round trip between the prober and whatever
+    terminates its TCP connection, measured as the TCP connect (SYN to SYN-ACK, answered by the peer's
+    kernel: no server code takes part) of the connection the timed run was sent on. TTFT starts once the
+    request's last byte is on the socket, so connection set-up is not in it, but the request's way out and
+    the first token's way back are: `ttft_s - network_rtt_s` is the time the server took. None when that
+    connection was not opened in this round (kept alive from an earlier one) or the request failed first.
+    """
 
     endpoint: str
     started_at: float  # unix seconds when the request was sent
@@ -133,6 +145,15 @@ class RunResult:
     def series(self) -> SeriesKey:
         """(endpoint, workload, site) of the run."""
         return SeriesKey(self.endpoint, self.workload, self.site)
+    # Network phases (docs/methodology.md, "Network phases"): DNS, TCP connect and TLS handshake of the
+    # connection the timed run was sent on, when this round opened it (usually the warm-up did); then from
+    # the request's last byte on the socket to the read that brought the response headers.
+    phase_resolve_s: float | None = None
+    phase_connect_s: float | None = None
+    phase_tls_s: float | None = None  # 0.0 over plain HTTP
+    phase_processing_s: float | None = None
+    network_rtt_s: float | None = None  # the network's share of TTFT (see the class docstring)
+    connection_reused: bool | None = None  # the timed request went out on a connection already open
 
     @property
     def ok(self) -> bool:
@@ -143,6 +164,18 @@ class RunResult:
     def tps_set_aside(self) -> bool:
         """The run's tok/s figure is set aside: a client figure whose bound exceeded the tolerance."""
         return "tokens_per_second" in self.set_aside
+
+    def network_phases(self) -> dict[str, float]:
+        """The phases as the gauge exports them (`NETWORK_PHASES` order), for a run that got a response: the
+        set-up phases of a connection kept from an earlier round are 0.0 (this round set nothing up; stored,
+        they stay None: not measured), so the exported series do not depend on connection reuse."""
+        if self.connection_reused is None:
+            return {}
+        setup = (self.phase_resolve_s, self.phase_connect_s, self.phase_tls_s)
+        out = {name: 0.0 if v is None else v for name, v in zip(NETWORK_PHASES[:3], setup, strict=True)}
+        if self.phase_processing_s is not None:
+            out["processing"] = self.phase_processing_s
+        return out
 
     def itl_percentile(self, q: float) -> float | None:
         """Percentile (0-100) of the per-token inter-token latency, None without a stream."""

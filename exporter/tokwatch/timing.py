@@ -229,14 +229,19 @@ def ollama_prefill_tps(prompt_eval_count: int | None, prompt_eval_duration_ns: i
 
 
 def client_prefill_tps(
-    prompt_tokens: int | None, cached_tokens: int | None, ttft_s: float | None
+    prompt_tokens: int | None,
+    cached_tokens: int | None,
+    ttft_s: float | None,
+    network_rtt_s: float | None = None,
 ) -> float | None:
     """Prompt tokens the server computed (prompt tokens less those it reports cached) over the time to the
-    first token: network, queueing and the first token's sampling included (docs/methodology.md)."""
-    if not prompt_tokens or ttft_s is None or ttft_s <= 0:
+    first token less the network round trip where measured: queueing and the first token's sampling stay
+    in (docs/methodology.md, "Prefill speed")."""
+    if not prompt_tokens or ttft_s is None:
         return None
+    server_s = ttft_s - (network_rtt_s or 0.0)
     computed = prompt_tokens - (cached_tokens or 0)
-    return computed / ttft_s if computed > 0 else None
+    return computed / server_s if computed > 0 and server_s > 0 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,7 @@ class ProbeMetrics(Collector):
         tokwatch_probe_success{endpoint="a",gpu="3090",workload="seed000"} 1.0
         tokwatch_probe_status{endpoint="a",gpu="3090",workload="seed000",status="ok"} 1.0
         tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090",workload="seed000"} 0.2
+        tokwatch_probe_phase_seconds{endpoint="a",gpu="3090",workload="seed000",phase="connect"} 0.021
         tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090",workload="seed000"} 1.7000072e+09
         tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",workload="short",source="engine"} 96.0
         tokwatch_probe_prefill_tokens_per_second{endpoint="a",gpu="3090",workload="long",source="engine"} 2150
@@ -424,6 +425,15 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             "Prompt tokens of the run the server served from its prefix cache.",
             lv,
             float(r.cached_tokens),
+        )
+    for phase, seconds in r.network_phases().items():
+        fams.gauge(
+            "tokwatch_probe_phase_seconds",
+            "Network phases of the run, by blackbox_exporter's names: resolve, connect, tls (setting up its "
+            "connection in this round; 0 if kept open), processing (request sent to first response byte).",
+            lv,
+            seconds,
+            extra={"phase": phase},
         )
     if r.max_stall_s is not None:
         fams.gauge(

@@ -108,6 +108,9 @@ class ProbeContext:
     def warmup(self) -> bool:
         """Whether a discarded warm-up precedes the timed run (the workload's say, else probe.warmup)."""
         return self.settings.warmup if self.workload.warmup is None else self.workload.warmup
+    # perf_counter when this round's context was made: a connection ready since then was opened by this
+    # round (its warm-up, usually), so its set-up phases describe this round's network.
+    round_started: float = field(default_factory=time.perf_counter)
 
 
 class Probe(ABC):

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from tokwatch import status as status_mod
 from tokwatch.config import server_root
 from tokwatch.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
+from tokwatch.http import StreamResponse
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
 from tokwatch.prompts import FreshPrompt, fresh_prefix
 from tokwatch.request_options import merge_body
@@ -282,6 +283,7 @@ class HttpProbe(Probe):
             ) as resp:
                 sent_at = resp.sent_at
                 result.send_delay_s = resp.send_delay_s
+                _network_phases(result, resp, ctx.round_started)
                 result.http_status = resp.status
                 bad = status_mod.classify_http_status(resp.status)
                 if bad is not None:
@@ -426,12 +428,14 @@ def _bounds(
 
 def _prefill(result: RunResult, engine: float | None) -> None:
     """Prefill tok/s candidates and the chosen one: the engine's own figure first, else prompt tokens
-    computed over TTFT (docs/methodology.md, "Prefill speed")."""
+    computed over TTFT less the network round trip where measured (docs/methodology.md, "Prefill speed")."""
     candidates: dict[PrefillSource, float] = {}
     if engine is not None:
         candidates[PrefillSource.ENGINE] = engine
     if result.streamed:
-        client = client_prefill_tps(result.prompt_tokens, result.cached_tokens, result.ttft_s)
+        client = client_prefill_tps(
+            result.prompt_tokens, result.cached_tokens, result.ttft_s, result.network_rtt_s
+        )
         if client is not None:
             candidates[PrefillSource.CLIENT_TTFT] = client
     result.prefill_candidates = candidates
@@ -463,6 +467,19 @@ def _judge_prompt(ctx: ProbeContext, plan: RequestPlan, result: RunResult) -> No
             f"prompt size missed: the server counted {counted} prompt tokens for the {target} of workload "
             f"{ctx.workload.name} (tolerance {ctx.settings.prompt_tolerance:.0%})"
         )
+
+
+def _network_phases(result: RunResult, resp: StreamResponse, round_started: float) -> None:
+    """The run's network phases: its connection's set-up when this round opened that connection (a
+    connection kept from an earlier round was set up for that round), and time to the first response byte."""
+    result.connection_reused = resp.reused
+    result.phase_processing_s = resp.processing_s
+    setup = resp.connection
+    if setup is not None and setup.ready_at >= round_started:
+        result.phase_resolve_s = setup.resolve_s
+        result.phase_connect_s = setup.connect_s
+        result.phase_tls_s = setup.tls_s
+        result.network_rtt_s = setup.rtt_s
 
 
 def _text_bytes(col: StreamCollector) -> int:

@@ -67,6 +67,13 @@ class RunRow:
     cache_assisted: bool = False
     prefill_tokens_per_second: float | None = None
     prefill_source: str | None = None
+    # Network phases (RunResult, docs/methodology.md "Network phases").
+    phase_resolve_s: float | None = None
+    phase_connect_s: float | None = None
+    phase_tls_s: float | None = None
+    phase_processing_s: float | None = None
+    network_rtt_s: float | None = None
+    connection_reused: bool | None = None
 
     @classmethod
     def from_result(
@@ -123,6 +130,12 @@ class RunRow:
             cache_assisted=bool(result.cache_assisted),
             prefill_tokens_per_second=result.prefill_tokens_per_second,
             prefill_source=str(result.prefill_source) if result.prefill_source is not None else None,
+            phase_resolve_s=result.phase_resolve_s,
+            phase_connect_s=result.phase_connect_s,
+            phase_tls_s=result.phase_tls_s,
+            phase_processing_s=result.phase_processing_s,
+            network_rtt_s=result.network_rtt_s,
+            connection_reused=result.connection_reused,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ A family is `sqlite` or `postgres`. Within `postgres`, a version may have one fi
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
@@ -50,24 +51,34 @@ def migrations_for(flavor: Flavor) -> list[Migration]:
     """Every migration for a flavor, ordered by version; a flavor-specific file wins over a shared one."""
     family = "sqlite" if flavor == "sqlite" else "postgres"
     root = resources.files("tokwatch.storage").joinpath("migrations").joinpath(family)
+    files = [(e.name, e.read_text(encoding="utf-8")) for e in root.iterdir() if _FILE_RE.match(e.name)]
+    return select_migrations(files, flavor)
+
+
+def select_migrations(files: Iterable[tuple[str, str]], flavor: Flavor) -> list[Migration]:
+    """The migrations of `flavor` among (file name, SQL) pairs; raises unless numbered 1..N, one per version.
+
+    Two files for one version (two branches that each added "the next" migration) would otherwise apply
+    only one of them, silently."""
     chosen: dict[int, tuple[bool, Migration]] = {}
-    for entry in root.iterdir():
-        m = _FILE_RE.match(entry.name)
+    for file_name, sql in sorted(files):
+        m = _FILE_RE.match(file_name)
         if not m:
             continue
         version, name, file_flavor = int(m.group(1)), m.group(2), m.group(3)
         if file_flavor is not None and file_flavor != flavor:
             continue
         specific = file_flavor is not None
-        if version in chosen and chosen[version][0] == specific:
-            # Two branches that each added "the next" migration: loud, never one of them silently dropped.
-            raise RuntimeError(
-                f"storage migrations for {flavor}: two files numbered {version:04d} "
-                f"({chosen[version][1].name}, {name}); renumber one"
-            )
-        if version in chosen and chosen[version][0] and not specific:
+        if version in chosen and chosen[version][0] != specific:
+            if specific:  # the flavor's own file wins over the shared one
+                chosen[version] = (True, Migration(version, name, sql))
             continue
-        chosen[version] = (specific, Migration(version, name, entry.read_text(encoding="utf-8")))
+        if version in chosen:
+            raise RuntimeError(
+                f"storage migrations for {flavor}: version {version} has two files "
+                f"({chosen[version][1].name}, {name})"
+            )
+        chosen[version] = (specific, Migration(version, name, sql))
     migrations = [chosen[v][1] for v in sorted(chosen)]
     expected = list(range(1, len(migrations) + 1))
     if [m.version for m in migrations] != expected:

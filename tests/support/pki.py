@@ -1,0 +1,94 @@
+"""Certificates for tests that run real TLS handshakes on 127.0.0.1: a CA, and server and client certificates
+it signed (EC P-256, valid for a day); not part of the shipped package."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+Key = ec.EllipticCurvePrivateKey
+Issuer = tuple[x509.Name, Key]
+
+
+@dataclass
+class Pki:
+    """Where `make_pki` wrote the PEM files (`<name>.crt`, `<name>.key` for ca, server and client)."""
+
+    dir: Path
+    ca: Path
+    client_cert: Path
+    client_key: Path
+
+    @property
+    def server_cert(self) -> Path:
+        """The server certificate (for 127.0.0.1 and localhost)."""
+        return self.dir / "server.crt"
+
+    @property
+    def server_key(self) -> Path:
+        """The server certificate's key."""
+        return self.dir / "server.key"
+
+
+def _cert(name: str, key: Key, issuer: Issuer | None, *, ca: bool = False) -> x509.Certificate:
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    issuer_name, issuer_key = issuer if issuer else (subject, key)
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def make_pki(d: Path) -> Pki:
+    """A CA, a server certificate for 127.0.0.1 and localhost and a client certificate, all signed by the CA,
+    written to `d`."""
+
+    def write(name: str, cert: x509.Certificate, key: Key) -> None:
+        (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (d / f"{name}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _cert("tokwatch-test-ca", ca_key, None, ca=True)
+    write("ca", ca, ca_key)
+    for name in ("server", "client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(name, _cert(name, key, (ca.subject, ca_key)), key)
+    return Pki(d, d / "ca.crt", d / "client.crt", d / "client.key")
+
+
+def client_ssl(pki: Pki, *, with_cert: bool = False) -> ssl.SSLContext:
+    """A client context trusting the test CA (and presenting the client certificate when asked)."""
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if with_cert:
+        ctx.load_cert_chain(pki.client_cert, pki.client_key)
+    return ctx
+
+
+def server_ssl(pki: Pki) -> ssl.SSLContext:
+    """A server context with the test server certificate."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki.server_cert, pki.server_key)
+    return ctx
