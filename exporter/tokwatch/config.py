@@ -19,7 +19,13 @@ from pydantic import (
 
 from tokwatch.kinds import Kind
 from tokwatch.result import TimingSource
-from tokwatch.setting_values import check_http_url, duration_fields, parse_listen, positive_duration_fields
+from tokwatch.setting_values import (
+    check_http_url,
+    duration_fields,
+    parse_listen,
+    parse_positive_duration,
+    positive_duration_fields,
+)
 from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 from tokwatch.workloads import SEED000, Workload, check_workloads
 
@@ -34,7 +40,7 @@ _SITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RESERVED_LABELS = frozenset(
     {
         "endpoint", "status", "source", "le", "quantile", "kind", "model", "instance", "job", "phase",
-        "metric", "workload",
+        "metric", "workload", "window", "percentile",
     }
 )  # fmt: skip
 
@@ -101,6 +107,9 @@ class ProbeSettings(StrictModel):
         return v
 
 
+MAX_WINDOWS = 8  # window figures are exported per window: a bounded `window` label
+
+
 class ScheduleSettings(StrictModel):
     """When rounds run: every `interval`, aligned so rounds start at `offset` past the interval boundary."""
 
@@ -113,7 +122,10 @@ class ScheduleSettings(StrictModel):
     # Runs the window figures (median, CV, uptime, fleet comparison) take in besides scheduled, undisturbed
     # ones: "on_demand" (/probe) and/or "timing_disturbed".
     window_includes: tuple[Literal["on_demand", "timing_disturbed"], ...] = ()
-    window: float = 86400.0  # window for the in-memory median/CV/stddev gauges
+    window: float = 86400.0  # the primary window: the status page's and report's median / CV / uptime
+    # Every window the window figures (median, CV, uptime, p50/p90/p99...) are computed and exported over,
+    # besides `window`: 30 min and 1 day uptime as OpenRouter's, 72 h as Artificial Analysis' headline.
+    windows: tuple[float, ...] = Field((1800.0, 86400.0, 259200.0, 604800.0), max_length=MAX_WINDOWS)
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour
     )
@@ -127,6 +139,21 @@ class ScheduleSettings(StrictModel):
         if self.offset >= self.interval:
             raise ValueError(f"offset ({self.offset:g}s) must be shorter than interval ({self.interval:g}s)")
         return self
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple):
+            return v
+        out = []
+        for item in v:
+            try:
+                out.append(parse_positive_duration(item))
+            except ValueError as exc:
+                raise ValueError(f"windows: {item!r}: {exc}") from None
+        if any(s != int(s) for s in out):
+            raise ValueError("windows: a window is a whole number of seconds")
+        return out
 
 
 class StorageSettings(StrictModel):

@@ -1,6 +1,7 @@
 """Which runs the window figures take: one rule, rendered as a Python predicate and as SQL.
 
-Window figures (median, stddev and CV of tok/s, uptime, runs, the fleet ranking) are computed over stored
+Window figures (median, stddev and CV of tok/s, the p50/p90/p99 of decode, prefill and TTFT, uptime,
+runs, the fleet ranking) are computed over stored
 runs by SQL (`tokwatch.storage.window.window_figures`, which the /metrics window gauges, the status page and
 `tokwatch report` all read) and over the in-memory window in Python (storage off). Both forms come from
 this module: what sets a run aside is the table `_SET_ASIDE`, what makes a counted run a tok/s sample is
@@ -38,6 +39,16 @@ class PrefillRun(StoredRun, Protocol):
 
     @property
     def prefill_tokens_per_second(self) -> float | None: ...
+
+    @property
+    def cache_assisted(self) -> bool: ...
+
+
+class TtftRun(StoredRun, Protocol):
+    """A stored run as the TTFT percentiles read it."""
+
+    @property
+    def ttft_s(self) -> float | None: ...
 
     @property
     def cache_assisted(self) -> bool: ...
@@ -116,6 +127,19 @@ class WindowRule:
             f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted "
             f"AND {alias}.prefill_tokens_per_second IS NOT NULL"
         )
+
+    @staticmethod
+    def ttft_sample(run: TtftRun) -> float | None:
+        """The TTFT a counted run gives the TTFT percentiles: that of an ok run the prefix cache did not
+        help (as for prefill: a cache-assisted TTFT is not what the prompt costs)."""
+        if run.status != "ok" or run.cache_assisted:
+            return None
+        return run.ttft_s
+
+    @staticmethod
+    def ttft_sample_sql(alias: str = "r") -> str:
+        """`ttft_sample is not None` as an SQL condition over `runs {alias}`."""
+        return f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted AND {alias}.ttft_s IS NOT NULL"
 
 
 def _sql_is(alias: str, column: str, value: str | bool) -> str:

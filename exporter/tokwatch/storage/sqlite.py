@@ -35,6 +35,7 @@ from tokwatch.storage.bench_rows import (
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
+from tokwatch.window_percentiles import Percentiles
 from tokwatch.window_rule import WindowRule
 
 T = TypeVar("T")
@@ -416,19 +417,20 @@ class SQLiteStore(Store):
         counts: dict[SeriesKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # runs, ok, cached, missed
         values: dict[SeriesKey, list[float]] = defaultdict(list)
         prefill: dict[SeriesKey, list[float]] = defaultdict(list)
+        ttft: dict[SeriesKey, list[float]] = defaultdict(list)
         sql = (
             f"SELECT e.name, r.workload, r.site, r.status = 'ok', r.cache_assisted, r.prompt_size_missed, "
             f"CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
-            f"CASE WHEN {rule.prefill_sample_sql()} THEN r.prefill_tokens_per_second END "
+            f"CASE WHEN {rule.prefill_sample_sql()} THEN r.prefill_tokens_per_second END, "
+            f"CASE WHEN {rule.ttft_sample_sql()} THEN r.ttft_s END "
             "FROM runs r JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
             + rule.where()
         )
         params: tuple[Any, ...] = (since, until)
         if site is not None:
             sql, params = sql + " AND r.site = ?", (*params, site)
-        for name, workload, run_site, is_ok, cached, missed, sample, prefill_sample in conn.execute(
-            sql, params
-        ):
+        rows = conn.execute(sql, params)
+        for name, workload, run_site, is_ok, cached, missed, sample, prefill_sample, ttft_sample in rows:
             key = SeriesKey(name, workload, run_site)
             c = counts[key]
             c[0] += 1
@@ -439,6 +441,8 @@ class SQLiteStore(Store):
                 values[key].append(sample)
             if prefill_sample is not None:
                 prefill[key].append(prefill_sample)
+            if ttft_sample is not None:
+                ttft[key].append(ttft_sample)
         out = {}
         for key, (n, ok, cached, missed) in counts.items():
             med, mean, sd = tps_aggregates(values[key])
@@ -457,6 +461,9 @@ class SQLiteStore(Store):
                 prefill_median=median(pre) if pre else None,
                 cache_assisted=cached,
                 prompt_size_missed=missed,
+                tps_percentiles=Percentiles.of(values[key]),
+                prefill_percentiles=Percentiles.of(pre),
+                ttft_percentiles=Percentiles.of(ttft[key]),
             )
         return out
 
