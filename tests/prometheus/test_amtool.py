@@ -92,6 +92,7 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
     add("alertname=TokwatchEndpointDown", "severity=critical", "endpoint=a")
     add("alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=a")
     add("alertname=TokwatchDecodeRegression", "severity=warning", "endpoint=a")
+    add("alertname=TokwatchPrefillRegression", "severity=warning", "endpoint=a", "workload=long")
     add("alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=b")
     add("alertname=TokwatchRateLimited", "severity=warning", "endpoint=a")
 
@@ -107,11 +108,14 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
             labels, status = a["labels"], a["status"]
             assert isinstance(labels, dict) and isinstance(status, dict)
             found[(labels["alertname"], labels["endpoint"])] = (status["state"], status["inhibitedBy"])
-        return found if len(found) == 5 else None
+        return found if len(found) == 6 else None
 
-    await kit.wait_until(states, 20, "all five alerts in alertmanager")
+    await kit.wait_until(states, 20, "all six alerts in alertmanager")
     await kit.wait_until(
-        lambda: (states() or {}).get(("TokwatchDecodeRegression", "a"), ("",))[0] == "suppressed",
+        lambda: all(
+            (states() or {}).get((name, "a"), ("",))[0] == "suppressed"
+            for name in ("TokwatchDecodeRegression", "TokwatchPrefillRegression")
+        ),
         20,
         "inhibition",
     )
@@ -122,6 +126,7 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
         ("TokwatchEndpointDown", "a"): ("active", []),
         ("TokwatchProbeTimeout", "a"): ("suppressed", [down]),
         ("TokwatchDecodeRegression", "a"): ("suppressed", [down]),
+        ("TokwatchPrefillRegression", "a"): ("suppressed", [down]),
         ("TokwatchProbeTimeout", "b"): ("active", []),  # another endpoint: not inhibited
         ("TokwatchRateLimited", "a"): ("active", []),  # not a target of the inhibit rule
     }
