@@ -10,14 +10,16 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokwatch.config import Config
+from tokwatch.config import Config, EndpointSettings
 from tokwatch.metrics.window import WindowCollector
+from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.series import SeriesKey
 from tokwatch.stats import percentile
 from tokwatch.storage.report import build_report, render_json, render_markdown, render_table
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.storage.window import WindowCache
+from tokwatch.window import MemoryWindows
 from tokwatch.window_percentiles import MIN_SAMPLES, Percentiles
 from tokwatch.window_rule import WindowRule
 
@@ -144,3 +146,25 @@ async def test_gauges_per_window_and_percentile_and_the_report(tmp_path: Path) -
     a = next(e for e in data["endpoints"] if e["endpoint"] == "a")
     assert [w["window"] for w in a["windows"]] == ["30m", "24h", "72h", "7d"]
     assert a["windows"][0]["ttft_seconds"]["samples"] == 30
+
+
+def test_memory_windows_compute_a_snapshot_once_per_run_or_age() -> None:
+    ep = EndpointSettings(name="a", kind="openai", base_url="http://127.0.0.1:1/v1", model="m")
+    memory = MemoryWindows()
+    memory.configure([ep], 86400.0, WindowRule(), windows=(1800.0,))
+
+    def run(tps: float) -> RunResult:
+        return RunResult(
+            endpoint="a", started_at=time.time() - 5, status=Status.OK, tokens_per_second=tps,
+            source=TimingSource.ENGINE, ttft_s=0.1,
+        )  # fmt: skip
+
+    memory.add(run(10.0))
+    first = memory.snapshot()
+    assert memory.snapshot() is first  # no run since: the same figures, nothing re-sorted
+    memory.add(run(30.0))
+    second = memory.snapshot()
+    assert second is not first and second.windows["30m"][SeriesKey("a")].decode_percentiles.samples == 2
+    aging = MemoryWindows(max_age_s=0.0)
+    aging.configure([ep], 86400.0, WindowRule())
+    assert aging.snapshot() is not aging.snapshot()  # past its age: computed anew as the windows slide

@@ -324,9 +324,14 @@ class RunWindow:
 
 
 class MemoryWindows:
-    """Window figures kept in memory per series, for `storage: {enabled: false}` (lost on restart)."""
+    """Window figures kept in memory per series, for `storage: {enabled: false}` (lost on restart).
 
-    def __init__(self) -> None:
+    A snapshot is computed on the first scrape after a run or a reload, else at most every `max_age_s` (as
+    the windows slide), so scrapes between runs cost no sorting of every window's samples."""
+
+    def __init__(self, max_age_s: float = 30.0) -> None:
+        self._max_age_s = max_age_s
+        self._cached: WindowSnapshot | None = None
         self._windows: dict[SeriesKey, RunWindow] = {}
         self._static: dict[str, dict[str, str]] = {}
         self._seconds = 86400.0
@@ -357,16 +362,21 @@ class MemoryWindows:
         self._windows = {k: self._windows.get(k) or RunWindow(kept) for k in keys}
         self._static = {e.name: dict(e.labels) for e in endpoints}
         self._rule = rule
+        self._cached = None
 
     def add(self, result: RunResult) -> None:
         """Account one timed run."""
         window = self._windows.get(result.series)
         if window is not None:
             window.add(KeptRun.of(result))
+            self._cached = None
 
     def snapshot(self) -> WindowSnapshot:
         """Current figures for every series, and the fleet comparisons over the same window."""
         now = time.time()
+        cached = self._cached
+        if cached is not None and now - (cached.refreshed_at or 0.0) < self._max_age_s:
+            return cached
         windows = {
             window_label(s): {key: w.figures(key, now, self._rule, s) for key, w in self._windows.items()}
             for s in self._lengths
@@ -374,4 +384,5 @@ class MemoryWindows:
         label = window_label(self._seconds)
         figures = windows[label]
         rankings = rank_series(figures, label)
-        return snapshot_of(figures, rankings, label, now, dict(self._static), windows)
+        self._cached = snapshot_of(figures, rankings, label, now, dict(self._static), windows)
+        return self._cached
