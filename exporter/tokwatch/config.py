@@ -122,7 +122,7 @@ class ScheduleSettings(StrictModel):
     # Runs the window figures (median, CV, uptime, fleet comparison) take in besides scheduled, undisturbed
     # ones: "on_demand" (/probe) and/or "timing_disturbed".
     window_includes: tuple[Literal["on_demand", "timing_disturbed"], ...] = ()
-    window: float = 86400.0  # the primary window: the status page's and report's median / CV / uptime
+    window: float = 86400.0  # always among the exported windows; storage off: the fleet comparison's
     # Every window the window figures (median, CV, uptime, p50/p90/p99...) are computed and exported over,
     # besides `window`: 30 min and 1 day uptime as OpenRouter's, 72 h as Artificial Analysis' headline.
     windows: tuple[float, ...] = Field((1800.0, 86400.0, 259200.0, 604800.0), max_length=MAX_WINDOWS)
