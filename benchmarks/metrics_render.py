@@ -14,7 +14,12 @@ vLLM server figures (from the simulator's own vLLM /metrics), then times:
 A second table times the OpenMetrics output (what Prometheus asks for): prometheus_client's full
 OpenMetrics render against the exposition's, whose parts carry both formats from one render.
 
-    python benchmarks/metrics_render.py [--endpoints 100,1000] [--repeat 20]
+Every endpoint has `--workloads` workloads (issue 21: each a series of its own, with its own runs and
+window figures; server counters stay per endpoint) and window figures over `--windows` windows (the
+default four: 30m, 24h, 72h, 7d), each with p50/p90/p99 of decode, prefill and TTFT shown: the most
+/metrics one series can carry. Rows are by endpoint-workloads (endpoints x workloads).
+
+    python benchmarks/metrics_render.py [--endpoints 100,1000] [--workloads 1] [--windows 4] [--repeat 20]
 """
 
 from __future__ import annotations
@@ -36,9 +41,14 @@ from tokwatch.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.metrics.window import WindowCollector
 from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.series import SeriesKey
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.runtime import SimState
-from tokwatch.window import WindowFigures, WindowSnapshot
+from tokwatch.window import WindowFigures, WindowSnapshot, window_label
+from tokwatch.window_percentiles import Percentiles
+
+WORKLOADS = ("seed000", "short", "medium", "long")
+WINDOWS_S = (1800.0, 86400.0, 259200.0, 604800.0)
 
 
 def endpoints(n: int) -> list[EndpointSettings]:
@@ -51,10 +61,11 @@ def endpoints(n: int) -> list[EndpointSettings]:
     return list(load_config_text(f"endpoints:\n{lines}\n").endpoints)
 
 
-def run(endpoint: str, t: float) -> RunResult:
+def run(endpoint: str, t: float, workload: str = "seed000") -> RunResult:
     """A completed 256-token streamed run."""
     return RunResult(
         endpoint=endpoint,
+        workload=workload,
         started_at=t,
         status=Status.OK,
         tokens_per_second=50.0,
@@ -67,6 +78,8 @@ def run(endpoint: str, t: float) -> RunResult:
         itl_s=[0.02] * 255,
         streamed=True,
         max_stall_s=0.0,
+        prompt_tokens=1000,
+        prefill_tokens_per_second=5000.0,
     )
 
 
@@ -80,13 +93,27 @@ def vllm_text() -> str:
     return rendered[0].decode() if isinstance(rendered[0], bytes) else str(rendered[0])
 
 
-def build(n: int) -> tuple[Exposition, ProbeMetrics, Callable[[], None]]:
-    """The exposition (the registry) over the app's collectors, filled for n endpoints."""
+def figures(key: SeriesKey, window: str) -> WindowFigures:
+    """One series' window figures with every percentile shown (168 samples: p99 too)."""
+    pct = Percentiles(168, (50.0, 55.0, 58.0))
+    return WindowFigures(
+        key.endpoint, window, 168, 168, 50.0, 1.0, 0.02, 1.0, workload=key.workload,
+        prefill_median=5000.0, prefill_runs=168, decode_percentiles=pct, prefill_percentiles=pct,
+        ttft_percentiles=Percentiles(168, (0.2, 0.25, 0.3)),
+    )  # fmt: skip
+
+
+def build(
+    n: int, workloads: int = 1, windows: int = 4
+) -> tuple[Exposition, ProbeMetrics, Callable[[], None]]:
+    """The exposition (the registry) over the app's collectors, filled for n endpoints x `workloads`."""
     eps = endpoints(n)
+    names = WORKLOADS[:workloads]
     probe = ProbeMetrics()
-    probe.set_endpoints(eps)
+    probe.set_endpoints(eps, {ep.name: names for ep in eps})
     for ep in eps:
-        probe.record(run(ep.name, 1000.0))
+        for w in names:
+            probe.record(run(ep.name, 1000.0, w))
     snap = parse_metrics(vllm_text())
     reading = read_counters(snap, "vllm", "m")
     servers = ServerCollector()
@@ -105,8 +132,12 @@ def build(n: int) -> tuple[Exposition, ProbeMetrics, Callable[[], None]]:
         for state in states:
             state.record(reading, snap, clock[0], 0.01)
 
-    figures = {ep.name: WindowFigures(ep.name, "24h", 24, 24, 50.0, 1.0, 0.02, 1.0) for ep in eps}
-    window = WindowSnapshot(figures, None, 0.0, {ep.name: dict(ep.labels) for ep in eps})
+    keys = [SeriesKey(ep.name, w) for ep in eps for w in names]
+    labels = [window_label(s) for s in WINDOWS_S[:windows]]
+    by_window = {label: {k: figures(k, label) for k in keys} for label in labels}
+    primary = by_window.get("24h") or by_window[labels[0]]
+    static = {ep.name: dict(ep.labels) for ep in eps}
+    window = WindowSnapshot(primary, None, 0.0, static, windows=by_window)
     windows = WindowCollector(lambda: window)
     exposition = Exposition()  # also the registry `generate_latest` renders whole
     for c in (probe, servers, windows):
@@ -129,16 +160,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--endpoints", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000])
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--workloads", type=int, choices=range(1, len(WORKLOADS) + 1), default=1)
+    ap.add_argument("--windows", type=int, choices=range(1, len(WINDOWS_S) + 1), default=4)
     args = ap.parse_args()
+    print(f"workloads per endpoint: {args.workloads}, windows: {args.windows}")
     print(
-        "| endpoints | body MB | bytes/endpoint | full render ms | cold scrape ms | steady scrape ms "
+        "| endpoint-workloads | endpoints | body MB | bytes/endpoint | full render ms | cold scrape ms "
+        "| steady scrape ms "
         "| one changed ms | counters moved ms | same, prerendered: scrape ms | background pass ms "
         "| full / steady |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     openmetrics_rows = []
     for n in args.endpoints:
-        exposition, probe, counters_scraped = build(n)
+        exposition, probe, counters_scraped = build(n, args.workloads, args.windows)
         full = timed(lambda: generate_latest(exposition), max(3, args.repeat // 5))  # noqa: B023
         t0 = time.perf_counter()
         body = exposition.render()
@@ -148,7 +183,7 @@ def main() -> None:
 
         def one_changed() -> None:
             k[0] += 1  # noqa: B023
-            probe.record(run(f"ep{k[0] % n}", 1000.0 + k[0]))  # noqa: B023
+            probe.record(run(f"ep{k[0] % n}", 1000.0 + k[0], WORKLOADS[k[0] % args.workloads]))  # noqa: B023
             exposition.render()  # noqa: B023
 
         changed = timed(one_changed, args.repeat)
@@ -166,7 +201,8 @@ def main() -> None:
             background.append(t1 - t0)
             ready.append(time.perf_counter() - t1)
         print(
-            f"| {n} | {len(body) / 1e6:.2f} | {len(body) // n} | {full * 1e3:.1f} | {cold * 1e3:.1f} "
+            f"| {n * args.workloads} | {n} | {len(body) / 1e6:.2f} | {len(body) // n} | {full * 1e3:.1f} "
+            f"| {cold * 1e3:.1f} "
             f"| {steady * 1e3:.2f} | {changed * 1e3:.2f} | {statistics.median(moved) * 1e3:.1f} "
             f"| {statistics.median(ready) * 1e3:.2f} | {statistics.median(background) * 1e3:.1f} "
             f"| {full / steady:.0f}x |"
@@ -178,15 +214,17 @@ def main() -> None:
         exposition.prerender()
         om_ready = timed(lambda: exposition.render("openmetrics"), args.repeat)  # noqa: B023
         openmetrics_rows.append(
-            f"| {n} | {len(om_body) / 1e6:.2f} | {om_full * 1e3:.1f} | {om_steady * 1e3:.2f} "
+            f"| {n * args.workloads} | {n} | {len(om_body) / 1e6:.2f} | {om_full * 1e3:.1f} "
+            f"| {om_steady * 1e3:.2f} "
             f"| {om_ready * 1e3:.2f} | {om_full / om_steady:.0f}x |"
         )
     print()
     print(
-        "| endpoints | OpenMetrics body MB | full OpenMetrics render ms | steady scrape ms "
+        "| endpoint-workloads | endpoints | OpenMetrics body MB | full OpenMetrics render ms "
+        "| steady scrape ms "
         "| after counters moved, prerendered: scrape ms | full / steady |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(openmetrics_rows))
 
 

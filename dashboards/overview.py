@@ -13,6 +13,7 @@ from dashboards.panels import (
     RATIO,
     RED,
     REF_LATENCY,
+    REF_PERCENTILES,
     REF_STATUS,
     REF_TIMING,
     REF_TOKENS,
@@ -36,13 +37,16 @@ from dashboards.promql import (
     STATUS_CODES,
     STATUS_COLORS,
     STATUS_TEXT,
+    WORKLOAD,
     histogram_mean,
     histogram_quantile,
     sel,
     status_code,
     with_endpoint_info,
+    wsel,
 )
 from tokwatch.config import ScheduleSettings
+from tokwatch.series import DEFAULT_WORKLOAD
 from tokwatch.window import window_label
 
 # Defaults follow the exporter's own defaults, so a stock install shows data without touching variables.
@@ -53,12 +57,13 @@ UID = "tokwatch-overview"
 TITLE = "tokwatch — Endpoints overview"
 
 IN_WINDOW = 'window="$window"'
+RUN = (WORKLOAD,)  # matchers of the per-run histograms
 LATENCY_WINDOW = "$latency_window"
 
 
 def window_figure(metric: str) -> str:
     """A window gauge per endpoint for the selected `$window` (24h unless configured otherwise)."""
-    return f"max by (endpoint) ({sel(metric, IN_WINDOW)})"
+    return f"max by (endpoint) ({wsel(metric, IN_WINDOW)})"
 
 
 def status_mappings() -> list[dict[str, object]]:
@@ -70,20 +75,20 @@ def status_mappings() -> list[dict[str, object]]:
 
 def failed_runs_expr(window: str) -> str:
     """Non-ok timed runs per endpoint in each `window` bucket; only buckets with failures return a sample."""
-    runs = sel("tokwatch_probe_runs_total", 'status!="ok"')
+    runs = wsel("tokwatch_probe_runs_total", 'status!="ok"')
     return f"sum by (endpoint) (increase({runs}[{window}])) > 0"
 
 
 def ok_tps_expr() -> str:
     """Last ok tok/s per endpoint, hidden while the latest run is not ok so the line breaks at incidents."""
-    tps = f"max by (endpoint) ({sel('tokwatch_probe_decode_tokens_per_second')})"
-    ok = f"max by (endpoint) ({sel('tokwatch_probe_success')}) == 1"
+    tps = f"max by (endpoint) ({wsel('tokwatch_probe_decode_tokens_per_second')})"
+    ok = f"max by (endpoint) ({wsel('tokwatch_probe_success')}) == 1"
     return f"{tps} and on (endpoint) ({ok})"
 
 
 def fleet_expr(metric: str, by: str = "endpoint") -> str:
     """A fleet-wide figure: every endpoint, whatever `$endpoint` selects (the strip ranks the whole fleet)."""
-    return f"max by ({by}) ({metric})"
+    return f"max by ({by}) ({metric}{{{WORKLOAD}}})"
 
 
 def _tiles(grid: Grid) -> None:
@@ -98,7 +103,7 @@ def _tiles(grid: Grid) -> None:
                 "kind and model.",
                 REF_STATUS,
             ),
-            [prom(with_endpoint_info(status_code()), "{{kind}} · {{model}}", instant=True)],
+            [prom(with_endpoint_info(status_code(RUN)), "{{kind}} · {{model}}", instant=True)],
             unit="none",
             mappings=status_mappings(),
             color_mode="background",
@@ -118,7 +123,7 @@ def _tiles(grid: Grid) -> None:
             ),
             [
                 prom(
-                    f"max by (endpoint, source) ({sel('tokwatch_probe_decode_tokens_per_second')})",
+                    f"max by (endpoint, source) ({wsel('tokwatch_probe_decode_tokens_per_second')})",
                     "{{source}}",
                     instant=True,
                 )
@@ -249,6 +254,90 @@ def _tiles(grid: Grid) -> None:
     )
 
 
+_PERCENTILES = (
+    (
+        "Decode tok/s p50 / p90 / p99 ($window)",
+        "tokwatch_window_decode_percentile_tokens_per_second",
+        "tok/s of the ok runs the window counts",
+        TOKS,
+    ),
+    (
+        "Prefill tok/s p50 / p90 / p99 ($window)",
+        "tokwatch_window_prefill_percentile_tokens_per_second",
+        "prefill tok/s of the ok runs the prefix cache did not help",
+        TOKS,
+    ),
+    (
+        "TTFT p50 / p90 / p99 ($window)",
+        "tokwatch_window_ttft_percentile_seconds",
+        "TTFT of the ok runs the prefix cache did not help",
+        SECONDS,
+    ),
+)
+
+
+def _percentiles(grid: Grid) -> None:
+    """p50/p90/p99 over the selected window (one sample per run, as Artificial Analysis' and OpenRouter's
+    published percentiles), with the sample counts beside them."""
+    grid.row("Percentiles over $window, workload $workload")
+    for title, metric, what, unit in _PERCENTILES:
+        grid.add(
+            timeseries(
+                title,
+                describe(
+                    f"Percentiles of the {what} in the window, one sample per run (linear interpolation). "
+                    "p90 appears from 10 samples, p99 from 100: below that the series is absent, not "
+                    "guessed. The sample counts are in the table beside.",
+                    REF_PERCENTILES,
+                ),
+                [
+                    prom(
+                        f"max by (endpoint, percentile) ({wsel(metric, IN_WINDOW)})",
+                        "{{endpoint}} p{{percentile}}",
+                    )
+                ],
+                unit=unit,
+                min_interval=MIN_INTERVAL,
+            ),
+            w=6,
+            h=8,
+        )
+    counts = (
+        ("tokwatch_window_decode_samples", "decode"),
+        ("tokwatch_window_prefill_samples", "prefill"),
+        ("tokwatch_window_ttft_samples", "TTFT"),
+    )
+    refs = "ABC"
+    grid.add(
+        table(
+            "Samples behind the percentiles ($window)",
+            describe(
+                "How many runs each endpoint's percentiles are taken over in the window: the count "
+                "OpenRouter publishes beside each percentile.",
+                REF_PERCENTILES,
+            ),
+            [
+                prom(f"max by (endpoint) ({wsel(metric, IN_WINDOW)})", ref=ref, instant=True, fmt="table")
+                for ref, (metric, _) in zip(refs, counts, strict=True)
+            ],
+            transformations=[
+                {"id": "joinByField", "options": {"byField": "endpoint", "mode": "outer"}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, **{f"Time {i}": True for i in range(1, 4)}},
+                        "renameByName": {
+                            f"Value #{ref}": name for ref, (_, name) in zip(refs, counts, strict=True)
+                        },
+                    },
+                },
+            ],
+        ),
+        w=6,
+        h=8,
+    )
+
+
 def _comparison(grid: Grid) -> None:
     """Seed 000's comparison strip over the whole fleet: ranked 7-day medians and each neighbouring pair."""
     grid.row("Comparison — 7-day median of ok runs, whole fleet")
@@ -327,7 +416,8 @@ def _comparison(grid: Grid) -> None:
             ),
             [
                 prom(
-                    "max by (fastest, slowest, window) (tokwatch_fleet_fastest_vs_slowest_ratio) - 1",
+                    "max by (fastest, slowest, window) "
+                    f"(tokwatch_fleet_fastest_vs_slowest_ratio{{{WORKLOAD}}}) - 1",
                     "{{fastest}} faster than {{slowest}}",
                     instant=True,
                 )
@@ -378,7 +468,7 @@ def _trend(grid: Grid) -> None:
         state_timeline(
             "Status timeline",
             describe("Status of the latest run per endpoint over time.", REF_STATUS),
-            [prom(status_code(), "{{endpoint}}")],
+            [prom(status_code(RUN), "{{endpoint}}")],
             mappings=status_mappings(),
             min_interval=MIN_INTERVAL,
         ),
@@ -394,7 +484,7 @@ def _latency(grid: Grid) -> None:
         refs = "ABCDEFG"
         return [
             prom(
-                histogram_quantile(q, histogram, LATENCY_WINDOW),
+                histogram_quantile(q, histogram, LATENCY_WINDOW, matchers=RUN),
                 f"{{{{endpoint}}}} p{q * 100:g}",
                 ref=refs[i],
             )
@@ -440,7 +530,7 @@ def _latency(grid: Grid) -> None:
             [
                 *quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
                 prom(
-                    histogram_mean("tokwatch_time_per_output_token_seconds", LATENCY_WINDOW),
+                    histogram_mean("tokwatch_time_per_output_token_seconds", LATENCY_WINDOW, matchers=RUN),
                     "{{endpoint}} mean",
                     ref="C",
                 ),
@@ -463,7 +553,7 @@ def _latency(grid: Grid) -> None:
         h=8,
     )
     grid.add(_last_run_table(), w=8, h=8)
-    itl_buckets = sel("tokwatch_inter_token_latency_seconds_bucket")
+    itl_buckets = wsel("tokwatch_inter_token_latency_seconds_bucket")
     grid.add(
         heatmap(
             "Inter-token latency distribution",
@@ -491,7 +581,7 @@ def _last_run_table() -> g.Table:
     refs = "ABCDE"
     targets = []
     for ref, (metric, _, _) in zip(refs, columns, strict=True):
-        targets.append(prom(f"max by (endpoint) ({sel(metric)})", ref=ref, instant=True, fmt="table"))
+        targets.append(prom(f"max by (endpoint) ({wsel(metric)})", ref=ref, instant=True, fmt="table"))
     rename = {f"Value #{ref}": name for ref, (_, name, _) in zip(refs, columns, strict=True)}
     return table(
         "Last run",
@@ -528,9 +618,12 @@ def _reasoning(grid: Grid) -> None:
                 REF_LATENCY,
             ),
             [
-                prom(histogram_quantile(0.5, "tokwatch_ttot_seconds", LATENCY_WINDOW), "{{endpoint}} p50"),
                 prom(
-                    histogram_quantile(0.95, "tokwatch_ttot_seconds", LATENCY_WINDOW),
+                    histogram_quantile(0.5, "tokwatch_ttot_seconds", LATENCY_WINDOW, matchers=RUN),
+                    "{{endpoint}} p50",
+                ),
+                prom(
+                    histogram_quantile(0.95, "tokwatch_ttot_seconds", LATENCY_WINDOW, matchers=RUN),
                     "{{endpoint}} p95",
                     ref="B",
                 ),
@@ -550,11 +643,15 @@ def _reasoning(grid: Grid) -> None:
             ),
             [
                 prom(
-                    histogram_quantile(0.5, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW),
+                    histogram_quantile(
+                        0.5, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW, matchers=RUN
+                    ),
                     "{{endpoint}} p50",
                 ),
                 prom(
-                    histogram_quantile(0.99, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW),
+                    histogram_quantile(
+                        0.99, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW, matchers=RUN
+                    ),
                     "{{endpoint}} p99",
                     ref="B",
                 ),
@@ -572,10 +669,10 @@ def _reasoning(grid: Grid) -> None:
                 REF_TOKENS,
             ),
             [
-                prom(f"max by (endpoint) ({sel('tokwatch_probe_think_tokens')}) > 0", "{{endpoint}} think"),
+                prom(f"max by (endpoint) ({wsel('tokwatch_probe_think_tokens')}) > 0", "{{endpoint}} think"),
                 prom(
-                    f"max by (endpoint) ({sel('tokwatch_probe_output_tokens')}) "
-                    f"and on (endpoint) (max by (endpoint) ({sel('tokwatch_probe_think_tokens')}) > 0)",
+                    f"max by (endpoint) ({wsel('tokwatch_probe_output_tokens')}) "
+                    f"and on (endpoint) (max by (endpoint) ({wsel('tokwatch_probe_think_tokens')}) > 0)",
                     "{{endpoint}} output",
                     ref="B",
                 ),
@@ -614,12 +711,13 @@ def build() -> g.Dashboard:
     """The Endpoints overview dashboard."""
     grid = Grid()
     _tiles(grid)
+    _percentiles(grid)
     _comparison(grid)
     _trend(grid)
     _latency(grid)
     _reasoning(grid)
     _inventory(grid)
-    failed = sel("tokwatch_probe_runs_total", 'status!="ok"')
+    failed = wsel("tokwatch_probe_runs_total", 'status!="ok"')
     return common.dashboard(
         title=TITLE,
         uid=UID,
@@ -628,6 +726,13 @@ def build() -> g.Dashboard:
         variables=[
             common.datasource_variable(),
             common.query_variable("endpoint", "Endpoint", "label_values(tokwatch_endpoint_info, endpoint)"),
+            common.query_variable(
+                "workload",
+                "Workload",
+                "label_values(tokwatch_probe_runs_total, workload)",
+                multi=False,
+                default=DEFAULT_WORKLOAD,
+            ),
             common.query_variable(
                 "window",
                 "Window",

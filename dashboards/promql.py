@@ -5,6 +5,9 @@ from __future__ import annotations
 from tokwatch.result import Status
 
 ENDPOINT = 'endpoint=~"$endpoint"'
+# Per-run, window and fleet families carry `workload`: one workload at a time, so that `max by (endpoint)`
+# never folds a 10k-token prompt's figures into a 100-token one's.
+WORKLOAD = 'workload="$workload"'
 
 # Status -> numeric state, so one series per endpoint can drive a stat pill and a state timeline.
 # Order follows tokwatch.result.Status; the codes are part of the dashboards' value mappings.
@@ -26,30 +29,40 @@ def sel(metric: str, *matchers: str) -> str:
     return f"{metric}{{{', '.join((ENDPOINT, *matchers))}}}"
 
 
+def wsel(metric: str, *matchers: str) -> str:
+    """`sel` of the selected `$workload` too: for families with a `workload` label (every per-run, window
+    and fleet family; not tokwatch_endpoint_info)."""
+    return sel(metric, WORKLOAD, *matchers)
+
+
 def divide(numerator: str, denominator: str) -> str:
     """`a / (b > 0)`: drops the series instead of drawing NaN or +Inf while the denominator is idle."""
     return f"({numerator}) / (({denominator}) > 0)"
 
 
-def histogram_quantile(q: float, histogram: str, window: str, by: str = "endpoint") -> str:
+def histogram_quantile(
+    q: float, histogram: str, window: str, by: str = "endpoint", matchers: tuple[str, ...] = ()
+) -> str:
     """Quantile `q` of a per-endpoint histogram over `window` (a range like `$latency_window`)."""
-    buckets = sel(f"{histogram}_bucket")
+    buckets = sel(f"{histogram}_bucket", *matchers)
     return f"histogram_quantile({q:g}, sum by (le, {by}) (increase({buckets}[{window}])))"
 
 
-def histogram_mean(histogram: str, window: str, by: str = "endpoint") -> str:
+def histogram_mean(
+    histogram: str, window: str, by: str = "endpoint", matchers: tuple[str, ...] = ()
+) -> str:
     """Mean of a histogram's observations over `window`, per endpoint (NaN-free when nothing was observed)."""
     return divide(
-        f"sum by ({by}) (increase({sel(histogram + '_sum')}[{window}]))",
-        f"sum by ({by}) (increase({sel(histogram + '_count')}[{window}]))",
+        f"sum by ({by}) (increase({sel(histogram + '_sum', *matchers)}[{window}]))",
+        f"sum by ({by}) (increase({sel(histogram + '_count', *matchers)}[{window}]))",
     )
 
 
-def status_code() -> str:
+def status_code(matchers: tuple[str, ...] = ()) -> str:
     """One series per endpoint whose value is STATUS_CODES[last run's status]."""
     terms = []
     for status, code in STATUS_CODES.items():
-        selector = sel("tokwatch_probe_status", f'status="{status.value}"')
+        selector = sel("tokwatch_probe_status", *matchers, f'status="{status.value}"')
         terms.append(f"(({selector} == 1) * {code})")
     return "max by (endpoint) (" + " or ".join(terms) + ")"
 

@@ -22,7 +22,7 @@ T0 = 1_700_000_000.0  # fixed start times, inside the 10-year window below whate
 _MACHINE = ("process_", "python_")
 
 CONFIG = """
-schedule: {interval: 1h, window: 3650d}
+schedule: {interval: 1h, window: 3650d, windows: []}  # the runs are at T0: other windows are empty
 storage: {enabled: false}
 endpoints:
   - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m1, labels: {gpu: '3090'}}

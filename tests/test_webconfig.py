@@ -74,7 +74,8 @@ async def test_tls_basic_auth_on_every_route_gzip_and_process_metrics(pki: Pki, 
         connector=aiohttp.TCPConnector(ssl=client_ssl(pki)), timeout=aiohttp.ClientTimeout(total=20)
     ) as s:
         for method, path in (("GET", "/metrics"), ("GET", "/probe?target=a"), ("POST", "/-/reload"),
-                             ("GET", "/-/healthy"), ("GET", "/"), ("GET", "/endpoints/a")):  # fmt: skip
+                             ("GET", "/-/healthy"), ("GET", "/"), ("GET", "/endpoints/a"),
+                             ("GET", "/api/v1/status"), ("GET", "/api/v1/endpoints/a")):  # fmt: skip
             for auth in ({}, _basic("prometheus", "wrong"), _basic("nobody", PASSWORD)):
                 async with s.request(method, url + path, headers=auth) as resp:
                     assert resp.status == 401, (path, auth)
@@ -91,6 +92,9 @@ async def test_tls_basic_auth_on_every_route_gzip_and_process_metrics(pki: Pki, 
         assert raw.startswith(b"# HELP") and len(gzip.compress(raw)) < len(raw)
         async with s.get(url + "/-/healthy", headers=good) as resp:
             assert resp.status == 200  # the same credentials again: answered from the check cache
+        async with s.get(url + "/api/v1/status", headers=good) as resp:  # storage is off here: JSON error
+            assert resp.status == 503 and (await resp.json())["kind"] == "error"
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
     # plain HTTP to the TLS port is refused, not served
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
         with pytest.raises(aiohttp.ClientError):

@@ -14,6 +14,7 @@ import typing
 
 import pytest
 
+from tokwatch import stats
 from tokwatch.config import Config, EndpointSettings, ScheduleSettings
 from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.series import SeriesKey
@@ -47,6 +48,7 @@ def _runs(now: float) -> list[RunResult]:
                 started_at=now - 600 - i * 60,
                 status=Status.OK if ok else Status.TIMEOUT,
                 tokens_per_second=10.0 + 7 * i if what == "ok" else None,
+                ttft_s=0.05 + 0.01 * i if ok else None,
                 source=source if what == "ok" else None,
                 trigger=typing.cast("typing.Literal['scheduled', 'on_demand']", trigger),
                 timing_disturbed=bool(set_aside) and ok,
@@ -131,6 +133,48 @@ async def test_python_and_sql_count_the_same_runs(store: Store, include: frozens
     # the set-aside client tok/s figures are samples exactly when window_includes names them
     tps_aside = [r for r in rows if r.tps_set_aside and rule.counts(r)]
     assert tps_aside and from_store.tps_set_aside == (0 if "timing_disturbed" in include else len(tps_aside))
+    assert from_store.decode_percentiles == from_memory.decode_percentiles
+    assert from_store.ttft_percentiles == from_memory.ttft_percentiles
+    ttft = [v for r in rows if rule.counts(r) and (v := rule.ttft_sample(r)) is not None]
+    assert from_store.ttft_percentiles.samples == len(ttft) > 0
+    assert from_store.decode_percentiles.p50 == pytest.approx(from_store.median)
+
+
+async def test_percentiles_agree_between_sql_and_python_from_their_minimum_counts(store: Store) -> None:
+    """120 runs: p50 and p90 from 10 samples, p99 only from 100; the store's SQL (percentile_cont on
+    PostgreSQL) and the in-memory window give the same values over every configured window."""
+    now = time.time()
+    runs = [
+        RunResult(
+            endpoint="a",
+            started_at=now - 30 - i * 60,  # no run on a window boundary
+            status=Status.OK,
+            tokens_per_second=50.0 + (i * 37) % 101,
+            source=TimingSource.ENGINE,
+            ttft_s=0.1 + ((i * 13) % 29) / 100,
+            prompt_tokens=1000,
+            prefill_tokens_per_second=1000.0 + (i * 7) % 53,
+        )
+        for i in range(120)
+    ]
+    await store.write_runs([RunRow.from_result(r) for r in runs])
+    memory = MemoryWindows()
+    memory.configure([_ep("a")], 86400.0, WindowRule(), windows=(1800.0, 3 * 3600.0))
+    for r in runs:
+        memory.add(r)
+    snap = memory.snapshot()
+    assert list(snap.windows) == ["30m", "3h", "24h"]
+    for seconds, label, n in ((1800.0, "30m", 30), (3 * 3600.0, "3h", 120), (86400.0, "24h", 120)):
+        stored = (await window_figures(store, now, rule=WindowRule(), window_s=seconds))[SeriesKey("a")]
+        kept = snap.windows[label][SeriesKey("a")]
+        assert stored.window == kept.window == label
+        for attr in ("decode_percentiles", "prefill_percentiles", "ttft_percentiles"):
+            got, want = getattr(stored, attr), getattr(kept, attr)
+            assert got.samples == want.samples == n
+            assert got.values == pytest.approx(want.values)
+            assert (got.p90 is not None) == (n >= 10) and (got.p99 is not None) == (n >= 100)
+        tps = sorted(r.tokens_per_second or 0.0 for r in runs if r.started_at >= now - seconds)
+        assert stored.decode_percentiles.p50 == pytest.approx(stats.median(tps))
 
 
 def test_the_rule_knows_the_names_the_config_accepts() -> None:

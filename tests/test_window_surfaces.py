@@ -149,11 +149,14 @@ def _from_report(config: Path) -> dict[str, Figures | None]:
 
 def _from_metrics(text: str) -> dict[str, Figures | None]:
     values: dict[str, dict[str, float]] = {}
+    windows = set()
     for fam in text_string_to_metric_families(text):
         if fam.name.startswith("tokwatch_window_"):
             for s in fam.samples:
-                assert s.labels["window"] == "24h"
-                values.setdefault(s.labels["endpoint"], {})[s.name] = s.value
+                windows.add(s.labels["window"])
+                if s.labels["window"] == "24h" and "percentile" not in s.labels:  # the report's window
+                    values.setdefault(s.labels["endpoint"], {})[s.name] = s.value
+    assert windows <= {"30m", "24h", "72h", "7d"} and "24h" in windows  # schedule.windows' defaults
     return {
         name: Figures(
             int(v["tokwatch_window_runs"]),

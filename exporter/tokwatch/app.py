@@ -209,7 +209,10 @@ class App:
         self.probes.writer = self.writer  # runs go to the store from now on, not to the memory window
         self.exposition.register(StorageCollector(self.writer))
         self._window_cache = WindowCache(
-            self.store, rule=_window_rule(self.config), window_s=self.config.schedule.window
+            self.store,
+            rule=_window_rule(self.config),
+            window_s=self.config.schedule.window,
+            windows_s=self.config.schedule.windows,
         )
         self._window_cache.configure(
             self.config.endpoints, fleet=self.full_config.endpoints, site=self.config.site_name
@@ -253,15 +256,22 @@ class App:
         self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name)
         self.server_collector.site = config.site_name
         rule = _window_rule(config)
+        schedule = config.schedule
+        workloads = _workload_names(config)
         self.windows.configure(
-            config.endpoints, config.schedule.window, rule, _workload_names(config), config.site_name
+            config.endpoints, schedule.window, rule, workloads, config.site_name, schedule.windows
         )
         if self.writer is not None:
             self.writer.sync_endpoints(config.endpoints)
             self.writer.resume_within(resume_bound(config.schedule.interval))
         if self._window_cache is not None:
             self._window_cache.configure(
-                config.endpoints, fleet=self.full_config.endpoints, rule=rule, site=config.site_name
+                config.endpoints,
+                fleet=self.full_config.endpoints,
+                rule=rule,
+                site=config.site_name,
+                window_s=schedule.window,
+                windows_s=schedule.windows,
             )
         self.status.interval_s = config.schedule.interval
 

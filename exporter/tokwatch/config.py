@@ -23,6 +23,7 @@ from tokwatch.setting_values import (
     check_http_url,
     duration_fields,
     parse_listen,
+    parse_positive_duration,
     positive_duration_fields,
     ratio_fields,
 )
@@ -40,7 +41,7 @@ _SITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RESERVED_LABELS = frozenset(
     {
         "endpoint", "status", "source", "le", "quantile", "kind", "model", "instance", "job", "phase",
-        "metric", "workload",
+        "metric", "workload", "window", "percentile",
     }
 )  # fmt: skip
 
@@ -126,6 +127,9 @@ class ProbeSettings(StrictModel):
         return v
 
 
+MAX_WINDOWS = 8  # window figures are exported per window: a bounded `window` label
+
+
 class ScheduleSettings(StrictModel):
     """When rounds run: every `interval`, aligned so rounds start at `offset` past the interval boundary."""
 
@@ -139,7 +143,10 @@ class ScheduleSettings(StrictModel):
     # tok/s figures within tolerance: "on_demand" (/probe runs) and/or "timing_disturbed" (tok/s figures a
     # client stall set aside).
     window_includes: tuple[Literal["on_demand", "timing_disturbed"], ...] = ()
-    window: float = 86400.0  # window for the in-memory median/CV/stddev gauges
+    window: float = 86400.0  # always among the exported windows; storage off: the fleet comparison's
+    # Every window the window figures (median, CV, uptime, p50/p90/p99...) are computed and exported over,
+    # besides `window`: 30 min and 1 day uptime as OpenRouter's, 72 h as Artificial Analysis' headline.
+    windows: tuple[float, ...] = Field((1800.0, 86400.0, 259200.0, 604800.0), max_length=MAX_WINDOWS)
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour
     )
@@ -153,6 +160,21 @@ class ScheduleSettings(StrictModel):
         if self.offset >= self.interval:
             raise ValueError(f"offset ({self.offset:g}s) must be shorter than interval ({self.interval:g}s)")
         return self
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple):
+            return v
+        out = []
+        for item in v:
+            try:
+                out.append(parse_positive_duration(item))
+            except ValueError as exc:
+                raise ValueError(f"windows: {item!r}: {exc}") from None
+        if any(s != int(s) for s in out):
+            raise ValueError("windows: a window is a whole number of seconds")
+        return out
 
 
 class StorageSettings(StrictModel):

@@ -1,4 +1,5 @@
-"""The exporter's HTTP interface: status page (/, /endpoints/NAME), /metrics, /probe, /-/ready, /-/reload."""
+"""The exporter's HTTP interface: status page (/, /endpoints/NAME), status API (/api/v1/...), /metrics,
+/probe, /-/ready, /-/reload."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client.exposition import choose_encoder
 from tokwatch import webconfig
 from tokwatch.exposition import CONTENT_TYPES, negotiate
 from tokwatch.metrics.probe import probe_result_families
+from tokwatch.status_api import ApiAnswer, StatusApi
 from tokwatch.statuspage import Page, StatusPages
 from tokwatch.webconfig import WebConfig
 
@@ -28,6 +30,7 @@ log = logging.getLogger("tokwatch.server")
 _GZIP_MIN_BYTES = 1024  # smaller bodies are not worth a thread hop
 APP_KEY = web.AppKey("tokwatch_app", object)
 PAGES_KEY = web.AppKey("tokwatch_pages", StatusPages)
+API_KEY = web.AppKey("tokwatch_api", StatusApi)
 _SCRAPE_TIMEOUT_OFFSET_S = 0.5  # leave Prometheus time to receive the answer, as blackbox_exporter does
 
 
@@ -165,6 +168,22 @@ async def endpoint_page(request: web.Request) -> web.Response:
     return _html(await request.app[PAGES_KEY].endpoint(request.match_info["name"], workload, site))
 
 
+async def api_status(request: web.Request) -> web.Response:
+    """Every series' newest run, uptime, percentiles and status as JSON (docs/api.md)."""
+    return _json(await request.app[API_KEY].status())
+
+
+async def api_endpoint(request: web.Request) -> web.Response:
+    """One endpoint's series as JSON; 404 with a JSON error for an unknown endpoint."""
+    return _json(await request.app[API_KEY].endpoint(request.match_info["name"]))
+
+
+def _json(answer: ApiAnswer) -> web.Response:
+    if answer.location is not None:
+        raise web.HTTPMovedPermanently(answer.location)
+    return web.json_response(answer.body, status=answer.status, headers={"Cache-Control": "no-store"})
+
+
 def _html(page: Page) -> web.Response:
     if page.location is not None:
         raise web.HTTPMovedPermanently(page.location)
@@ -176,10 +195,13 @@ def build_web_app(app: App, web_config: WebConfig | None = None) -> web.Applicat
     web_app = web.Application(middlewares=[webconfig.middleware(web_config)] if web_config else [])
     web_app[APP_KEY] = app
     web_app[PAGES_KEY] = StatusPages(lambda: app.store, lambda: app.full_config)
+    web_app[API_KEY] = StatusApi(lambda: app.store, lambda: app.full_config)
     web_app.add_routes(
         [
             web.get("/", index),
             web.get("/endpoints/{name}", endpoint_page),
+            web.get("/api/v1/status", api_status),
+            web.get("/api/v1/endpoints/{name}", api_endpoint),
             web.get("/metrics", metrics),
             web.get("/probe", probe),
             web.get("/-/healthy", healthy),

@@ -19,7 +19,7 @@ from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
 from tokwatch.strict_yaml import ConfigError
-from tokwatch.window import window_label
+from tokwatch.window import window_label, window_lengths
 from tokwatch.window_rule import WindowRule
 
 EXIT_OK = 0
@@ -146,7 +146,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             sys.stdout.write(BENCH_RENDERERS[args.format](runs, window_label(since_s)))
             return EXIT_OK
         rule = WindowRule.of(config.schedule.window_includes)
-        report = await build_report(store, time.time(), since_s, rule=rule)
+        windows = window_lengths(config.schedule.window, config.schedule.windows)
+        report = await build_report(store, time.time(), since_s, rule=rule, windows_s=windows)
         sys.stdout.write(RENDERERS[args.format](report))
         return EXIT_OK
 

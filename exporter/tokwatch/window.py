@@ -1,5 +1,6 @@
-"""Window figures: median, stddev and CV of ok-run tok/s, the prefill median, uptime, and the fleet
-fastest-vs-slowest comparison, per series (endpoint x workload x site, tokwatch.series).
+"""Window figures: median, stddev and CV of ok-run tok/s, the prefill median, p50/p90/p99 of decode tok/s,
+prefill tok/s and TTFT, uptime, and the fleet fastest-vs-slowest comparison, per series (endpoint x workload
+x site, tokwatch.series) and per configured window.
 
 One set of types for both sources: the store (figures survive restarts, tokwatch.storage.window) and the
 in-memory window used when storage is disabled (`MemoryWindows`). Both keep every run and count the ones the
@@ -19,6 +20,7 @@ from tokwatch.config import EndpointSettings
 from tokwatch.result import RunResult
 from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.stats import coefficient_of_variation, median, sample_stddev
+from tokwatch.window_percentiles import NO_PERCENTILES, Percentiles
 from tokwatch.window_rule import WindowRule
 
 CV_TIGHT = 0.05  # seed 000: below 5 % is tight (green)
@@ -69,6 +71,9 @@ class WindowFigures:
     prefill_runs: int = 0  # runs giving the prefill median a sample
     cache_assisted_runs: int = 0
     prompt_size_missed_runs: int = 0
+    decode_percentiles: Percentiles = NO_PERCENTILES  # of the tok/s samples
+    prefill_percentiles: Percentiles = NO_PERCENTILES  # of the prefill samples
+    ttft_percentiles: Percentiles = NO_PERCENTILES  # of the TTFT samples (tokwatch.window_rule)
 
     @property
     def key(self) -> SeriesKey:
@@ -93,6 +98,7 @@ class Counted:
     prompt_size_missed: int = 0
     disturbed: int = 0  # runs with a client-timed figure set aside (timing_disturbed)
     tps_set_aside: int = 0  # ok runs whose tok/s was set aside
+    ttft: Sequence[float] = ()
 
 
 def figures_from_samples(key: SeriesKey, window: str, counted: Counted) -> WindowFigures:
@@ -115,6 +121,9 @@ def figures_from_samples(key: SeriesKey, window: str, counted: Counted) -> Windo
         prompt_size_missed_runs=counted.prompt_size_missed,
         disturbed_runs=counted.disturbed,
         tps_set_aside=counted.tps_set_aside,
+        decode_percentiles=Percentiles.of(ok_tps),
+        prefill_percentiles=Percentiles.of(counted.prefill),
+        ttft_percentiles=Percentiles.of(counted.ttft),
     )
 
 
@@ -214,8 +223,10 @@ def primary_ranking(rankings: Sequence[FleetRanking], window: str) -> FleetRanki
 
 @dataclass(frozen=True, slots=True)
 class WindowSnapshot:
-    """What the window collector exports; replaced whole on every refresh, read without I/O. `ranking`
-    and `fleet` are the primary workload's (`primary_ranking`), `rankings` every workload's."""
+    """What the window collector exports; replaced whole on every refresh, read without I/O. `figures` are
+    the primary window's (`schedule.window`), `windows` every configured window's by label, shortest
+    first (the primary one among them); `ranking` and `fleet` are the primary workload's
+    (`primary_ranking`), `rankings` every workload's."""
 
     figures: dict[SeriesKey, WindowFigures] = field(default_factory=dict)
     fleet: FleetComparison | None = None
@@ -223,6 +234,15 @@ class WindowSnapshot:
     static_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     ranking: FleetRanking | None = None
     rankings: tuple[FleetRanking, ...] = ()
+    windows: dict[str, dict[SeriesKey, WindowFigures]] = field(default_factory=dict)
+
+    def by_window(self) -> dict[str, dict[SeriesKey, WindowFigures]]:
+        """Every window's figures; a snapshot built with the primary window's alone gives that one."""
+        if self.windows:
+            return self.windows
+        if not self.figures:
+            return {}
+        return {next(iter(self.figures.values())).window: self.figures}
 
 
 def snapshot_of(
@@ -231,10 +251,18 @@ def snapshot_of(
     window: str,
     now: float,
     static_labels: dict[str, dict[str, str]],
+    windows: dict[str, dict[SeriesKey, WindowFigures]] | None = None,
 ) -> WindowSnapshot:
     """A snapshot with the primary ranking picked out of `rankings`."""
     primary = primary_ranking(rankings, window)
-    return WindowSnapshot(figures, primary.extremes, now, static_labels, primary, tuple(rankings))
+    return WindowSnapshot(
+        figures, primary.extremes, now, static_labels, primary, tuple(rankings), dict(windows or {})
+    )
+
+
+def window_lengths(primary_s: float, others_s: Sequence[float]) -> tuple[float, ...]:
+    """The windows figures are computed over: the primary one and the others, each once, shortest first."""
+    return tuple(sorted({primary_s, *others_s}))
 
 
 class KeptRun(NamedTuple):
@@ -251,6 +279,7 @@ class KeptRun(NamedTuple):
     cache_assisted: bool = False
     prompt_size_missed: bool = False
     set_aside: str | None = None  # the figures set aside, comma-separated, as stored
+    ttft_s: float | None = None
 
     @classmethod
     def of(cls, r: RunResult) -> KeptRun:
@@ -268,6 +297,7 @@ class KeptRun(NamedTuple):
             r.cache_assisted,
             r.prompt_size_missed,
             ",".join(r.set_aside) or None,
+            r.ttft_s,
         )
 
 
@@ -282,15 +312,18 @@ class RunWindow:
         """Add one run, whether or not the window rule counts it (the rule applies when figures are read)."""
         self._runs.append(run)
 
-    def figures(self, key: SeriesKey, now: float, rule: WindowRule) -> WindowFigures:
-        """Figures over the runs `rule` counts that started within `seconds` before `now`."""
-        cutoff = now - self.seconds
-        while self._runs and self._runs[0].time < cutoff:
+    def figures(
+        self, key: SeriesKey, now: float, rule: WindowRule, seconds: float | None = None
+    ) -> WindowFigures:
+        """Figures over the runs `rule` counts that started within `seconds` (at most the window's own,
+        which is the default) before `now`."""
+        while self._runs and self._runs[0].time < now - self.seconds:
             self._runs.popleft()
-        counted = [r for r in self._runs if rule.counts(r)]
+        span = self.seconds if seconds is None else min(seconds, self.seconds)
+        counted = [r for r in self._runs if r.time >= now - span and rule.counts(r)]
         return figures_from_samples(
             key,
-            window_label(self.seconds),
+            window_label(span),
             Counted(
                 runs=len(counted),
                 ok_runs=sum(r.status == "ok" for r in counted),
@@ -300,17 +333,24 @@ class RunWindow:
                 prompt_size_missed=sum(r.prompt_size_missed for r in counted),
                 disturbed=sum(r.timing_disturbed for r in counted),
                 tps_set_aside=sum(rule.set_aside(r) for r in counted),
+                ttft=[v for r in counted if (v := rule.ttft_sample(r)) is not None],
             ),
         )
 
 
 class MemoryWindows:
-    """Window figures kept in memory per series, for `storage: {enabled: false}` (lost on restart)."""
+    """Window figures kept in memory per series, for `storage: {enabled: false}` (lost on restart).
 
-    def __init__(self) -> None:
+    A snapshot is computed on the first scrape after a run or a reload, else at most every `max_age_s` (as
+    the windows slide), so scrapes between runs cost no sorting of every window's samples."""
+
+    def __init__(self, max_age_s: float = 30.0) -> None:
+        self._max_age_s = max_age_s
+        self._cached: WindowSnapshot | None = None
         self._windows: dict[SeriesKey, RunWindow] = {}
         self._static: dict[str, dict[str, str]] = {}
         self._seconds = 86400.0
+        self._lengths: tuple[float, ...] = (86400.0,)
         self._rule = WindowRule()
 
     def configure(
@@ -320,29 +360,44 @@ class MemoryWindows:
         rule: WindowRule,
         workloads: Mapping[str, Sequence[str]] | None = None,
         site: str = NO_SITE,
+        windows: Sequence[float] = (),
     ) -> None:
-        """Apply a (re)loaded config (each endpoint's workloads: seed000 alone when not given); windows of
-        series that stay keep their runs."""
-        if seconds != self._seconds:
-            self._windows, self._seconds = {}, seconds
+        """Apply a (re)loaded config: the primary window `seconds` and the other `windows`, each endpoint's
+        workloads (seed000 alone when not given); windows of series that stay keep their runs."""
+        self._seconds = seconds
+        self._lengths = window_lengths(seconds, windows)
+        kept = self._lengths[-1]  # the longest window: the runs every shorter one reads
+        if any(w.seconds != kept for w in self._windows.values()):
+            self._windows = {}
         keys = [
             SeriesKey(e.name, w, site)
             for e in endpoints
             for w in (workloads.get(e.name, ()) if workloads is not None else (DEFAULT_WORKLOAD,))
         ]
-        self._windows = {k: self._windows.get(k) or RunWindow(seconds) for k in keys}
+        self._windows = {k: self._windows.get(k) or RunWindow(kept) for k in keys}
         self._static = {e.name: dict(e.labels) for e in endpoints}
         self._rule = rule
+        self._cached = None
 
     def add(self, result: RunResult) -> None:
         """Account one timed run."""
         window = self._windows.get(result.series)
         if window is not None:
             window.add(KeptRun.of(result))
+            self._cached = None
 
     def snapshot(self) -> WindowSnapshot:
         """Current figures for every series, and the fleet comparisons over the same window."""
         now = time.time()
+        cached = self._cached
+        if cached is not None and now - (cached.refreshed_at or 0.0) < self._max_age_s:
+            return cached
+        windows = {
+            window_label(s): {key: w.figures(key, now, self._rule, s) for key, w in self._windows.items()}
+            for s in self._lengths
+        }
         label = window_label(self._seconds)
-        figures = {key: w.figures(key, now, self._rule) for key, w in self._windows.items()}
-        return snapshot_of(figures, rank_series(figures, label), label, now, dict(self._static))
+        figures = windows[label]
+        rankings = rank_series(figures, label)
+        self._cached = snapshot_of(figures, rankings, label, now, dict(self._static), windows)
+        return self._cached

@@ -1,6 +1,7 @@
 """Which runs the window figures take: one rule, rendered as a Python predicate and as SQL.
 
-Window figures (median, stddev and CV of tok/s, uptime, runs, the fleet ranking) are computed over stored
+Window figures (median, stddev and CV of tok/s, the p50/p90/p99 of decode, prefill and TTFT, uptime,
+runs, the fleet ranking) are computed over stored
 runs by SQL (`tokwatch.storage.window.window_figures`, which the /metrics window gauges, the status page and
 `tokwatch report` all read) and over the in-memory window in Python (storage off). Both forms come from
 this module: what sets a whole run aside is the table `_SET_ASIDE`, what makes a counted run a tok/s sample
@@ -44,7 +45,14 @@ class StoredRun(Protocol):
     def tps_set_aside(self) -> bool | None: ...
 
 
-class PrefillRun(StoredRun, Protocol):
+class FigureRun(StoredRun, Protocol):
+    """A stored run with the figures it set aside (comma-separated FIGURES names of error_bounds)."""
+
+    @property
+    def set_aside(self) -> str | None: ...
+
+
+class PrefillRun(FigureRun, Protocol):
     """A stored run as the prefill median reads it."""
 
     @property
@@ -53,8 +61,15 @@ class PrefillRun(StoredRun, Protocol):
     @property
     def cache_assisted(self) -> bool: ...
 
+
+class TtftRun(FigureRun, Protocol):
+    """A stored run as the TTFT percentiles read it."""
+
     @property
-    def set_aside(self) -> str | None: ...
+    def ttft_s(self) -> float | None: ...
+
+    @property
+    def cache_assisted(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,26 +144,47 @@ class WindowRule:
         return f"{_ok_tps_sql(alias)} AND {tps_set_aside_sql(alias)}"
 
     def prefill_sample(self, run: PrefillRun) -> float | None:
-        """The prefill tok/s a counted run gives the prefill median: that of an ok run the prefix cache did
-        not help beyond the chat template's preamble (a cache-assisted run is counted apart), unless it was
-        set aside with the TTFT it came from (or `window_includes` names set-aside figures)."""
-        if run.status != "ok" or run.cache_assisted:
-            return None
-        if SET_ASIDE_SAMPLES not in self.include and "prefill" in (run.set_aside or "").split(","):
+        """The prefill tok/s a counted run gives the prefill median and percentiles: that of an ok run the
+        prefix cache did not help beyond the chat template's preamble (a cache-assisted run is counted apart),
+        unless it was set aside with the TTFT it came from (or `window_includes` names set-aside figures)."""
+        if run.status != "ok" or run.cache_assisted or self._aside(run, "prefill"):
             return None
         return run.prefill_tokens_per_second
 
     def prefill_sample_sql(self, alias: str = "r") -> str:
         """`prefill_sample is not None` as an SQL condition over `runs {alias}`."""
-        sql = (
+        return (
             f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted "
-            f"AND {alias}.prefill_tokens_per_second IS NOT NULL"
+            f"AND {alias}.prefill_tokens_per_second IS NOT NULL{self._aside_sql(alias, 'prefill')}"
         )
+
+    def ttft_sample(self, run: TtftRun) -> float | None:
+        """The TTFT a counted run gives the TTFT percentiles: that of an ok run the prefix cache did not help
+        (as for prefill: a cache-assisted TTFT is not what the prompt costs) and that was not set aside (or
+        `window_includes` names set-aside figures)."""
+        if run.status != "ok" or run.cache_assisted or self._aside(run, "ttft"):
+            return None
+        return run.ttft_s
+
+    def ttft_sample_sql(self, alias: str = "r") -> str:
+        """`ttft_sample is not None` as an SQL condition over `runs {alias}`."""
+        return (
+            f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted AND {alias}.ttft_s IS NOT NULL"
+            f"{self._aside_sql(alias, 'ttft')}"
+        )
+
+    def _aside(self, run: FigureRun, figure: str) -> bool:
+        """Whether `figure` of the run was set aside and this rule leaves set-aside figures out."""
+        return SET_ASIDE_SAMPLES not in self.include and figure in (run.set_aside or "").split(",")
+
+    def _aside_sql(self, alias: str, figure: str) -> str:
+        """`not _aside` as SQL to append to a condition (nothing when set-aside figures are included)."""
         if SET_ASIDE_SAMPLES in self.include:
-            return sql
-        # `set_aside` is a comma-separated list of FIGURES names, and only `prefill` contains "prefill". The
-        # doubled % reads the same to SQLite's LIKE and is one % to psycopg, which takes % as a placeholder.
-        return f"{sql} AND COALESCE({alias}.set_aside, '') NOT LIKE '%%prefill%%'"
+            return ""
+        assert figure.isidentifier()  # a FIGURES name, never input
+        # `set_aside` is a comma-separated list of FIGURES names. The doubled % reads the same to SQLite's
+        # LIKE and is one % to psycopg, which takes % as a placeholder.
+        return f" AND ',' || COALESCE({alias}.set_aside, '') || ',' NOT LIKE '%%,{figure},%%'"
 
 
 def tps_set_aside(run: StoredRun) -> bool:

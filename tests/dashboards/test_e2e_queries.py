@@ -75,6 +75,7 @@ def expand(expr: str) -> str:
         "$window": "24h",
         '"$endpoint"': '".*"',
         '"$instance"': '".*"',
+        '"$workload"': '"seed000"',
     }
     for key, value in values.items():
         expr = expr.replace(key, value)

@@ -12,7 +12,7 @@ from grafanalib import core as g
 
 from dashboards import generate, panels
 from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, layout_problems
-from dashboards.promql import STATUS_CODES, divide, status_code, with_endpoint_info
+from dashboards.promql import STATUS_CODES, WORKLOAD, divide, status_code, with_endpoint_info
 from tokwatch.result import Status
 
 MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap", "histogram"}
@@ -133,7 +133,13 @@ def test_template_variables() -> None:
         return {v["name"]: v for v in MODELS[name]["templating"]["list"]}
 
     overview = variables("tokwatch-overview.json")
-    assert set(overview) == {"datasource", "endpoint", "window", "latency_window"}
+    assert set(overview) == {"datasource", "endpoint", "workload", "window", "latency_window"}
+    workload = overview["workload"]  # one workload at a time: `max by (endpoint)` must not mix prompt sizes
+    assert workload["query"] == "label_values(tokwatch_probe_runs_total, workload)"
+    assert workload["multi"] is False and workload["current"]["value"] == "seed000"
+    exprs = [t["expr"] for p in iter_panels(MODELS["tokwatch-overview.json"]) for t in p.get("targets", [])]
+    per_run = [e for e in exprs if re.search(r"tokwatch_(probe|window|fleet)_|_seconds_bucket", e)]
+    assert per_run and all('workload="$workload"' in e for e in per_run)
     assert overview["datasource"]["type"] == "datasource" and overview["datasource"]["query"] == "prometheus"
     assert overview["datasource"]["current"]["value"] == panels.PROMETHEUS_UID
     endpoint = overview["endpoint"]
@@ -246,10 +252,10 @@ def test_status_pill_maps_every_status_to_text() -> None:
         assert texts == {STATUS_CODES[s]: s.value.replace("_", " ").upper() for s in Status}
         assert texts[STATUS_CODES[Status.TIMEOUT]] == "TIMEOUT"
         assert texts[STATUS_CODES[Status.RATE_LIMITED]] == "RATE LIMITED"
-        assert status_code() in panel["targets"][0]["expr"]
+        assert status_code((WORKLOAD,)) in panel["targets"][0]["expr"]
     tile = _panel(MODELS["tokwatch-overview.json"], "Status")
     # The tile names what it measures: kind and model joined from tokwatch_endpoint_info under the pill.
-    assert tile["targets"][0]["expr"] == with_endpoint_info(status_code())
+    assert tile["targets"][0]["expr"] == with_endpoint_info(status_code((WORKLOAD,)))
     assert tile["targets"][0]["legendFormat"] == "{{kind}} · {{model}}"
     assert tile["options"]["textMode"] == "value_and_name"
     timeline = _panel(MODELS["tokwatch-overview.json"], "Status timeline")

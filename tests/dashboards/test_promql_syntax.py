@@ -25,6 +25,7 @@ VARIABLES = {
     "latency_window": "24h",
     "window": "24h",
     "endpoint": "titan|cloud",
+    "workload": "long",
     "instance": ".*",
 }
 

@@ -114,6 +114,7 @@ async def test_endpoint_down_inhibits_the_endpoints_other_alerts(
     add("alertname=TokwatchEndpointDown", "severity=critical", "endpoint=a")
     add("alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=a")
     add("alertname=TokwatchDecodeRegression", "severity=warning", "endpoint=a")
+    add("alertname=TokwatchPrefillRegression", "severity=warning", "endpoint=a", "workload=long")
     add("alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=b")
     add("alertname=TokwatchRateLimited", "severity=warning", "endpoint=a")
     add("alertname=TokwatchStorageDown", "severity=warning", "instance=tw:9477")
@@ -131,11 +132,14 @@ async def test_endpoint_down_inhibits_the_endpoints_other_alerts(
             assert isinstance(labels, dict) and isinstance(status, dict)
             key = (labels["alertname"], labels.get("endpoint", labels.get("instance")))
             found[key] = (status["state"], status["inhibitedBy"])
-        return found if len(found) == 6 else None
+        return found if len(found) == 7 else None
 
-    await kit.wait_until(states, 20, "all six alerts in alertmanager")
+    await kit.wait_until(states, 20, "all seven alerts in alertmanager")
     await kit.wait_until(
-        lambda: (states() or {}).get(("TokwatchDecodeRegression", "a"), ("",))[0] == "suppressed",
+        lambda: all(
+            (states() or {}).get((name, "a"), ("",))[0] == "suppressed"
+            for name in ("TokwatchDecodeRegression", "TokwatchPrefillRegression")
+        ),
         20,
         "inhibition",
     )
@@ -146,6 +150,7 @@ async def test_endpoint_down_inhibits_the_endpoints_other_alerts(
         ("TokwatchEndpointDown", "a"): ("active", []),
         ("TokwatchProbeTimeout", "a"): ("suppressed", [down]),
         ("TokwatchDecodeRegression", "a"): ("suppressed", [down]),
+        ("TokwatchPrefillRegression", "a"): ("suppressed", [down]),
         ("TokwatchProbeTimeout", "b"): ("active", []),  # another endpoint: not inhibited
         ("TokwatchRateLimited", "a"): ("suppressed", [down]),  # every other alert of the endpoint
         ("TokwatchStorageDown", "tw:9477"): ("active", []),  # no endpoint: tokwatch's own

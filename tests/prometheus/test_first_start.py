@@ -86,7 +86,7 @@ async def test_the_shipped_compose_config_probes_nothing_and_pages_nobody(
         await kit.wait_until(ready, 30, "tokwatch ready")
         async with session.get(f"{url}/metrics") as resp:
             exposition = await resp.text()
-    assert "round 1: 0 endpoints" in processes.log("tokwatch")
+    assert "round 1: 0 probes on 0 servers" in processes.log("tokwatch")
     # nothing probed: no status, no success, no run counted
     assert "tokwatch_probe_status{" not in exposition and "tokwatch_probe_success{" not in exposition
     runs = [line for line in exposition.splitlines() if line.startswith("tokwatch_probe_runs_total{")]

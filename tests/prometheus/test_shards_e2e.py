@@ -59,13 +59,15 @@ _METRIC = re.compile(r"\btokwatch_[a-z_]+")
 def _matches(expr: str, a: float, b: float) -> bool:
     """Same figure in both set-ups: exactly for counts and statuses; a timed figure within 30 % (or 50 ms);
     a histogram quantile of one run within 4x, since that run's bucket decides it and jitter can move it to
-    the next bucket."""
+    the next bucket; a prefill speed within 4x too."""
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
     metric = _METRIC.search(expr)
     if metric is not None and metric.group(0) in EXACT:
         return a == b
-    if "histogram_quantile" in expr:
+    # seed000's prefill tok/s is ~30 prompt tokens over a TTFT of a few ms: the jitter the TTFT tolerance
+    # (50 ms) absorbs moves it several times over, as a bucket boundary moves a one-run quantile.
+    if "histogram_quantile" in expr or "prefill" in expr:
         return a == b or (a > 0 and b > 0 and max(a, b) / min(a, b) <= 4)
     return math.isclose(a, b, rel_tol=0.3, abs_tol=0.05)
 
@@ -213,7 +215,7 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
                 for expr, want in (
                     ("sum(tokwatch_probe_runs_total)", 6),
                     ("sum(tokwatch_probes_in_flight)", 0),
-                    ("count(tokwatch_window_uptime_ratio)", 6),
+                    ("count(tokwatch_window_uptime_ratio{window=\"24h\"})", 6),
                     ("count(tokwatch_fleet_rank)", 6),
                 ):
                     if await _scalar(session, prom, expr) != want:

@@ -216,3 +216,55 @@ endpoints: [{{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m
             # the thresholds the bands use are the ones it states
             assert "green below 5 %, amber 5 to 15 %, red above" in footer
             assert Dom(page.body).having("footer", "class")
+
+
+async def test_tile_shows_the_p50_with_the_p90_as_a_whisker_from_its_minimum(store: SQLiteStore) -> None:
+    config = Config(endpoints=(_ep("many"), _ep("few"), _ep("never-ok")))
+    rows = _alternating("many", 10.0)  # 24 runs at 90 and 110 tok/s
+    rows += [_row("few", NOW - 60 - i * HOUR, tps=80.0 + i) for i in range(3)]
+    rows.append(_row("never-ok", NOW - 60, status="timeout"))
+    found = tiles(await _page(store, config, rows))
+    values = sorted(_levels(10.0))
+    pct = re.compile(r'<div class="pct" data-p50="([\d.]+)" data-p90="([\d.]*)">(.*?)</div>')
+    (many,) = pct.findall(found["many"])
+    assert float(many[0]) == pytest.approx(statistics.median(values))
+    assert float(many[1]) == pytest.approx(110.0)  # linear p90 of 12 x 90 and 12 x 110
+    assert "n=24" in many[2] and '<svg class="whisker"' in many[2] and 'class="wh"' in many[2]
+    (few,) = pct.findall(found["few"])
+    assert float(few[0]) == pytest.approx(81.0) and few[1] == ""  # 3 runs: no p90, and why
+    assert "p90 from 10 runs (n=3)" in few[2] and 'class="wh"' not in few[2]
+    assert 'class="pct"' not in found["never-ok"]
+
+
+async def test_endpoint_page_has_a_percentile_table_per_workload(store: SQLiteStore) -> None:
+    config = load_config_text(
+        "schedule: {windows: [30m, 72h]}\n"
+        "endpoints:\n"
+        "  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m,\n"
+        "     workloads: [seed000, {name: big, input_tokens: 2000, output_tokens: 100}]}\n",
+        "t.yml",
+    )
+    await store.sync_endpoints([EndpointSpec("a")])
+    rows = [_row("a", NOW - 60 - i * HOUR, tps=100.0 + i, ttft_s=0.2) for i in range(12)]
+    rows += [
+        _row("a", NOW - 120 - i * HOUR, tps=30.0, workload="big", prefill_tokens_per_second=2000.0)
+        for i in range(2)
+    ]
+    await store.write_runs(rows)
+    page = await StatusPages(lambda: store, lambda: config, clock=lambda: NOW).endpoint("a")
+    assert page.status == 200
+    table = re.compile(r'<table class="pct" data-workload="(\w+)" data-site="">(.*?)</table>', re.S)
+    tables = dict(table.findall(page.body))
+    assert set(tables) == {"seed000", "big"}
+    windows = re.findall(r'<tr data-window="(\w+)">', tables["seed000"])
+    assert windows == ["30m", "24h", "72h"]  # 30 min holds one run; every configured window with runs
+    row_24h = re.search(r'<tr data-window="24h">(.*?)</tr>', tables["seed000"], re.S)
+    assert row_24h is not None
+    cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row_24h.group(1))
+    # uptime, runs, decode p50/p90/p99/n, prefill p50/p90/p99/n, TTFT p50/p90/p99/n
+    assert cells[:2] == ["100.0 %", "12"]
+    assert cells[2:6] == ["105.5", "109.9", "—", "12"]
+    assert cells[10:14] == ["200", "200", "—", "12"]
+    big = re.search(r'<tr data-window="24h">(.*?)</tr>', tables["big"], re.S)
+    assert big is not None and "2,000" in big.group(1)
+    assert "p90 from 10" in page.body

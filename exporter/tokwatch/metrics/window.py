@@ -1,8 +1,9 @@
 """Window and fleet figures: the `tokwatch_window_*` and `tokwatch_fleet_*` gauges, read from a snapshot.
 
 The snapshot comes from the store's window cache or the in-memory window (tokwatch.window); collecting it
-does no I/O. Every figure is one series' (endpoint x workload, and the exporter's site): `workload` and
-(when configured) `site` labels. Names, types and labels are the contract in docs/metrics.md.
+does no I/O. Every figure is one series' (endpoint x workload, and the exporter's site) over one configured
+window: `workload`, `window` and (when configured) `site` labels; percentiles add `percentile` (50, 90,
+99). Names, types and labels are the contract in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tokwatch.series import SeriesKey
 
 if TYPE_CHECKING:
     from tokwatch.window import WindowFigures, WindowSnapshot
+    from tokwatch.window_percentiles import Percentiles
 
 _FLEET = "__fleet__"  # the window collector's part that is not an endpoint
 
@@ -52,6 +54,27 @@ _WINDOW_FAMILIES = (
         "Runs in the window whose prompt the server counted off the workload's size.",
         "prompt_size_missed_runs",
     ),
+    ("tokwatch_window_decode_samples", "tok/s samples the decode percentiles are taken over.", "decode"),
+    ("tokwatch_window_prefill_samples", "Samples the prefill median and percentiles take.", "prefill"),
+    ("tokwatch_window_ttft_samples", "TTFT samples the TTFT percentiles are taken over.", "ttft"),
+)
+# Percentile families: (name, help, WindowFigures attribute holding the Percentiles).
+_PERCENTILE_FAMILIES = (
+    (
+        "tokwatch_window_decode_percentile_tokens_per_second",
+        "Percentile of ok-run tok/s in the window (shown from a minimum sample count).",
+        "decode_percentiles",
+    ),
+    (
+        "tokwatch_window_prefill_percentile_tokens_per_second",
+        "Percentile of prefill tok/s in the window, cache-assisted runs left out.",
+        "prefill_percentiles",
+    ),
+    (
+        "tokwatch_window_ttft_percentile_seconds",
+        "Percentile of TTFT in the window (ok runs, cache-assisted runs left out).",
+        "ttft_percentiles",
+    ),
 )
 
 
@@ -68,6 +91,8 @@ class WindowCollector(Collector):
         tokwatch_window_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 3.0
         tokwatch_window_timing_disturbed_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 1.0
         tokwatch_window_decode_tokens_per_second_set_aside_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 0.0
+        tokwatch_window_ttft_percentile_seconds{endpoint="a",gpu="3090",percentile="90",workload="long",window="72h"} 1.9
+        tokwatch_window_ttft_samples{endpoint="a",gpu="3090",workload="long",window="72h"} 24.0
         tokwatch_fleet_fastest_vs_slowest_ratio{fastest="a",slowest="b",workload="seed000",window="7d"} 1.818
         tokwatch_fleet_median_tokens_per_second{endpoint="a",workload="seed000",window="7d"} 100.0
         tokwatch_fleet_rank{endpoint="a",workload="seed000",window="7d"} 1.0
@@ -96,8 +121,8 @@ class WindowCollector(Collector):
         """One part per endpoint, revised when its figures change, and one for the fleet comparison."""
         snap = self._parts_snapshot = self._snapshot()
         static = self._parts_static = _static_names(snap)
-        for key, fig in snap.figures.items():
-            yield key, (fig, static, tuple(sorted(snap.static_labels.get(key.endpoint, {}).items())))
+        for key, figs in _per_series(snap).items():
+            yield key, (figs, static, tuple(sorted(snap.static_labels.get(key.endpoint, {}).items())))
         if self._export_fleet():
             yield _FLEET, snap.rankings
 
@@ -107,13 +132,13 @@ class WindowCollector(Collector):
         if key == _FLEET:
             yield from self._fleet(snap)
             return
-        fig = snap.figures.get(key) if isinstance(key, SeriesKey) else None
-        yield from self._figures(snap, [fig] if fig is not None else [], self._parts_static)
+        figs = _per_series(snap).get(key, ()) if isinstance(key, SeriesKey) else ()
+        yield from self._figures(snap, figs, self._parts_static)
 
     def collect(self) -> Iterator[Metric]:
         """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
         snap = self._snapshot()
-        yield from self._figures(snap, list(snap.figures.values()))
+        yield from self._figures(snap, [f for figs in snap.by_window().values() for f in figs.values()])
         if self._export_fleet():
             yield from self._fleet(snap)
 
@@ -123,21 +148,30 @@ class WindowCollector(Collector):
         static_names = list(static) if static is not None else _static_names(snap)
         site = _with_site(snap)
         label_names = ["endpoint", *static_names, *(["site"] if site else []), "workload", "window"]
+
+        def labels(fig: WindowFigures) -> list[str]:
+            own = snap.static_labels.get(fig.endpoint, {})
+            return [
+                fig.endpoint,
+                *(own.get(k, "") for k in static_names),
+                *([fig.site] if site else []),
+                fig.workload,
+                fig.window,
+            ]
+
         for name, doc, attr in _WINDOW_FAMILIES:
             family = GaugeMetricFamily(name, doc, labels=label_names)
             for fig in figures:
-                value = getattr(fig, attr)
-                if value is None:
-                    continue
-                own = snap.static_labels.get(fig.endpoint, {})
-                values = [
-                    fig.endpoint,
-                    *(own.get(k, "") for k in static_names),
-                    *([fig.site] if site else []),
-                    fig.workload,
-                    fig.window,
-                ]
-                family.add_metric(values, value)
+                value = _figure(fig, attr)
+                if value is not None:
+                    family.add_metric(labels(fig), value)
+            yield family
+        for name, doc, attr in _PERCENTILE_FAMILIES:
+            family = GaugeMetricFamily(name, doc, labels=[*label_names, "percentile"])
+            for fig in figures:
+                pct: Percentiles = getattr(fig, attr)
+                for percentile, value in pct.shown():
+                    family.add_metric([*labels(fig), percentile], value)
             yield family
 
     @staticmethod
@@ -178,10 +212,29 @@ class WindowCollector(Collector):
         yield from (fleet, medians, rank, faster)
 
 
+def _figure(fig: WindowFigures, attr: str) -> float | None:
+    """A window family's value: a figure, or the sample count of the percentiles named `attr`."""
+    if attr in ("decode", "prefill", "ttft"):
+        return float(getattr(fig, f"{attr}_percentiles").samples)
+    value: float | None = getattr(fig, attr)
+    return value
+
+
+def _per_series(snap: WindowSnapshot) -> dict[SeriesKey, tuple[WindowFigures, ...]]:
+    """Each series' figures over every window, shortest window first."""
+    out: dict[SeriesKey, list[WindowFigures]] = {}
+    for figures in snap.by_window().values():
+        for key, fig in figures.items():
+            out.setdefault(key, []).append(fig)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def _static_names(snap: WindowSnapshot) -> tuple[str, ...]:
     return tuple(sorted({k for labels in snap.static_labels.values() for k in labels}))
 
 
 def _with_site(snap: WindowSnapshot) -> bool:
     """Figures from an exporter with a site carry a `site` label (as every series of that exporter does)."""
-    return any(f.site for f in snap.figures.values()) or any(r.site for r in snap.rankings)
+    return any(f.site for figs in snap.by_window().values() for f in figs.values()) or any(
+        r.site for r in snap.rankings
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.config import Config, EndpointSettings
@@ -19,7 +19,14 @@ from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.stats import median
 from tokwatch.storage.base import LastRun, RunPoint, Store
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
-from tokwatch.window import FleetRanking, WindowFigures, primary_ranking, rank_series, window_label
+from tokwatch.window import (
+    FleetRanking,
+    WindowFigures,
+    primary_ranking,
+    rank_series,
+    window_label,
+    window_lengths,
+)
 from tokwatch.window_rule import WindowRule
 
 SPARK_RUNS = 48  # runs on a tile's sparkline
@@ -105,6 +112,8 @@ class EndpointPage:
     workload: str = DEFAULT_WORKLOAD
     site: str = NO_SITE
     series: Sequence[SeriesKey] = ()
+    # Every series of the endpoint: its figures over each configured window, shortest first.
+    windows: Mapping[SeriesKey, Sequence[WindowFigures]] = field(default_factory=dict)
 
 
 def series_of(config: Config, seen: Sequence[SeriesKey] = ()) -> list[SeriesKey]:
@@ -188,12 +197,20 @@ async def build_endpoint_page(
     workload = workload or config.workloads_for(endpoint)[0].name
     site = config.site_name if site is None else site
     key = SeriesKey(endpoint.name, workload, site)
-    history, latest, last = await asyncio.gather(
+    lengths = window_lengths(config.schedule.window, config.schedule.windows)
+    history, latest, last, per_window = await asyncio.gather(
         store.recent_runs(since, None, endpoint=endpoint.name, rule=rule, workload=workload, site=site),
         store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name, workload=workload, site=site),
         store.last_runs(0.0),
+        asyncio.gather(
+            *(window_figures(store, now, rule=rule, window_s=s, endpoints=[endpoint.name]) for s in lengths)
+        ),
     )
     oldest_first = list(reversed(history.get(key, [])))
+    series = [k for k in series_of(config, list(last)) if k.endpoint == endpoint.name]
+    windows = {
+        k: figs for k in series if (figs := [f[k] for f in per_window if k in f])  # windows with runs
+    }
     return EndpointPage(
         now,
         endpoint,
@@ -202,7 +219,8 @@ async def build_endpoint_page(
         incidents(oldest_first)[-MAX_INCIDENTS:][::-1],
         workload,
         site,
-        [k for k in series_of(config, list(last)) if k.endpoint == endpoint.name],
+        series,
+        windows,
     )
 
 

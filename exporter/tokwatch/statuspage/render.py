@@ -22,6 +22,7 @@ from tokwatch.statuspage.model import (
 )
 from tokwatch.storage.base import RunPoint
 from tokwatch.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
+from tokwatch.window_percentiles import MIN_SAMPLES, Percentiles
 
 REFRESH_S = 30
 STATUS_LABELS = {
@@ -110,7 +111,7 @@ def _figures(day: WindowFigures | None) -> str:
         '<dl class="figs">'
         f'<div class="median"><dt>24 h median</dt><dd>{median}</dd></div>'
         f'<div class="cv band-{band or "none"}" data-band="{band or "none"}"><dt>CV (stddev)</dt>{cv}</div>'
-        f'<div class="uptime"><dt>24 h uptime</dt>{uptime}</div>{_prefill(day)}'
+        f'<div class="uptime"><dt>24 h uptime</dt>{uptime}</div>{_prefill(day)}{_spread(day)}'
         "</dl>"
     )
 
@@ -128,6 +129,22 @@ def _set_aside(day: WindowFigures | None) -> str:
         f'<p class="set-aside muted" title="{why}" data-runs="{day.disturbed_runs}" '
         f'data-tps="{day.tps_set_aside}">{day.disturbed_runs} of {day.runs} runs\' client timing set '
         f"aside: host busy{tps}</p>"
+    )
+
+
+def _spread(day: WindowFigures | None) -> str:
+    """The 24 h p50 of tok/s with the p90 as a whisker, and the runs they are taken over."""
+    if day is None or day.decode_percentiles.p50 is None:
+        return ""
+    pct = day.decode_percentiles
+    p50 = pct.p50 or 0.0
+    if pct.p90 is None:
+        p90 = f'<small class="muted"> · p90 from {MIN_SAMPLES[0.9]} runs (n={pct.samples})</small>'
+    else:
+        p90 = f"<small> · p90 {pct.p90:.1f} (n={pct.samples})</small>"
+    return (
+        f'<div class="pct" data-p50="{p50:.3f}" data-p90="{"" if pct.p90 is None else f"{pct.p90:.3f}"}">'
+        f"<dt>24 h p50 · p90 tok/s</dt><dd>{p50:.1f}{p90}{svg.whisker(p50, pct.p90)}</dd></div>"
     )
 
 
@@ -236,6 +253,8 @@ def methodology(config: Config) -> str:
         "24 h median: median tok/s of ok runs in the last 24 hours. CV: sample standard deviation / mean of "
         f"the same runs (band: green below {CV_TIGHT * 100:.0f} %, amber {CV_TIGHT * 100:.0f} to "
         f"{CV_TYPICAL * 100:.0f} %, red above), the stddev in tok/s beside it. Uptime: ok runs / runs. "
+        "p50 · p90: percentiles of the same tok/s by linear interpolation, the p90 drawn as a whisker and "
+        f"shown from {MIN_SAMPLES[0.9]} runs. "
         f"The sparkline shows the last {SPARK_RUNS} runs: the line breaks at a non-ok run, drawn as a red "
         "dashed tick. The comparison ranks endpoints by their 7-day median. A figure the exporter's own "
         "lateness could have moved beyond its tolerance (tok/s "
@@ -363,6 +382,53 @@ def _series_links(page: EndpointPage, config: Config) -> str:
     return f'<nav class="series"><ul>{"".join(items)}</ul></nav>'
 
 
+_PCT_FIGURES = (
+    ("decode tok/s", "decode_percentiles", ".1f", 1.0),
+    ("prefill tok/s", "prefill_percentiles", ",.0f", 1.0),
+    ("TTFT ms", "ttft_percentiles", ".0f", 1000.0),
+)
+
+
+def _pct_cells(p: Percentiles, fmt: str, scale: float) -> str:
+    values = "".join(
+        f'<td class="num">{"—" if v is None else format(v * scale, fmt)}</td>' for v in (p.p50, p.p90, p.p99)
+    )
+    return f'{values}<td class="num muted">{p.samples}</td>'
+
+
+def _percentile_tables(page: EndpointPage) -> str:
+    """One table per workload (and site) of the endpoint: each window's uptime and p50/p90/p99 with counts."""
+    if not page.windows:
+        return ""
+    shown = ", ".join(f"p{round(q * 100)} from {n}" for q, n in MIN_SAMPLES.items())
+    heads = "".join(f'<th colspan="4">{_e(name)}</th>' for name, _, _, _ in _PCT_FIGURES)
+    sub = '<th class="num">p50</th><th class="num">p90</th><th class="num">p99</th><th class="num">n</th>'
+    tables = []
+    for key, figures in page.windows.items():
+        rows = "".join(
+            f'<tr data-window="{_e(f.window)}"><td class="win">{_e(f.window)}</td>'
+            f'<td class="num">{"—" if f.uptime is None else f"{f.uptime * 100:.1f} %"}</td>'
+            f'<td class="num muted">{f.runs}</td>'
+            + "".join(_pct_cells(getattr(f, attr), fmt, k) for _, attr, fmt, k in _PCT_FIGURES)
+            + "</tr>"
+            for f in figures
+        )
+        title = f"workload {key.workload}" + (f" · site {key.site}" if key.site else "")
+        tables.append(
+            f"<h3>{_e(title)}</h3>"
+            f'<div class="scroll"><table class="pct" data-workload="{_e(key.workload)}" '
+            f'data-site="{_e(key.site)}"><thead><tr><th rowspan="2">Window</th><th rowspan="2" class="num">'
+            f'Uptime</th><th rowspan="2" class="num">Runs</th>{heads}</tr><tr>{sub * len(_PCT_FIGURES)}</tr>'
+            f"</thead><tbody>{rows}</tbody></table></div>"
+        )
+    note = (
+        f'<p class="muted"><small>Percentiles by linear interpolation over the runs each window counts, '
+        f"shown from a number of samples ({shown}); n: samples. TTFT and prefill leave out cache-assisted "
+        "runs.</small></p>"
+    )
+    return f'<h2>Percentiles by workload</h2><section id="percentiles">{"".join(tables)}{note}</section>'
+
+
 def render_endpoint(page: EndpointPage, config: Config) -> str:
     """An endpoint's daily medians and uptime, incidents and last runs."""
     ep = page.endpoint
@@ -379,7 +445,7 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
         '<p><a href="/">← all endpoints</a></p>'
         f'<header><h1 data-endpoint="{_e(ep.name)}" data-workload="{_e(page.workload)}" '
         f'data-site="{_e(page.site)}">{_e(ep.name)} {_pill(status)}</h1>{chips}{formerly}'
-        f"{_series_links(page, config)}</header>"
+        f"{_series_links(page, config)}</header>{_percentile_tables(page)}"
         f"<h2>Daily median tok/s · {HISTORY_DAYS} days (UTC)</h2>{svg.daily_medians(page.days)}"
         f"<h2>Daily uptime</h2>{svg.daily_uptime(page.days)}"
         f"<h2>Incidents</h2>{_incidents(page.incidents, page.generated_at)}"

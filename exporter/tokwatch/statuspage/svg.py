@@ -153,3 +153,21 @@ def _empty(width: int, height: int, text: str) -> str:
 
 def _day(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
+
+
+def whisker(p50: float, p90: float | None, width: int = 120, height: int = 12) -> str:
+    """The p50 as a dot on an axis from 0, the p90 as a whisker from it (absent below p90's minimum)."""
+    top = max(p50, p90 or 0.0) * 1.1 or 1.0
+    x50 = 2 + (width - 4) * p50 / top
+    mid = height / 2
+    label = f"p50 {p50:.1f}" + ("" if p90 is None else f", p90 {p90:.1f}")
+    parts = [f'<line x1="2" y1="{mid}" x2="{width - 2}" y2="{mid}" class="axis"/>']
+    if p90 is not None:
+        x90 = 2 + (width - 4) * p90 / top
+        parts.append(f'<line x1="{x50:.1f}" y1="{mid}" x2="{x90:.1f}" y2="{mid}" class="wh"/>')
+        parts.append(f'<line x1="{x90:.1f}" y1="2" x2="{x90:.1f}" y2="{height - 2}" class="wh"/>')
+    parts.append(f'<circle cx="{x50:.1f}" cy="{mid}" r="3" class="p50"/>')
+    return (
+        f'<svg class="whisker" viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(label)}">'
+        f"{''.join(parts)}</svg>"
+    )

@@ -11,6 +11,7 @@ from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
+from tokwatch.window_percentiles import NO_PERCENTILES, Percentiles
 from tokwatch.window_rule import WindowRule
 
 HOUR_S = 3600.0
@@ -44,6 +45,9 @@ class WindowStats:
     prefill_median: float | None = None
     cache_assisted: int = 0  # runs counted that the prefix cache helped beyond the preamble
     prompt_size_missed: int = 0  # runs counted whose prompt missed the workload's size
+    tps_percentiles: Percentiles = NO_PERCENTILES
+    prefill_percentiles: Percentiles = NO_PERCENTILES
+    ttft_percentiles: Percentiles = NO_PERCENTILES
 
     @property
     def key(self) -> SeriesKey:

@@ -51,6 +51,7 @@ from tokwatch.storage.schema import (
     not_ready_message,
     too_new_message,
 )
+from tokwatch.window_percentiles import QUANTILES, Percentiles
 from tokwatch.window_rule import WindowRule
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def _window_sql(rule: WindowRule) -> str:
     """One aggregate query per series over the runs `rule` counts, tok/s figures over its samples."""
     sample = f"FILTER (WHERE {rule.sample_sql()})"
     prefill = f"FILTER (WHERE {rule.prefill_sample_sql()})"
+    ttft = f"FILTER (WHERE {rule.ttft_sample_sql()})"
     return f"""
 SELECT e.name, r.workload, r.site, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {sample},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {sample},
@@ -100,6 +102,10 @@ SELECT e.name, r.workload, r.site, count(*), count(*) FILTER (WHERE r.status = '
        count(*) {prefill},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY r.prefill_tokens_per_second) {prefill},
        count(*) FILTER (WHERE r.cache_assisted), count(*) FILTER (WHERE r.prompt_size_missed),
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY r.tokens_per_second) {sample},
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY r.prefill_tokens_per_second) {prefill},
+       count(*) {ttft},
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP (ORDER BY r.ttft_s) {ttft},
        count(*) FILTER (WHERE r.timing_disturbed), count(*) FILTER (WHERE {rule.set_aside_sql()})
 FROM runs r JOIN endpoints e ON e.id = r.endpoint_id
 WHERE r.time >= %(since)s AND r.time < %(until)s {rule.where()}
@@ -643,13 +649,14 @@ class PostgresStore(Store):
         """One aggregate query (percentile_cont = numpy's linear median; stddev_samp = n-1 stddev)."""
         await self.ensure_ready()
         sql = _window_sql(rule)
-        params = {"since": ts(since), "until": ts(until), "site": site}
+        params = {"since": ts(since), "until": ts(until), "site": site, "quantiles": list(QUANTILES)}
         async with self._connection() as conn:
             rows = await (await conn.execute(sql.encode(), params)).fetchall()
         out = {}
         for row in rows:
-            name, workload, run_site, runs, ok, samples, med, mean, sd, *rest = row
-            pre_n, pre_med, cached, missed, disturbed, set_aside = rest
+            name, workload, run_site, runs, ok, samples, med, mean, sd = row[:9]
+            pre_n, pre_med, cached, missed = row[9:13]
+            tps_q, pre_q, ttft_n, ttft_q, disturbed, set_aside = row[13:]
             key = SeriesKey(name, workload, run_site)
             out[key] = WindowStats(
                 name,
@@ -667,6 +674,9 @@ class PostgresStore(Store):
                 prefill_median=_float(pre_med),
                 cache_assisted=int(cached),
                 prompt_size_missed=int(missed),
+                tps_percentiles=Percentiles.computed(int(samples), tps_q),
+                prefill_percentiles=Percentiles.computed(int(pre_n), pre_q),
+                ttft_percentiles=Percentiles.computed(int(ttft_n), ttft_q),
             )
         return out
 

@@ -3,15 +3,57 @@ as a table, JSON or Markdown."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
 from tokwatch.storage.base import Store
 from tokwatch.storage.window import WINDOW_S, window_figures
-from tokwatch.window import FleetComparison, primary_ranking, rank_series, window_label
+from tokwatch.window import FleetComparison, WindowFigures, primary_ranking, rank_series, window_label
+from tokwatch.window_percentiles import MIN_SAMPLES, QUANTILES, Percentiles, percentile_label
 from tokwatch.window_rule import WindowRule
+
+
+@dataclass(frozen=True, slots=True)
+class PercentileReport:
+    """p50/p90/p99 of one figure over one window (None below its minimum sample count) and the count."""
+
+    samples: int
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    @classmethod
+    def of(cls, p: Percentiles) -> PercentileReport:
+        """From window figures' percentiles."""
+        return cls(p.samples, p.p50, p.p90, p.p99)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReport:
+    """One series' figures over one configured window: uptime and the percentiles with their counts."""
+
+    window: str
+    runs: int
+    uptime: float | None
+    decode_tokens_per_second: PercentileReport
+    prefill_tokens_per_second: PercentileReport
+    ttft_seconds: PercentileReport
+
+    @classmethod
+    def of(cls, f: WindowFigures) -> WindowReport:
+        """From one window's figures."""
+        return cls(
+            f.window,
+            f.runs,
+            f.uptime,
+            PercentileReport.of(f.decode_percentiles),
+            PercentileReport.of(f.prefill_percentiles),
+            PercentileReport.of(f.ttft_percentiles),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +83,7 @@ class EndpointReport:
     prefill_median_24h: float | None = None
     cache_assisted_24h: int = 0
     prompt_size_missed_24h: int = 0
+    windows: list[WindowReport] = field(default_factory=list)  # every configured window, shortest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +100,22 @@ class Report:
     comparisons: list[FleetComparison] = field(default_factory=list)
 
 
-async def build_report(store: Store, now: float, since_s: float, *, rule: WindowRule) -> Report:
-    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per series; the
-    figures over the runs `rule` counts, as on /metrics and the status page."""
+async def build_report(
+    store: Store, now: float, since_s: float, *, rule: WindowRule, windows_s: Sequence[float] = ()
+) -> Report:
+    """Last run, 24 h figures, the `--since` window (median, uptime, fleet comparison) and the percentiles
+    over each of `windows_s` per series; the figures over the runs `rule` counts, as on /metrics and the
+    status page."""
     label = window_label(since_s)
     day = await window_figures(store, now, rule=rule, window_s=WINDOW_S)
     period = await window_figures(store, now, rule=rule, window_s=since_s)
+    per_window = await asyncio.gather(*(window_figures(store, now, rule=rule, window_s=s) for s in windows_s))
     last = await store.last_runs(now - since_s)
     keys = sorted(set(day) | set(period) | set(last))
     rows = []
     for key in keys:
         d, p, lr = day.get(key), period.get(key), last.get(key)
+        windows = [WindowReport.of(f) for figures in per_window if (f := figures.get(key)) is not None]
         rows.append(
             EndpointReport(
                 endpoint=key.endpoint,
@@ -91,6 +139,7 @@ async def build_report(store: Store, now: float, since_s: float, *, rule: Window
                 prefill_median_24h=d.prefill_median if d else None,
                 cache_assisted_24h=d.cache_assisted_runs if d else 0,
                 prompt_size_missed_24h=d.prompt_size_missed_runs if d else 0,
+                windows=windows,
             )
         )
     rankings = rank_series(period, label)
@@ -171,6 +220,39 @@ def _set_aside(r: EndpointReport) -> str:
     return f"{r.set_aside_24h}" + (f" (tok/s {r.tps_set_aside_24h})" if r.tps_set_aside_24h else "")
 
 
+_FIGURES = (
+    ("decode tok/s", "decode_tokens_per_second", ".1f"),
+    ("prefill tok/s", "prefill_tokens_per_second", ".0f"),
+    ("TTFT s", "ttft_seconds", ".3f"),
+)
+
+
+def _percentile_cells(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per series and window: runs, uptime and each figure's p50/p90/p99 with its sample count."""
+    sites = any(r.site for r in report.endpoints)
+    qs = "/".join(f"p{percentile_label(q)}" for q in QUANTILES)
+    head = [
+        "endpoint",
+        "workload",
+        *(["site"] if sites else []),
+        "window",
+        "runs",
+        "uptime",
+        *(f"{name} {qs} (n)" for name, _, _ in _FIGURES),
+    ]
+    body = []
+    for r in report.endpoints:
+        for w in r.windows:
+            cells = []
+            for _, attr, fmt in _FIGURES:
+                p: PercentileReport = getattr(w, attr)
+                values = "/".join(_num(v, fmt) for v in (p.p50, p.p90, p.p99))
+                cells.append(f"{values} ({p.samples})")
+            site = [r.site or "-"] if sites else []
+            body.append([r.endpoint, r.workload, *site, w.window, str(w.runs), _pct(w.uptime), *cells])
+    return head, body
+
+
 def _flags(r: EndpointReport) -> str:
     """Runs counted apart in the 24 h window: cache-assisted (c) and prompt size missed (s)."""
     marks = [f"{n}{mark}" for n, mark in ((r.cache_assisted_24h, "c"), (r.prompt_size_missed_24h, "s")) if n]
@@ -183,33 +265,49 @@ def _footer(report: Report) -> str:
     line = "\n".join(lines) if lines else "comparison: fewer than two endpoints with ok runs"
     where = f"{report.backend} {report.location}, {when}"
     flags = "prefill 24h: median prefill tok/s; (Nc) cache-assisted runs, (Ns) prompt size missed."
+    shown = ", ".join(f"p{percentile_label(q)} from {n}" for q, n in MIN_SAMPLES.items())
+    pct = f"Percentiles: linear interpolation, shown from a number of samples ({shown}), (n) samples."
     busy = ""
     if any(r.set_aside_24h for r in report.endpoints):
         busy = (
             "\nset aside: runs whose client timing the exporter's own lateness (a busy host) could have "
             "moved beyond the tolerance; their status and uptime count, a tok/s set aside is not a sample."
         )
-    return f"{line}\nCV bands: <5% tight, 5-15% typical, >15% jittery. {flags} {where}{busy}"
+    return f"{line}\nCV bands: <5% tight, 5-15% typical, >15% jittery. {flags}\n{pct} {where}{busy}"
 
 
-def render_table(report: Report) -> str:
-    """Aligned plain-text table plus the comparison line."""
-    head, body = _cells(report)
+def _aligned(head: list[str], body: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def render_table(report: Report) -> str:
+    """Aligned plain-text tables (the series, then their percentiles per window) plus the comparison."""
+    head, body = _cells(report)
+    lines = _aligned(head, body)
     if not body:
         lines.append("(no runs stored in this window)")
+    pct_head, pct_body = _percentile_cells(report)
+    if pct_body:
+        lines += ["", *_aligned(pct_head, pct_body)]
     return "\n".join(lines) + "\n\n" + _footer(report) + "\n"
 
 
+def _markdown(head: list[str], body: list[list[str]]) -> list[str]:
+    rows = ["| " + " | ".join(r) + " |" for r in body]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows]
+
+
 def render_markdown(report: Report) -> str:
-    """A GitHub-flavoured Markdown table plus the comparison line."""
-    head, body = _cells(report)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
+    """GitHub-flavoured Markdown tables (series, percentiles per window) plus the comparison line."""
+    lines = _markdown(*_cells(report))
+    pct_head, pct_body = _percentile_cells(report)
+    if pct_body:
+        lines += ["", *_markdown(pct_head, pct_body)]
     return "\n".join(lines) + "\n\n" + _footer(report).replace("\n", "  \n") + "\n"
 
 

@@ -35,6 +35,7 @@ from tokwatch.storage.bench_rows import (
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
+from tokwatch.window_percentiles import Percentiles
 from tokwatch.window_rule import WindowRule
 
 T = TypeVar("T")
@@ -417,10 +418,12 @@ class SQLiteStore(Store):
         # runs, ok, cached, missed, disturbed, tps set aside
         values: dict[SeriesKey, list[float]] = defaultdict(list)
         prefill: dict[SeriesKey, list[float]] = defaultdict(list)
+        ttft: dict[SeriesKey, list[float]] = defaultdict(list)
         sql = (
             f"SELECT e.name, r.workload, r.site, r.status = 'ok', r.cache_assisted, r.prompt_size_missed, "
             f"CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
             f"CASE WHEN {rule.prefill_sample_sql()} THEN r.prefill_tokens_per_second END, "
+            f"CASE WHEN {rule.ttft_sample_sql()} THEN r.ttft_s END, "
             f"r.timing_disturbed, CASE WHEN {rule.set_aside_sql()} THEN 1 ELSE 0 END "
             "FROM runs r JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
             + rule.where()
@@ -430,7 +433,7 @@ class SQLiteStore(Store):
             sql, params = sql + " AND r.site = ?", (*params, site)
         for row in conn.execute(sql, params):
             name, workload, run_site, is_ok, cached, missed, sample, prefill_sample, *flags = row
-            disturbed, set_aside = flags
+            ttft_sample, disturbed, set_aside = flags
             key = SeriesKey(name, workload, run_site)
             c = counts[key]
             c[0] += 1
@@ -443,6 +446,8 @@ class SQLiteStore(Store):
                 values[key].append(sample)
             if prefill_sample is not None:
                 prefill[key].append(prefill_sample)
+            if ttft_sample is not None:
+                ttft[key].append(ttft_sample)
         out = {}
         for key, (n, ok, cached, missed, disturbed, set_aside) in counts.items():
             med, mean, sd = tps_aggregates(values[key])
@@ -463,6 +468,9 @@ class SQLiteStore(Store):
                 prefill_median=median(pre) if pre else None,
                 cache_assisted=cached,
                 prompt_size_missed=missed,
+                tps_percentiles=Percentiles.of(values[key]),
+                prefill_percentiles=Percentiles.of(pre),
+                ttft_percentiles=Percentiles.of(ttft[key]),
             )
         return out
 

@@ -26,6 +26,7 @@ from tokwatch.window import (
     rank_series,
     snapshot_of,
     window_label,
+    window_lengths,
 )
 from tokwatch.window_rule import WindowRule
 
@@ -59,6 +60,9 @@ def figures_from_stats(stats: WindowStats, window: str) -> WindowFigures:
         prefill_runs=stats.prefill_samples,
         cache_assisted_runs=stats.cache_assisted,
         prompt_size_missed_runs=stats.prompt_size_missed,
+        decode_percentiles=stats.tps_percentiles,
+        prefill_percentiles=stats.prefill_percentiles,
+        ttft_percentiles=stats.ttft_percentiles,
     )
 
 
@@ -107,9 +111,7 @@ async def fleet_rankings(
     site: str | None = None,
 ) -> list[FleetRanking]:
     """Per workload and site: every endpoint with an ok run in the window, by median tok/s, fastest first."""
-    figures = await window_figures(
-        store, now, rule=rule, window_s=window_s, endpoints=endpoints, site=site
-    )
+    figures = await window_figures(store, now, rule=rule, window_s=window_s, endpoints=endpoints, site=site)
     return rank_series(figures, window_label(window_s))
 
 
@@ -122,6 +124,7 @@ class WindowCache:
         *,
         rule: WindowRule,
         window_s: float = WINDOW_S,
+        windows_s: Sequence[float] = (),
         fleet_window_s: float = FLEET_WINDOW_S,
         refresh_interval_s: float = 30.0,
         clock: Callable[[], float] = time.time,
@@ -129,6 +132,7 @@ class WindowCache:
         self._store = store
         self._rule = rule
         self._window_s = window_s
+        self._windows_s = window_lengths(window_s, windows_s)
         self._fleet_window_s = fleet_window_s
         self._interval = refresh_interval_s
         self._clock = clock
@@ -146,13 +150,20 @@ class WindowCache:
         fleet: Sequence[EndpointSettings] | None = None,
         rule: WindowRule | None = None,
         site: str | None = None,
+        window_s: float | None = None,
+        windows_s: Sequence[float] | None = None,
     ) -> None:
         """Export only these endpoints, each with its static `labels:`, and only runs from this exporter's
         `site` (None: unchanged; "" for an exporter without one); compare the `fleet` (default: the same
         endpoints; a sharded replica passes every endpoint of the fleet, read from the shared store);
-        count the runs `rule` counts (default: unchanged). Applies from the next refresh."""
+        count the runs `rule` counts and figure the primary window `window_s` and the other `windows_s`
+        (None: unchanged). Applies from the next refresh."""
         if rule is not None:
             self._rule = rule
+        if window_s is not None or windows_s is not None:
+            self._window_s = self._window_s if window_s is None else window_s
+            others = self._windows_s if windows_s is None else windows_s
+            self._windows_s = window_lengths(self._window_s, others)
         if site is not None:
             self._site = site
         self._endpoints = [e.name for e in endpoints]
@@ -166,29 +177,25 @@ class WindowCache:
     async def refresh(self) -> bool:
         """Query the store now; on failure keep the previous figures and return False."""
         now = self._clock()
+        # One query per window length: the fleet's comparison window is usually one of the windows too.
+        lengths = sorted({*self._windows_s, self._fleet_window_s})
         try:
-            figures = await window_figures(
-                self._store,
-                now,
-                rule=self._rule,
-                window_s=self._window_s,
-                endpoints=self._endpoints,
-                site=self._site,
-            )
-            rankings = await fleet_rankings(
-                self._store,
-                now,
-                rule=self._rule,
-                window_s=self._fleet_window_s,
-                endpoints=self._fleet if self._fleet is not None else self._endpoints,
-                site=self._site,
-            )
+            every = [
+                await window_figures(self._store, now, rule=self._rule, window_s=s, site=self._site)
+                for s in lengths
+            ]
         except Exception as exc:
             self.refresh_errors += 1
             log.warning("storage: window figures not refreshed: %s", exc)
             return False
+        by_length = dict(zip(lengths, every, strict=True))
+        exported = set(self._endpoints) if self._endpoints is not None else None
+        compared = set(self._fleet) if self._fleet is not None else exported
+        windows = {window_label(s): _only(by_length[s], exported) for s in self._windows_s}
         label = window_label(self._fleet_window_s)
-        self._snapshot = snapshot_of(figures, rankings, label, now, dict(self._static))
+        rankings = rank_series(_only(by_length[self._fleet_window_s], compared), label)
+        figures = windows[window_label(self._window_s)]
+        self._snapshot = snapshot_of(figures, rankings, label, now, dict(self._static), windows)
         return True
 
     async def run(self) -> None:
@@ -209,3 +216,12 @@ class WindowCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+def _only(
+    figures: dict[SeriesKey, WindowFigures], endpoints: set[str] | None
+) -> dict[SeriesKey, WindowFigures]:
+    """The figures of these endpoints' series (all when None)."""
+    if endpoints is None:
+        return figures
+    return {k: f for k, f in figures.items() if k.endpoint in endpoints}

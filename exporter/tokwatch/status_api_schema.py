@@ -1,0 +1,145 @@
+"""The JSON Schema (draft 2020-12) of the status API's answers, version `SCHEMA_VERSION`.
+
+docs/api.md shows this schema verbatim (a test holds the two together) and the API tests validate every
+answer against it. A change that removes or renames a field, or changes a type, is a new schema version;
+adding a field is not (clients must ignore fields they do not know).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "tokwatch status API, schema version 1",
+    "oneOf": [{"$ref": "#/$defs/status"}, {"$ref": "#/$defs/endpoint"}, {"$ref": "#/$defs/error"}],
+    "$defs": {
+        "status": {
+            "description": "GET /api/v1/status: every series of the fleet.",
+            "type": "object",
+            "required": [
+                "schema_version", "kind", "generated_at", "site", "primary_window", "windows",
+                "min_samples", "series",
+            ],
+            "additionalProperties": False,
+            "properties": {
+                "schema_version": {"const": SCHEMA_VERSION},
+                "kind": {"const": "status"},
+                "generated_at": {"type": "number", "description": "unix seconds the figures were computed"},
+                "site": {"type": "string", "description": "this exporter's site ('' when none)"},
+                "primary_window": {"$ref": "#/$defs/window_label"},
+                "windows": {"type": "array", "items": {"$ref": "#/$defs/window_label"}, "minItems": 1},
+                "min_samples": {"$ref": "#/$defs/min_samples"},
+                "series": {"type": "array", "items": {"$ref": "#/$defs/series"}},
+            },
+        },
+        "endpoint": {
+            "description": "GET /api/v1/endpoints/NAME: one endpoint's series.",
+            "type": "object",
+            "required": [
+                "schema_version", "kind", "generated_at", "site", "primary_window", "windows",
+                "min_samples", "endpoint", "series",
+            ],
+            "additionalProperties": False,
+            "properties": {
+                "schema_version": {"const": SCHEMA_VERSION},
+                "kind": {"const": "endpoint"},
+                "generated_at": {"type": "number"},
+                "site": {"type": "string"},
+                "primary_window": {"$ref": "#/$defs/window_label"},
+                "windows": {"type": "array", "items": {"$ref": "#/$defs/window_label"}, "minItems": 1},
+                "min_samples": {"$ref": "#/$defs/min_samples"},
+                "endpoint": {"type": "string"},
+                "series": {"type": "array", "items": {"$ref": "#/$defs/series"}},
+            },
+        },
+        "error": {
+            "description": "Any non-2xx answer: 404 unknown endpoint, 503 store unavailable or off.",
+            "type": "object",
+            "required": ["schema_version", "kind", "error"],
+            "additionalProperties": False,
+            "properties": {
+                "schema_version": {"const": SCHEMA_VERSION},
+                "kind": {"const": "error"},
+                "error": {"type": "string"},
+            },
+        },
+        "window_label": {"type": "string", "pattern": "^[0-9]+(s|m|h|d)$"},
+        "min_samples": {
+            "description": "samples each percentile needs before it is given (else null)",
+            "type": "object",
+            "required": ["p50", "p90", "p99"],
+            "additionalProperties": False,
+            "properties": {p: {"type": "integer", "minimum": 1} for p in ("p50", "p90", "p99")},
+        },
+        "series": {
+            "description": "One endpoint's runs of one workload from one site.",
+            "type": "object",
+            "required": ["endpoint", "workload", "site", "model", "labels", "status", "last_run", "windows"],
+            "additionalProperties": False,
+            "properties": {
+                "endpoint": {"type": "string"},
+                "workload": {"type": "string"},
+                "site": {"type": "string"},
+                "model": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "status": {
+                    "type": ["string", "null"],
+                    "description": "status of the newest run of any kind (ok, timeout, ...); null before one",
+                },
+                "last_run": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/last_run"}]},
+                "windows": {
+                    "type": "object",
+                    "description": "figures per window label; every label of `windows` is present",
+                    "propertyNames": {"$ref": "#/$defs/window_label"},
+                    "additionalProperties": {"$ref": "#/$defs/window"},
+                },
+            },
+        },
+        "last_run": {
+            "type": "object",
+            "required": ["time", "status", "ok_time", "ok_tokens_per_second", "ok_timing_source"],
+            "additionalProperties": False,
+            "properties": {
+                "time": {"type": "number"},
+                "status": {"type": "string"},
+                "ok_time": _NUMBER_OR_NULL,
+                "ok_tokens_per_second": _NUMBER_OR_NULL,
+                "ok_timing_source": {"type": ["string", "null"]},
+            },
+        },
+        "window": {
+            "type": "object",
+            "required": [
+                "runs", "ok_runs", "uptime", "cv", "cache_assisted_runs", "decode_tokens_per_second",
+                "prefill_tokens_per_second", "ttft_seconds",
+            ],
+            "additionalProperties": False,
+            "properties": {
+                "runs": {"type": "integer", "minimum": 0},
+                "ok_runs": {"type": "integer", "minimum": 0},
+                "uptime": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                "cv": _NUMBER_OR_NULL,
+                "cache_assisted_runs": {"type": "integer", "minimum": 0},
+                "decode_tokens_per_second": {"$ref": "#/$defs/percentiles"},
+                "prefill_tokens_per_second": {"$ref": "#/$defs/percentiles"},
+                "ttft_seconds": {"$ref": "#/$defs/percentiles"},
+            },
+        },
+        "percentiles": {
+            "type": "object",
+            "required": ["samples", "p50", "p90", "p99"],
+            "additionalProperties": False,
+            "properties": {
+                "samples": {"type": "integer", "minimum": 0},
+                "p50": _NUMBER_OR_NULL,
+                "p90": _NUMBER_OR_NULL,
+                "p99": _NUMBER_OR_NULL,
+            },
+        },
+    },
+}  # fmt: skip
