@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
@@ -61,15 +62,22 @@ endpoints:
   - {{name: failing, kind: openai, base_url: '{sim.url}/oa/v1', model: broken}}
   - {{name: idle, kind: openai, base_url: '{sim.url}/oa/v1', model: m, enabled: false}}
 """
-        app = App(load_config_text(cfg, "tokwatch.yml"))
-        await app.start()
-        runner, port = await start_site(app, "127.0.0.1", 0)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-                yield app, f"http://127.0.0.1:{port}", session
-        finally:
-            await app.stop()
-            await runner.cleanup()
+        async with serving(cfg) as served:
+            yield served
+
+
+@contextlib.asynccontextmanager
+async def serving(cfg: str) -> AsyncIterator[tuple[App, str, aiohttp.ClientSession]]:
+    """A started exporter of config text `cfg` serving on a free loopback port, and a client session."""
+    app = App(load_config_text(cfg, "tokwatch.yml"))
+    await app.start()
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            yield app, f"http://127.0.0.1:{port}", session
+    finally:
+        await app.stop()
+        await runner.cleanup()
 
 
 async def _stored(app: App, runs: int) -> None:
