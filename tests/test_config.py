@@ -80,6 +80,8 @@ def test_cross_field_errors() -> None:
     msg = errors_of(BASE + "    api_key_env: A\n    api_key_file: /x\n")
     assert "set only one of api_key, api_key_env and api_key_file" in msg
     assert "reserved by tokwatch" in errors_of(BASE + "    labels: {status: x}\n")
+    for name in ("window", "percentile"):  # labels of the window families
+        assert "reserved by tokwatch" in errors_of(BASE + f"    labels: {{{name}: x}}\n")
 
 
 def test_invalid_yaml_names_line() -> None:

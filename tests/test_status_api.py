@@ -3,7 +3,6 @@ validated against the versioned JSON Schema (tokwatch.status_api_schema, shown i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -14,9 +13,9 @@ import aiohttp
 import jsonschema
 import pytest
 
+from tests.statuspage.test_pages import SIM, _stored, serving
 from tokwatch.app import App
 from tokwatch.config import load_config_text
-from tokwatch.server import start_site
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
 from tokwatch.status_api import StatusApi
@@ -24,15 +23,6 @@ from tokwatch.status_api_schema import SCHEMA, SCHEMA_VERSION
 from tokwatch.storage.postgres import PostgresStore
 
 DOCS = Path(__file__).parents[1] / "docs" / "api.md"
-SIM = """
-seed: 1
-servers:
-  - name: oa
-    dialect: openai
-    models:
-      - {name: m, decode_tps: 200, prefill_tps: 100000}
-      - {name: broken, decode_tps: 2000, prefill_tps: 100000, faults: {http_5xx: 1.0}}
-"""
 
 
 def _valid(doc: dict[str, Any]) -> dict[str, Any]:
@@ -55,24 +45,8 @@ endpoints:
       renamed_from: [good-old]}}
   - {{name: failing, kind: openai, base_url: '{sim.url}/oa/v1', model: broken, workloads: [seed000]}}
 """
-        app = App(load_config_text(cfg, "tokwatch.yml"))
-        await app.start()
-        runner, port = await start_site(app, "127.0.0.1", 0)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-                yield app, f"http://127.0.0.1:{port}", session
-        finally:
-            await app.stop()
-            await runner.cleanup()
-
-
-async def _stored(app: App, runs: int) -> None:
-    assert app.store is not None
-    for _ in range(200):  # bounded: the writer flushes in the background
-        if await app.store.count_runs() >= runs:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("runs were not stored")
+        async with serving(cfg) as served:
+            yield served
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
@@ -59,6 +60,13 @@ endpoints:
   - {{name: failing, kind: openai, base_url: '{sim.url}/oa/v1', model: broken}}
   - {{name: idle, kind: openai, base_url: '{sim.url}/oa/v1', model: m, enabled: false}}
 """
+    async with serving(cfg) as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def serving(cfg: str) -> AsyncIterator[tuple[App, str, aiohttp.ClientSession]]:
+    """A started exporter of config text `cfg` serving on a free loopback port, and a client session."""
     app = App(load_config_text(cfg, "tokwatch.yml"))
     await app.start()
     runner, port = await start_site(app, "127.0.0.1", 0)
