@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,12 @@ from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
-from tokwatch.bench.plan import build_workload, resolve_target
+from tokwatch.bench.plan import build_workload, local_options, resolve_target
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
-from tokwatch.bench.workers import effective_workers, run_workers
+from tokwatch.bench.wallclock import check_start, perf_at
+from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.http import HttpClient
 from tokwatch.measurement import loop_name
 from tokwatch.redact import Redactor
@@ -54,6 +56,8 @@ async def run_bench(
     Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
     """
     console = console or Console(stderr=True)
+    # One id from the start: every --workers process (and every --segment process) runs under it.
+    opts = opts if opts.run_id else opts.model_copy(update={"run_id": uuid.uuid4().hex})
     resolved = resolve_target(opts)
     target = resolved.target
     slos = opts.parsed_slos()
@@ -91,14 +95,24 @@ async def run_bench(
         # stops the loop that stamps every stream, for tens of ms with all of them in view.
         gc.collect()
         gc.freeze()
+        segment = opts.segment_part
+        # --start-at: the measured phase starts at that wall-clock instant (after the warm-up).
+        start_perf = perf_at(opts.start_at) if opts.start_at is not None else None
+
+        async def at_start() -> float:
+            assert start_perf is not None
+            return check_start(start_perf)
+
         runner = BenchRunner(
-            opts,
+            local_options(opts, segment),
             target,
             http,
             requests=requests,
             conversations=conversations,
             on_record=on_record,
             on_start=on_start,
+            segment=segment,
+            sync_start=at_start if start_perf is not None else None,
         )
         state = runner.state
         stats.started = state.t0
@@ -106,8 +120,16 @@ async def run_bench(
         if watch is not None:
             helpers.append(await watch_during(watch))
         worker_cpu: list[float] = []
+
+        def on_progress(totals: LiveTotals) -> None:
+            stats.absorb(totals.by_status, totals.in_flight, totals.tokens)
+            errors = totals.completed - totals.by_status.get("ok", 0)
+            progress.update(task_id, completed=totals.completed, status=f"errors {errors}")
+
         run: Coroutine[Any, Any, object] = (
-            runner.run() if n_workers == 1 else _run_in_workers(opts, state, n_workers, on_record, worker_cpu)
+            runner.run()
+            if n_workers == 1
+            else _run_in_workers(opts, state, n_workers, on_progress, worker_cpu, start_perf)
         )
         run_task = asyncio.create_task(run, name="bench-run")
         progress.start()
@@ -138,6 +160,8 @@ async def run_bench(
     if state.end_s is None:
         state.end_s = time.perf_counter() - state.t0
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch)
+    assert opts.run_id is not None
+    outcome.run_id = opts.run_id
     if worker_cpu:
         outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state, opts.watch_receives)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
@@ -193,12 +217,13 @@ async def _run_in_workers(
     opts: BenchOptions,
     state: RunState,
     n: int,
-    on_record: Callable[[RequestRecord], None],
+    on_progress: Callable[[LiveTotals], None],
     worker_cpu: list[float],
+    start_perf: float | None,
 ) -> None:
     """The run spread over n processes; the first worker that stopped early gives the stop reason."""
     try:
-        done = await run_workers(opts, state, n, on_record)
+        done = await run_workers(opts, state, n, on_progress, start_perf=start_perf)
     finally:
         state.end_s = time.perf_counter() - state.t0
     worker_cpu.extend(d.cpu_s for d in done)

@@ -101,6 +101,12 @@ class SyntheticWorkload:
             raise WorkloadError("--reasoning-ratio must be between 0 and 1")
         self._rng = random.Random(self.seed)
 
+    def request_at(self, index: int) -> RequestSpec:
+        """Request `index` of the run, from the seed and the index alone: any process builds any request, so
+        segments of one schedule send its very requests (tokwatch.bench.segments). Reseeds `next_request`."""
+        self._rng.seed(f"{self.seed}:request:{index}")
+        return self.next_request()
+
     def next_request(self) -> RequestSpec:
         """The next request; the sequence is fixed by the seed."""
         rng = self._rng
