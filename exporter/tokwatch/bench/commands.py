@@ -47,6 +47,7 @@ _VALUE_FLAGS = (
     "search_max_rate", "search_tolerance", "search_max_points", "search_max_time", "fluid_index",
     "fluid_fraction",
     "min_turns", "dataset_offset", "tokenizer", "extra_body",
+    "segment", "start_at", "start_delay", "run_id",
 )  # fmt: skip
 
 
@@ -110,6 +111,11 @@ def add_commands(subparsers: Any) -> None:
         choices=("auto", "on", "off"),
         help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops)",
     )
+    sg = p.add_argument_group("one schedule over several machines (docs/bench.md, Past one machine)")
+    sg.add_argument("--segment", help="run segment K/N of the schedule (auto/N: K from JOB_COMPLETION_INDEX)")
+    sg.add_argument("--start-at", help="common start of the measured phase: unix seconds or RFC 3339 time")
+    sg.add_argument("--start-delay", help="without --start-at: the first segment sets now + this (60s)")
+    sg.add_argument("--run-id", help="the run's id in the store; every segment of one run gives the same")
     w = p.add_argument_group("workload")
     w.add_argument("--input-tokens", help="prompt tokens N or MIN:MAX (128)")
     w.add_argument("--output-tokens", help="output tokens N or MIN:MAX (128)")
