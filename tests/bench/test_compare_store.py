@@ -172,9 +172,9 @@ def test_cli_store_table_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     # A database at an older schema is not migrated by compare.
     with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM tokwatch_schema WHERE version = 5")
+        conn.execute("DELETE FROM tokwatch_schema WHERE version >= 5")
     code, _, err = _cli(capsys, id_a, id_b, "-c", str(cfg))
-    assert code == 2 and "older than this tokwatch's 5" in err and "tokwatch db migrate" in err
+    assert code == 2 and "older than this tokwatch's 6" in err and "tokwatch db migrate" in err
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone() == (4,)
 

@@ -24,10 +24,10 @@ async def test_migrate_from_empty_then_idempotent(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db" / "tw.db")
     try:
         assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3, 4, 5]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
         assert await store.migrate() == []
         st = await store.schema_status()
-        assert (st.current, st.known, st.pending) == (5, 5, ())
+        assert (st.current, st.known, st.pending) == (6, 6, ())
     finally:
         await store.close()
 

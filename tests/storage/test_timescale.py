@@ -98,7 +98,7 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
     store = PostgresStore(dsn, pool_size=1, timeout_s=30.0, retention_s=30 * DAY, compress_after_s=7 * DAY)
     await store.open()
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6, 7]
         assert store.backend == "timescaledb"
         assert await store.migrate() == []
         hyper = await _query(store, "SELECT hypertable_name FROM timescaledb_information.hypertables")

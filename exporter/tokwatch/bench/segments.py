@@ -106,3 +106,18 @@ def spec_at(source: SyntheticWorkload | list[RequestSpec], index: int) -> Reques
     if isinstance(source, list):
         return source[index % len(source)]
     return source.request_at(index)
+
+
+def planned_arrivals(
+    segment: Segment, offsets: Iterable[float], number: int | None, duration: float | None
+) -> int:
+    """How many of the schedule's arrivals (`offsets`, endless) fall to this segment within the first `number`
+    of them and before `duration` seconds (at least one bound given)."""
+    if number is None and duration is None:
+        raise ValueError("an endless schedule has no planned count: give number or duration")
+    count = 0
+    for i, offset in segment.take(offsets):
+        if (number is not None and i >= number) or (duration is not None and offset >= duration):
+            break
+        count += 1
+    return count

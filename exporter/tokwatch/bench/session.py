@@ -23,7 +23,7 @@ from tokwatch.bench.plan import build_workload, local_options, resolve_target
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
-from tokwatch.bench.wallclock import check_start, perf_at
+from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.http import HttpClient
 from tokwatch.measurement import loop_name
@@ -63,7 +63,6 @@ async def run_bench(
     slos = opts.parsed_slos()
     requests, conversations = build_workload(opts)
     out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(target.model))
-    started_unix = time.time()
     stats = LiveStats()
     progress = make_progress(console)
     total = opts.effective_number if conversations is None else None
@@ -115,6 +114,9 @@ async def run_bench(
             sync_start=at_start if start_perf is not None else None,
         )
         state = runner.state
+        # The wall-clock instant of t0 itself: stored send times (`started_at_unix` + `sent_at_s`) of split
+        # runs are compared across machines, so not the time.time() of an earlier line.
+        started_unix = state.t0 + wall_minus_perf()
         stats.started = state.t0
         helpers = [asyncio.create_task(_live_lines(stats, console, opts.live_interval), name="bench-live")]
         if watch is not None:
@@ -198,6 +200,7 @@ def _outcome(
         perf_t0=state.t0,
     )
     outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
+    outcome.measure_start_s = state.measure_start
     return outcome
 
 
