@@ -162,8 +162,10 @@ async def test_closed_loop_segments_split_concurrency_and_number(tmp_path, strea
     assert stream_server.max_in_flight <= 4
 
 
-async def test_a_segment_ready_after_the_common_start_stops_without_sending(tmp_path, stream_server):
-    opts = _opts(stream_server.url, rate=50, number=4, segment="0/2", run_id="late", start_at=time.time() - 5)
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_segment_ready_after_the_common_start_stops_without_sending(tmp_path, stream_server, workers):
+    split = {"segment": "0/2", "run_id": "late", "start_at": time.time() - 5, "workers": workers}
+    opts = _opts(stream_server.url, rate=50, number=4, **split)
     outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "late")
     assert outcome.stop_reason == "late_start" and not outcome.complete
     assert "after the common start" in (outcome.message or "") and outcome.measured == []

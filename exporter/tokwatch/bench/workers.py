@@ -33,6 +33,7 @@ from tokwatch.bench.plan import build_workload, local_options, resolve_target
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.segments import Segment, parse_segment
+from tokwatch.bench.wallclock import check_start
 from tokwatch.http import HttpClient
 from tokwatch.measurement import new_loop
 from tokwatch.result import Status
@@ -186,7 +187,7 @@ async def _worker_run(opts: BenchOptions, segment: Segment, k: int, shared: _Sha
     async def sync_start() -> float:
         # After its warm-up every worker waits here; the start is fixed once all are ready.
         await asyncio.to_thread(shared.ready.wait, _BARRIER_TIMEOUT_S)
-        return float(shared.start_at.value)
+        return check_start(float(shared.start_at.value))  # a start fixed by the parent may have passed
 
     # Start-up objects out of the collector's view, as in the one-process session (session.py).
     gc.collect()
