@@ -21,6 +21,8 @@ it negative). Then, per client and arrival process, the highest clean and held r
     python benchmarks/bench_workers.py          # 400..1600 req/s, Poisson and constant, 10 s a rung (~15 min)
     python benchmarks/bench_workers.py --quick  # 400, 800, 1200 Poisson, 4 s a rung (~2 min)
     python benchmarks/bench_workers.py --clients one,workers2 --rates 600 --arrivals poisson
+    # a same-session A/B against another checkout's code (its exporter/ directory on PYTHONPATH):
+    python benchmarks/bench_workers.py --clients workers2,workers2@../main/exporter --rates 400,600,800
 
 Run it on a quiet machine (`flock /tmp/tokwatch-bench.lock ...` on a shared one); the load average before
 and after each rung is printed with it.
@@ -72,10 +74,13 @@ def run_clients(port: int, rung: Rung, args: argparse.Namespace, tmp: Path) -> l
     """Run the rung's client process(es); returns their result directories."""
     limit = args.duration + 120
     env = {**os.environ, "MPLBACKEND": "Agg"}
-    if rung.client != "segments2":
+    name, _, code = rung.client.partition("@")
+    if code:  # another checkout's tokwatch for this client
+        env["PYTHONPATH"] = str(Path(code).resolve())
+    if name != "segments2":
         out = tmp / "run"
         cmd = _bench_cmd(port, rung, args, out)
-        if rung.client == "workers2":
+        if name == "workers2":
             cmd += ["--workers", "2"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False, env=env)
         if done.returncode not in (0, 1):
@@ -213,7 +218,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--rates", default="400,600,800,1000,1200,1400,1600", help="req/s, comma-separated")
     ap.add_argument("--arrivals", default="poisson,constant")
-    ap.add_argument("--clients", default=",".join(CLIENTS), help=f"any of {', '.join(CLIENTS)}")
+    ap.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help=f"any of {', '.join(CLIENTS)}; NAME@DIR runs it with DIR (an exporter/ directory) on PYTHONPATH",
+    )
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per rung")
     ap.add_argument("--quick", action="store_true", help="400, 800, 1200 req/s, Poisson, 4 s a rung")
     ap.add_argument("--warmup", type=int, default=100)
@@ -227,7 +236,7 @@ def main() -> int:
     if args.quick:
         args.rates, args.arrivals, args.duration = "400,800,1200", "poisson", 4.0
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = set(clients) - set(CLIENTS)
+    unknown = {c.partition("@")[0] for c in clients} - set(CLIENTS)
     if unknown:
         ap.error(f"--clients: unknown {', '.join(sorted(unknown))} (known: {', '.join(CLIENTS)})")
     rates = [float(r) for r in args.rates.split(",")]

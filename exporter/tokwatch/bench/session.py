@@ -165,7 +165,10 @@ async def run_bench(
     assert opts.run_id is not None
     outcome.run_id = opts.run_id
     if worker_cpu:
-        outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state, opts.watch_receives)
+        parent = outcome.client["cpu_s"]
+        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, opts.watch_receives)
+        # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
+        outcome.client["cpu_s_parent"], outcome.client["cpu_s_workers"] = parent, list(worker_cpu)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
     return outcome, out_dir
 
@@ -229,7 +232,7 @@ async def _run_in_workers(
         done = await run_workers(opts, state, n, on_progress, start_perf=start_perf)
     finally:
         state.end_s = time.perf_counter() - state.t0
-    worker_cpu.extend(d.cpu_s for d in done)
+    worker_cpu.extend(d.cpu_s for d in sorted(done, key=lambda d: d.index))
     if len(done) < n:
         state.stop_reason, state.message = "worker_failed", f"{n - len(done)} worker process(es) died"
     for d in sorted(done, key=lambda d: d.index):
