@@ -16,7 +16,9 @@ its scheduling lag p99, and whether the server's arrivals of the measured reques
 process: for Poisson the Kolmogorov-Smirnov distance D of their gaps from the exponential of the requested
 rate (and the D of the planned schedule itself: the seed's own sample, the best a client can do), for
 constant the p99 of |gap - 1/R|; and the gaps' lag-1 autocorrelation (segments whose starts disagree make
-it negative). Then, per client and arrival process, the highest clean and held rates.
+it negative). Then, per client and arrival process, the highest clean and held rates. A client not held at
+two rungs in a row is not run at higher rates; a rung whose client fails (a segment not started in time, a
+crash) is printed as failed and counts as neither clean nor held.
 
     python benchmarks/bench_workers.py          # 400..1600 req/s, Poisson and constant, 10 s a rung (~15 min)
     python benchmarks/bench_workers.py --quick  # 400, 800, 1200 Poisson, 4 s a rung (~2 min)
@@ -49,7 +51,12 @@ from ttft_truth import get, join, load_average, start_refserver, stop
 CLIENTS = ("one", "workers2", "segments2")
 CLEAN_ERR_MS = 5.0
 HELD_SHARE = 0.97
-SEGMENT_LEAD_S = 4.0  # the segments' common start, after both are launched (interpreter start-up on 2 cores)
+SKIP_AFTER = 2  # a client not held at this many rungs in a row is not run at higher rates (bounded runtime)
+SEGMENT_LEAD_S = 10.0  # the segments' common start after launch: start-up and warm-up on a busy 2-core box
+
+
+class RungFailed(Exception):
+    """A rung whose client did not produce a run (printed as such; the ladder goes on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +91,7 @@ def run_clients(port: int, rung: Rung, args: argparse.Namespace, tmp: Path) -> l
             cmd += ["--workers", "2"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False, env=env)
         if done.returncode not in (0, 1):
-            raise SystemExit(f"{rung}: tokwatch bench exited {done.returncode}:\n{done.stderr[-3000:]}")
+            raise RungFailed(f"tokwatch bench exited {done.returncode}: {_last_lines(done.stderr)}")
         return [out]
     start = time.time() + SEGMENT_LEAD_S
     run_id = uuid.uuid4().hex
@@ -113,10 +120,16 @@ def run_clients(port: int, rung: Rung, args: argparse.Namespace, tmp: Path) -> l
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
-            raise SystemExit(f"{rung}: segment {k} did not finish in {limit:.0f} s") from None
+            raise RungFailed(f"segment {k} did not finish in {limit:.0f} s") from None
         if proc.returncode not in (0, 1):
-            raise SystemExit(f"{rung}: segment {k} exited {proc.returncode}:\n{err[-3000:]}")
+            raise RungFailed(f"segment {k} exited {proc.returncode}: {_last_lines(err)}")
     return outs
+
+
+def _last_lines(text: str) -> str:
+    """The gist of a failed run's stderr (its summary lines), on one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " / ".join(lines[-6:])
 
 
 def _records(out: Path) -> tuple[list[dict[str, Any]], float, dict[str, Any]]:
@@ -253,11 +266,25 @@ def main() -> int:
     )
     print(head + "\n|" + "---|" * 11, flush=True)
     results: list[dict[str, Any]] = []
+    dropped: dict[tuple[str, str], int] = {}  # rungs in a row not held, per client and arrival process
     for kind in arrivals:
         for rate in rates:
             for client in clients:
-                r = measure(Rung(client, rate, kind), args)
+                rung = Rung(client, rate, kind)
+                if dropped.get((client, kind), 0) >= SKIP_AFTER:
+                    print(f"| {client} | {kind} | {rate:g} | skipped: not held at {SKIP_AFTER} rungs below |")
+                    results.append(
+                        {"rung": rung, "clean": False, "held": False, "cpu_ms_per_request": float("nan")}
+                    )
+                    continue
+                try:
+                    r = measure(rung, args)
+                except RungFailed as exc:  # counted as neither clean nor held
+                    print(f"| {client} | {kind} | {rate:g} | failed: {exc} |", flush=True)
+                    r = {"rung": rung, "failed": str(exc), "clean": False, "held": False}
+                    r["cpu_ms_per_request"] = float("nan")
                 results.append(r)
+                dropped[(client, kind)] = 0 if r["held"] else dropped.get((client, kind), 0) + 1
                 print(_line(r), flush=True)
     print("\nSummary (clean: |TTFT err| p99 < 5 ms and held; held: the server saw >= 97 % of the planned")
     print("rate and no request failed):\n")
@@ -271,7 +298,8 @@ def main() -> int:
     print(f"\nload average after: {load_average()}")
     if args.json is not None:
         doc = [
-            {**r, "rung": asdict(r["rung"]), "server": r["server"].to_dict(), "plan": r["plan"].to_dict()}
+            {k: v.to_dict() if isinstance(v, ArrivalCheck) else v for k, v in r.items()}
+            | {"rung": asdict(r["rung"])}
             for r in results
         ]
         args.json.write_text(json.dumps(doc, indent=2))
