@@ -5,8 +5,10 @@ process at the same total rate.
 Tolerance of the figure comparison: the simulator's own times are fixed for a request (no jitter, no
 contention; prefill 2,000 tok/s, decode 200 tok/s: TTFT about 32 ms, E2E about 60 ms), and both runs send
 the very same requests (same seed, same indices), so what differs is when each process got a core on a
-shared 2-core machine: a few milliseconds at a time. p50 and p90 of TTFT and E2E must agree within 10 ms;
-the tails (p99, max) are not compared, being the noise itself. Counts must agree exactly.
+shared 2-core machine: a few milliseconds at a time. p50 and p90 of TTFT and E2E must agree within 10 ms
+plus the larger of the two runs' own scheduling lag p90 (how late the clients themselves were to send, which
+is what a loaded machine adds; a fraction of a millisecond on a quiet one); the tails (p99, max) are not
+compared, being the noise itself. Counts must agree exactly.
 """
 
 import asyncio
@@ -81,10 +83,11 @@ def _planned_offsets(tmp_path, names):
 
 
 def _same_figures(split, one):
+    late = max(split["metrics"]["scheduling_lag"]["p90"], one["metrics"]["scheduling_lag"]["p90"])
     for name in ("ttft", "e2e"):
         for q in ("p50", "p90"):
             a, b = split["metrics"][name][q], one["metrics"][name][q]
-            assert abs(a - b) <= TOLERANCE_S, f"{name} {q}: split {a * 1e3:.1f} ms, one {b * 1e3:.1f} ms"
+            assert abs(a - b) <= TOLERANCE_S + late, f"{name} {q}: {a * 1e3:.1f} ms vs one {b * 1e3:.1f} ms"
 
 
 def _same_plan(tmp_path, split_dirs, one_dir):
@@ -112,8 +115,9 @@ async def test_segments_on_postgres_agree_on_a_start_and_merge_as_one_process_ru
     assert split["complete"] and split["requests"]["total"] == one["requests"]["total"] == 60
     assert split["requests"]["ok"] == 60 and split["split"]["arrivals_planned"] == 60
     assert split["split"]["stored"] == [0, 1, 2] and split["split"]["missing"] == []
-    # every segment read the database's clock: on one machine the clocks agree within the reads' error
-    assert split["split"]["clock_offset_spread_s"] < 0.05
+    # every segment read the database's clock: one machine, one clock, so each offset is 0 within its read's
+    # error and the spread within twice the largest error
+    assert split["split"]["clock_offset_spread_s"] <= 2 * split["split"]["clock_offset_error_s"] + 1e-6
     assert all(s["clock_offset_s"] is not None for s in split["split"]["per_segment"])
     _same_figures(split, one)
     _same_plan(tmp_path, [f"split-pg-{k}" for k in range(3)], "one")
