@@ -293,7 +293,9 @@ def main() -> int:
     for kind in arrivals:
         for client in clients:
             mine = [r for r in results if r["rung"].client == client and r["rung"].arrivals == kind]
-            cpu = ", ".join(f"{r['rung'].rate:g}: {r['cpu_ms_per_request']:.2f}" for r in mine)
+            cpu = ", ".join(
+                f"{r['rung'].rate:g}: {r['cpu_ms_per_request']:.2f}" for r in mine if "server" in r
+            )
             print(f"| {client} | {kind} | {_highest(mine, 'clean')} | {_highest(mine, 'held')} | {cpu} |")
     print(f"\nload average after: {load_average()}")
     if args.json is not None:
