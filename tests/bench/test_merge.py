@@ -37,6 +37,7 @@ def _records(make_record, ids, ttft):
 
 def _segment(k, n, records, *, complete=True, stop="finished", offset=None):
     options = {"load": "open loop 10/s poisson", "model": "m", "rate": 10.0, "arrivals": "poisson"}
+    options["max_error_rate"] = 0.05
     slo = {"name": "ttft:p90<=0.2", "metric": "ttft", "percentile": 0.9, "value": 0.2}
     summary = {"options": options, "slo_definitions": [slo]}
     return BenchSegmentRow(
@@ -98,6 +99,7 @@ def test_the_merged_figures_are_the_union_s_from_the_one_process_functions(make_
     assert summary["metrics"]["ttft"]["p90"] != pytest.approx(averaged)  # the union's, not an average
     assert summary["requests"] | {"by_status": None} == {
         "total": 30, "ok": 29, "errored": 1, "warmup_excluded": 0, "error_rate": 1 / 30, "by_status": None,
+        "max_error_rate": 0.05, "error_rate_exceeded": False,  # the run's limit, judged on the union
     }  # fmt: skip
     assert set(NOT_MERGED).isdisjoint(summary["metrics"]) and summary["not_merged"] == list(NOT_MERGED)
     split = summary[SPLIT_KEY]

@@ -10,8 +10,10 @@ from rich.console import Console
 
 from tokwatch.bench.arrivals import arrival_offsets
 from tokwatch.bench.config import build_options
+from tokwatch.bench.prompt_salt import PromptSalt, SaltedPrompts
 from tokwatch.bench.segments import JOB_INDEX_ENV, Segment, SegmentError, parse_segment, spec_at
 from tokwatch.bench.session import run_bench
+from tokwatch.bench.tokens import CharEstimate
 from tokwatch.bench.workload import LengthRange, SyntheticWorkload
 from tokwatch.strict_yaml import ConfigError
 
@@ -59,16 +61,29 @@ def test_a_segment_split_again_is_a_segment_of_the_whole():
     assert sum(s.share(61) for s in inner) == outer.share(61)
 
 
-def test_a_request_is_built_from_the_seed_and_its_index_alone():
-    def workload():
-        return SyntheticWorkload(LengthRange(5, 50), LengthRange(4, 9), seed=3, reasoning_ratio=0.3)
+def test_a_request_is_built_from_the_seed_the_salt_and_its_index_alone():
+    def workload(salt="run1"):
+        lengths = (LengthRange(5, 50), LengthRange(4, 9))
+        return SyntheticWorkload(*lengths, seed=3, reasoning_ratio=0.3, salt=salt)
 
     ahead = [spec_at(workload(), i) for i in range(10)]
     odd_only = workload()
     assert [spec_at(odd_only, i) for i in range(1, 10, 2)] == ahead[1::2]
     assert len({s.messages[0]["content"] for s in ahead}) == 10
+    # Another run (salt): the same lengths and mix, other words.
+    other = [spec_at(workload("run2"), i) for i in range(10)]
+    assert [(s.category, s.max_tokens, s.prompt_tokens_target) for s in other] == [
+        (s.category, s.max_tokens, s.prompt_tokens_target) for s in ahead
+    ]
+    assert all(a.messages != b.messages for a, b in zip(ahead, other, strict=True))
     dataset = ahead[:3]
     assert [spec_at(dataset, i) for i in (0, 4, 5)] == [dataset[0], dataset[1], dataset[2]]
+    # A dataset's sends: entry i mod n with the nonce of send i, whichever process builds it.
+    salted = SaltedPrompts(dataset, PromptSalt("run1", 3, CharEstimate()))
+    sends = [spec_at(salted, i) for i in range(6)]
+    assert [spec_at(SaltedPrompts(dataset, PromptSalt("run1", 3, CharEstimate())), 4)] == [sends[4]]
+    assert sends[4].messages[0]["content"].endswith(dataset[1].messages[0]["content"])
+    assert len({s.messages[0]["content"] for s in sends}) == 6
 
 
 def _opts(url, **kw):
@@ -82,9 +97,10 @@ def _bodies(server):
     return sorted((b["messages"][0]["content"], b["max_tokens"]) for b in server.bodies)
 
 
-async def _whole(tmp_path, server, **kw):
+async def _whole(tmp_path, server, run_id, **kw):
+    """The run in one process, under the split run's id: the same id, the same prompt salt."""
     server.bodies.clear()
-    opts = _opts(server.url, **kw)
+    opts = _opts(server.url, run_id=run_id, **kw)
     outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "one")
     return outcome, _bodies(server)
 
@@ -108,7 +124,7 @@ def _same_plan(a, b):
 
 async def test_segments_send_exactly_the_one_process_run(tmp_path, stream_server):
     load = {"rate": 200, "number": 21, "warmup": 3}
-    one, one_bodies = await _whole(tmp_path, stream_server, **load)
+    one, one_bodies = await _whole(tmp_path, stream_server, "r1", **load)
     stream_server.bodies.clear()
     start = time.time() + 1.0
     parts = await asyncio.gather(
@@ -130,10 +146,12 @@ async def test_segments_send_exactly_the_one_process_run(tmp_path, stream_server
 
 async def test_worker_processes_send_exactly_the_one_process_run(tmp_path, stream_server):
     load = {"rate": 100, "arrivals": "poisson", "number": 15, "warmup": 3}
-    one, one_bodies = await _whole(tmp_path, stream_server, **load)
+    one, one_bodies = await _whole(tmp_path, stream_server, "w1", **load)
     stream_server.bodies.clear()
     two, _ = await run_bench(
-        _opts(stream_server.url, workers=2, **load), console=Console(quiet=True), out_dir=tmp_path / "two"
+        _opts(stream_server.url, workers=2, run_id="w1", **load),
+        console=Console(quiet=True),
+        out_dir=tmp_path / "two",
     )
     assert two.complete and len(two.measured) == 15
     _same_plan(_plan(two), _plan(one))
@@ -143,7 +161,7 @@ async def test_worker_processes_send_exactly_the_one_process_run(tmp_path, strea
 
 async def test_closed_loop_segments_split_concurrency_and_number(tmp_path, stream_server):
     load = {"concurrency": 4, "number": 10, "warmup": 2}
-    one, one_bodies = await _whole(tmp_path, stream_server, **load)
+    one, one_bodies = await _whole(tmp_path, stream_server, "c1", **load)
     stream_server.bodies.clear()
     stream_server.max_in_flight = 0
     parts = await asyncio.gather(

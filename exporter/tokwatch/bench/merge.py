@@ -164,6 +164,7 @@ def merged_outcome(
         requested_rate=run.requested_rate,
         run_id=run.id,
         measure_start_s=0.0,
+        max_error_rate=options.get("max_error_rate"),  # the run's --max-error-rate, judged on the union
     )
     outcome.client = {
         "cpu_s": math.fsum(cpu) if cpu else None,

@@ -2,7 +2,8 @@
 request of the one schedule the seed defines, starting at the k-th.
 
 The arrival offsets, the request contents and the request ids are functions of a request's index in the one
-schedule, so n processes that each run their segment send, between them, exactly the requests one process
+schedule (with the seed, and for the text the run's prompt salt, which every process of one run shares), so
+n processes that each run their segment send, between them, exactly the requests one process
 would send alone: the same planned instants, the same prompts, the same ids; no two send the same one.
 `--workers N` (processes on one host) and `--segment K/N` (one process per machine, e.g. a Kubernetes
 Indexed Job pod) both split this way, and a segment split again is a segment of the whole (`split`).
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from tokwatch.bench.prompt_salt import SaltedPrompts
 from tokwatch.bench.workload import RequestSpec, SyntheticWorkload
 
 T = TypeVar("T")
@@ -100,9 +102,9 @@ def parse_segment(text: str, env: Mapping[str, str] | None = None) -> Segment:
     return Segment(k, n)
 
 
-def spec_at(source: SyntheticWorkload | list[RequestSpec], index: int) -> RequestSpec:
-    """Request `index` of the one schedule: a dataset cycles, a synthetic request is built from the seed and
-    the index alone."""
+def spec_at(source: SyntheticWorkload | SaltedPrompts | list[RequestSpec], index: int) -> RequestSpec:
+    """Request `index` of the one schedule, built from the seed, the run's prompt salt and the index alone (a
+    plain list of requests cycles as it is)."""
     if isinstance(source, list):
         return source[index % len(source)]
     return source.request_at(index)

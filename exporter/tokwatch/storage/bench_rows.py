@@ -83,7 +83,7 @@ class BenchRequestRow:
 
 @dataclass(frozen=True, slots=True)
 class BenchSegmentRow:
-    """One segment of a split run (schema SQLite v6 / PostgreSQL v7); times are unix seconds by the
+    """One segment of a split run (schema SQLite v7 / PostgreSQL v8); times are unix seconds by the
     segment's own clock."""
 
     bench_run_id: str
