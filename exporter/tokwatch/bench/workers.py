@@ -19,6 +19,8 @@ import contextlib
 import functools
 import gc
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
+import os
 import queue as queue_mod
 import signal
 import threading
@@ -146,9 +148,24 @@ def _fix_start(start_at: Any) -> None:
         start_at.value = time.perf_counter() + _START_DELAY_S
 
 
+def _exit_with_parent() -> None:
+    """A thread that ends this worker when its parent is gone (killed, never able to collect the records):
+    otherwise the worker would wait out the barriers and then block for ever handing records to nobody."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        mp_connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="bench-parent-watch", daemon=True).start()
+
+
 def _worker_main(opts_data: dict[str, Any], segment_label: str, k: int, shared: _Shared) -> None:
     """Process entry point: run segment `segment_label` as worker k, then hand the records over."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    _exit_with_parent()
     cpu0 = time.process_time()
     state: RunState | None = None
     error: str | None = None
