@@ -119,6 +119,7 @@ async def test_segments_on_postgres_agree_on_a_start_and_merge_as_one_process_ru
     # error and the spread within twice the largest error
     assert split["split"]["clock_offset_spread_s"] <= 2 * split["split"]["clock_offset_error_s"] + 1e-6
     assert all(s["clock_offset_s"] is not None for s in split["split"]["per_segment"])
+    assert split["arrivals"]["clock"] == "database" and split["arrivals"]["arrivals"] == 60
     _same_figures(split, one)
     _same_plan(tmp_path, [f"split-pg-{k}" for k in range(3)], "one")
     # `tokwatch report --bench` lists the merged run as one run
@@ -145,6 +146,7 @@ async def test_segments_on_sqlite_with_a_given_start_and_workers_inside_one(tmp_
     _, one, _ = await _report(cfg, "one-lite")
     assert code == 0 and split["requests"]["total"] == one["requests"]["total"] == 60
     assert split["split"]["clock_offset_spread_s"] is None  # SQLite has no clock of its own
+    assert split["arrivals"]["clock"] == "own"
     _same_figures(split, one)
     _same_plan(tmp_path, ["split-lite-0", "split-lite-1"], "one")
 

@@ -1,5 +1,6 @@
 """Merging the stored parts of a split run: the figures of the union, from the one-process functions."""
 
+import dataclasses
 import json
 
 import pytest
@@ -164,3 +165,21 @@ def test_a_one_process_run_reports_as_itself(make_record):
     assert (summary["complete"], summary["stop_reason"]) == (False, "interrupted")
     assert summary["message"] == "interrupted: ..."
     assert summary["slo_results"]["results"][0]["met"] is True
+
+
+def test_a_clock_skew_shows_in_the_arrivals_on_the_database_clock(make_record):
+    # Constant 10/s over two machines; machine 1's clock runs 5 ms ahead, so it sends 5 ms early in true time
+    # while its own stamps say it was on time: only on the database's clock does the skew show.
+    a = _records(make_record, range(0, 40, 2), 0.1)
+    b = _records(make_record, range(1, 40, 2), 0.1)
+    for r in a + b:
+        r.sent_at_s = 0.1 * r.request_id
+    rows = sorted(_rows(a) + _rows(b), key=lambda r: r.request_id)
+    plan = dataclasses.replace(_plan(2), arrivals="constant")
+    own = merged_summary(plan, [_segment(0, 2, a), _segment(1, 2, b)], rows)["arrivals"]
+    assert own["clock"] == "own" and own["gap_error_p99_s"] < 1e-6
+    skewed = merged_summary(plan, [_segment(0, 2, a, offset=0.0), _segment(1, 2, b, offset=-0.005)], rows)
+    arrivals = skewed["arrivals"]
+    assert arrivals["clock"] == "database"
+    assert arrivals["gap_error_p99_s"] == pytest.approx(0.005, abs=1e-6)
+    assert arrivals["lag1_autocorrelation"] < -0.9  # every other gap long, the next short

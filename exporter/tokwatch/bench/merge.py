@@ -130,6 +130,20 @@ def is_split(run: BenchRunRow, segments: Sequence[BenchSegmentRow]) -> bool:
     return bool(segments) or SPLIT_KEY in json.loads(run.summary)
 
 
+def common_clock_sends(
+    requests: Sequence[BenchRequestRow], segments: Sequence[BenchSegmentRow], warmup: int
+) -> tuple[list[float], str]:
+    """The send times on one clock, and which: each segment's stamps moved by its measured offset onto the
+    database's ("database") when every segment of a split run measured one, else as stored ("own": each
+    machine's own wall clock, in which its own skew cannot show). A measured request's id is its schedule
+    index, so its segment is (id - warmup) mod N."""
+    offsets = {s.segment: s.clock_offset_s for s in segments}
+    if not segments or any(v is None for v in offsets.values()):
+        return [r.sent_at for r in requests], "own"
+    n = segments[0].segments
+    return [r.sent_at + (offsets.get((r.request_id - warmup) % n) or 0.0) for r in requests], "database"
+
+
 def merged_outcome(
     run: BenchRunRow, segments: Sequence[BenchSegmentRow], requests: Sequence[BenchRequestRow]
 ) -> BenchOutcome:
@@ -189,8 +203,9 @@ def merged_summary(
         summary[SPLIT_KEY] = segments_doc(run, segments)
     summary["throughput"] = outcome.throughput()
     if run.arrivals is not None and run.requested_rate:
-        sends = [r.sent_at for r in requests]
-        summary["arrivals"] = check_arrivals(sends, run.arrivals, run.requested_rate).to_dict()
+        sends, clock = common_clock_sends(requests, segments, int(outcome.options.get("warmup") or 0))
+        check = check_arrivals(sends, run.arrivals, run.requested_rate)
+        summary["arrivals"] = {**check.to_dict(), "clock": clock}
     if outcome.slos:
         summary["slo_results"] = outcome.slo_results()
     return summary

@@ -48,8 +48,8 @@ def _segments(split: dict[str, Any]) -> list[str]:
         error = split.get("clock_offset_error_s") or 0.0
         lines.append(
             f"clocks: the segments' clocks were {spread * 1e3:.3f} ms apart against the database's "
-            f"(each read within +- {error * 1e3:.3f} ms); each segment's arrivals are shifted by its own "
-            "clock's error"
+            f"(each read within +- {error * 1e3:.3f} ms); the arrivals below are each segment's sends moved "
+            "onto the database's clock"
         )
     else:
         lines.append("clocks: not measured against a common clock (the store has none, e.g. SQLite)")
@@ -85,7 +85,11 @@ def _arrivals(doc: dict[str, Any] | None) -> str:
         shape = f"gap CV {doc['gap_cv']:.3f}" if doc.get("gap_cv") is not None else "too few to check"
     achieved = doc.get("achieved_rate")
     rate = "-" if achieved is None else f"{achieved:.1f}/s"
-    return f"arrivals ({doc['kind']}, merged send stamps): {rate} of {doc['rate']:g}/s; {shape}; lag-1 {lag}"
+    clock = "on the database's clock" if doc.get("clock") == "database" else "on each machine's own clock"
+    return (
+        f"arrivals ({doc['kind']}, merged send stamps {clock}): {rate} of {doc['rate']:g}/s; {shape}; "
+        f"lag-1 {lag}"
+    )
 
 
 def render_text(summary: dict[str, Any]) -> str:
