@@ -16,6 +16,7 @@ from tokwatch.bench.merge import (
     record_from_row,
 )
 from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.run_report import render_text
 from tokwatch.bench.storing import bench_rows, planned_run_row, request_row
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
@@ -183,3 +184,8 @@ def test_a_clock_skew_shows_in_the_arrivals_on_the_database_clock(make_record):
     assert arrivals["clock"] == "database"
     assert arrivals["gap_error_p99_s"] == pytest.approx(0.005, abs=1e-6)
     assert arrivals["lag1_autocorrelation"] < -0.9  # every other gap long, the next short
+    text = render_text(skewed)
+    assert "the segments' clocks were 5.000 ms apart against the database's" in text
+    assert "arrivals (constant, merged send stamps on the database's clock): 10.0/s of 10/s" in text
+    assert "|gap - 1/R| p99 5.000 ms" in text
+    assert "merged send stamps on each machine's own clock" in render_text(merged_summary(plan, [], rows))
