@@ -506,3 +506,71 @@ def test_systemd_unit_is_hardened() -> None:
     assert float(match.group(1)) <= 3.0, out.stdout
     text = unit.read_text()
     assert "StateDirectory=tokwatch" in text and "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX" in text
+
+
+BENCH_JOB = KUBE / "bench-job.yaml"
+
+
+def test_bench_job_validates_against_the_kubernetes_schemas() -> None:
+    """The Indexed Job and its ConfigMap with kubernetes-validate --strict (built-in kinds only)."""
+    tool = shutil.which("kubernetes-validate")
+    if tool is None:
+        pytest.skip("kubernetes-validate not installed (pip install -e '.[test]')")
+    # backoffLimitPerIndex: beta (on by default) from Kubernetes 1.29, the oldest version docs/bench.md names
+    for version in ("1.29.0", None):
+        argv = [tool, "--strict", *(["-k", version] if version else []), str(BENCH_JOB)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.count(" passed ") == 2, proc.stdout
+
+
+def test_bench_job_runs_one_schedule_over_its_pods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pod is a valid `tokwatch bench` segment run as Kubernetes starts it (index from
+    JOB_COMPLETION_INDEX, the run id from the Job's uid, the DSN from the Secret), N segments for N pods."""
+    import argparse
+
+    from tokwatch.bench.commands import add_commands, options_from_args
+    from tokwatch.config import load_config_text
+
+    config_map, job = yaml.safe_load_all(BENCH_JOB.read_text())
+    assert (config_map["kind"], job["kind"]) == ("ConfigMap", "Job")
+    spec = job["spec"]
+    n = spec["completions"]
+    assert spec["completionMode"] == "Indexed" and spec["parallelism"] == n
+    assert spec["backoffLimitPerIndex"] == 0 and spec["maxFailedIndexes"] == n  # no retry, no fail-all
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sec = container["securityContext"]
+    assert sec["readOnlyRootFilesystem"] is True and sec["capabilities"] == {"drop": ["ALL"]}
+    assert "cpu" not in container["resources"]["limits"]  # no CFS throttling of the client's stamps
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TOKWATCH_DSN"]["valueFrom"] == {"secretKeyRef": {"name": "tokwatch-db", "key": "dsn"}}
+    assert env["RUN_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['batch.kubernetes.io/controller-uid']"
+    )
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/etc/tokwatch"]]["configMap"]["name"] == config_map["metadata"]["name"]
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    cfg_text = config_map["data"]["tokwatch.yml"]
+    cfg = load_config_text(cfg_text, "ConfigMap tokwatch-bench")
+    assert cfg.storage.enabled and cfg.storage.dsn is None  # the DSN only from the Secret
+    (tmp_path / "tokwatch.yml").write_text(cfg_text)
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    uid = "0b8e2a1c-6f1d-4c1e-9d0a-3c5b7e9f1a2b"
+    segments = []
+    for k in range(n):  # as Kubernetes expands $(RUN_ID) and sets JOB_COMPLETION_INDEX in pod k
+        monkeypatch.setenv("JOB_COMPLETION_INDEX", str(k))
+        args = [
+            a.replace("$(RUN_ID)", uid).replace("/etc/tokwatch/tokwatch.yml", str(tmp_path / "tokwatch.yml"))
+            for a in container["args"]
+        ]
+        opts = options_from_args(parser.parse_args(args))
+        assert opts.run_id == uid and opts.endpoint == "target" and cfg.endpoint("target") is not None
+        assert opts.rate is not None and opts.start_at is None and not opts.server_metrics
+        assert opts.output_dir is not None and opts.output_dir.startswith("/tmp/")
+        segments.append(opts.segment)
+    assert segments == [f"{k}/{n}" for k in range(n)]

@@ -47,7 +47,10 @@ def _salt(salt: str | None = "abc123", seed: int = 0) -> PromptSalt:
 
 
 def test_the_salt_comes_from_the_run_id_unless_prompts_repeat() -> None:
-    assert run_salt("0123456789abcdef0123", repeat_prompts=False) == "0123456789ab"
+    salt = run_salt("0123456789abcdef0123", repeat_prompts=False)
+    assert salt is not None and len(salt) == 12 and salt == run_salt("0123456789abcdef0123", False)
+    # Ids given with --run-id often share a prefix: the salt comes from the whole id.
+    assert run_salt("load-2025-05-01", False) != run_salt("load-2025-05-02", False)
     assert run_salt("0123456789abcdef0123", repeat_prompts=True) is None
 
 
@@ -57,7 +60,7 @@ def test_nonces_are_short_unique_and_reproducible() -> None:
     assert nonce.endswith("\n") and len(nonce.split()) == NONCE_TOKENS
     assert nonce == _salt().nonce(0)  # the same run, the same send: the same nonce
     assert len({salt.nonce(i) for i in range(200)}) == 200
-    assert nonce != _salt(seed=1).nonce(0)  # worker processes have their own seeds
+    assert nonce != _salt(seed=1).nonce(0)  # another seed
     assert nonce != _salt("fff000").nonce(0)  # another run
     assert _salt(None).nonce(0) == ""  # --repeat-prompts: the dataset's text as it is
 
@@ -84,7 +87,7 @@ def test_a_nonce_goes_before_the_first_message_and_into_the_target() -> None:
 def test_cycled_dataset_entries_are_fresh_on_every_send() -> None:
     specs = [RequestSpec("dataset", ({"role": "user", "content": t},), 8) for t in ("a", "b")]
     source = SaltedPrompts(specs, _salt())
-    sent = [source.next_request().messages[0]["content"] for _ in range(6)]
+    sent = [source.request_at(i).messages[0]["content"] for i in range(6)]
     assert [s.rsplit("\n", 1)[1] for s in sent] == ["a", "b"] * 3 and len(set(sent)) == 6
     convs = SaltedConversations([Conversation(0, (Turn("x", 4),))], _salt())
     assert convs[0].turns[0].text != convs[1].turns[0].text  # the same entry, cycled: another nonce

@@ -32,6 +32,7 @@ from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.fluidity import FLUIDITY_MODES
 from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
+from tokwatch.bench.run_report import cmd_report
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
 from tokwatch.config import Config, load_config
@@ -52,6 +53,7 @@ _VALUE_FLAGS = (
     "fluid_fraction",
     "min_turns", "dataset_offset", "tokenizer", "extra_body",
     "fluidity_mode", "max_error_rate", "unresponsive_timeout", "drain_timeout",
+    "segment", "start_at", "start_delay", "run_id",
 )  # fmt: skip
 
 
@@ -65,15 +67,22 @@ def add_commands(subparsers: Any) -> None:
         "--max-error-rate of the requests failed. "
         "`tokwatch bench compare RUN_A RUN_B` compares two runs instead, each a result directory or (with "
         "--config) a stored run id or `store:ID` (exit 1 when B is "
-        "worse than A beyond --threshold on a gated figure).",
+        "worse than A beyond --threshold on a gated figure). `tokwatch bench report RUN --config FILE` "
+        "recomputes one stored run from its requests, the segments of a split run merged.",
     )
-    p.add_argument("action", nargs="?", choices=["compare"], help="compare two runs")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["compare", "report"],
+        help="compare two runs; report one stored run, its segments merged (docs/bench.md, Past one machine)",
+    )
     p.add_argument(
         "runs",
         nargs="*",
         metavar="RUN",
         help="with compare: RUN_A RUN_B, each a result directory or, with --config, a stored run id "
-        "(a unique prefix will do; store:ID to prefer the store over a directory of that name)",
+        "(a unique prefix will do; store:ID to prefer the store over a directory of that name); with report: "
+        "one stored run id (or a unique prefix)",
     )
     c = p.add_argument_group("compare")
     c.add_argument("--threshold", default="5%", help="relative change that counts as worse (5%%)")
@@ -85,7 +94,7 @@ def add_commands(subparsers: Any) -> None:
         + ")",
     )
     c.add_argument("--resamples", type=int, default=400, help="bootstrap resamples (400)")
-    c.add_argument("--format", choices=["table", "json"], default="table")
+    c.add_argument("--format", choices=["table", "json"], default="table", help="compare and report output")
     c.add_argument(
         "--force",
         action="store_true",
@@ -129,6 +138,11 @@ def add_commands(subparsers: Any) -> None:
         choices=("auto", "on", "off"),
         help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops)",
     )
+    sg = p.add_argument_group("one schedule over several machines (docs/bench.md, Past one machine)")
+    sg.add_argument("--segment", help="run segment K/N of the schedule (auto/N: K from JOB_COMPLETION_INDEX)")
+    sg.add_argument("--start-at", help="common start of the measured phase: unix seconds or RFC 3339 time")
+    sg.add_argument("--start-delay", help="without --start-at: the first segment sets now + this (60s)")
+    sg.add_argument("--run-id", help="the run's id in the store; every segment of one run gives the same")
     w = p.add_argument_group("workload")
     w.add_argument("--input-tokens", help="prompt tokens N or MIN:MAX (128)")
     w.add_argument("--output-tokens", help="output tokens N or MIN:MAX (128)")
@@ -332,6 +346,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run `tokwatch bench`; returns the documented exit code, never a traceback for bad input."""
     if getattr(args, "action", None) == "compare":
         return cmd_compare(args)
+    if getattr(args, "action", None) == "report":
+        return cmd_report(args)
     console = Console(stderr=True)
     try:
         opts = options_from_args(args)
@@ -339,6 +355,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         store_config = _store_config(opts) if getattr(args, "store", True) else None
         if opts.sweep is not None or opts.search is not None:
             return _capacity(opts, console, store_config)
+        if opts.segment is not None:
+            return _segment(opts, console, store_config)
         with asyncio.Runner(loop_factory=new_loop) as runner:  # uvloop when installed
             outcome, out_dir = runner.run(_main(opts, console))
     except (ConfigError, WorkloadError, SloError) as exc:
@@ -393,6 +411,24 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     if cap.mode != "sweep" and cap.result_rate is None:
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _segment(opts: BenchOptions, console: Console, store_config: Config | None) -> int:
+    """`--segment K/N`: run one segment, store it and merge the run (tokwatch.bench.distributed). Exit 0
+    when the segment ran to its end, whatever its own share says of the SLOs: they are judged on the merged
+    run, by `tokwatch bench report RUN`."""
+    from tokwatch.bench.distributed import run_segment
+
+    api_key = _api_key(opts, store_config) if store_config is not None else None
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        outcome, out_dir, lines = runner.run(
+            _cancel_on_signals(run_segment(opts, console, store_config, api_key))
+        )
+    print_result(outcome, str(out_dir), console)
+    for line in lines:
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+    code = outcome.exit_code()
+    return int(ExitCode.OK if code is ExitCode.SLO_FAILED else code)
 
 
 def _store_config(opts: BenchOptions) -> Config | None:

@@ -21,7 +21,7 @@ from tokwatch.bench.compare import FIGURES, CompareError, Run, load_run
 from tokwatch.bench.load_shape import LoadShape, shape_of
 from tokwatch.config import Config, load_config
 from tokwatch.storage.base import Store
-from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
+from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, resolve_dsn, sqlite_path
 from tokwatch.storage.postgres import PostgresStore
@@ -163,3 +163,30 @@ def load_runs(args: Sequence[str], config: str | None) -> list[Run]:
             raise CompareError(str(exc)) from None
     found = iter(stored)
     return [load_run(arg) if ref is None else next(found) for arg, ref in zip(args, refs, strict=True)]
+
+
+StoredRun = tuple[BenchRunRow, list[BenchSegmentRow], list[BenchRequestRow]]
+
+
+async def _fetch_parts(config: Config, config_path: str, ident: str) -> StoredRun:
+    store = make_store(config.storage, auto_migrate=False)
+    if isinstance(store, PostgresStore):
+        await store.open()
+    try:
+        await _check_schema(store, config_path)
+        run_id = await _resolve(store, f"{STORE_PREFIX}{ident}", ident, config_path)
+        got = await store.bench_run(run_id)
+        if got is None:  # deleted between the two queries
+            raise CompareError(f"stored bench run {ident!r} disappeared while being read")
+        return got[0], await store.bench_segments(run_id), got[1]
+    finally:
+        await store.close()
+
+
+def read_stored_run(config_path: str, ident: str) -> StoredRun:
+    """A stored run (id or unique prefix) with its segments and requests, from the store of a tokwatch.yml,
+    read without migrating; raises CompareError naming the problem."""
+    try:
+        return asyncio.run(_fetch_parts(_open_config(config_path), config_path, ident))
+    except StorageError as exc:  # messages are redacted by the store (no password)
+        raise CompareError(str(exc)) from None

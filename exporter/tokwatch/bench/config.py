@@ -10,8 +10,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.fluidity import FluidityMode
+from tokwatch.bench.segments import Segment, SegmentError, parse_segment
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
+from tokwatch.bench.wallclock import StartAtError, parse_start_at
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.kinds import Kind
 from tokwatch.setting_values import check_http_url, duration_fields, parse_listen
@@ -105,6 +107,14 @@ class BenchOptions(StrictModel):
     # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
     # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
     receive_watcher: Literal["auto", "on", "off"] = "auto"
+    # One schedule over several machines (tokwatch.bench.segments, tokwatch.bench.distributed): this
+    # process's segment K/N (auto/N: K from JOB_COMPLETION_INDEX), the common measured start (unix seconds),
+    # or, without one, how far ahead the first segment to reach the store fixes it; the run id every
+    # segment stores under.
+    segment: str | None = None
+    start_at: float | None = None
+    start_delay: float = Field(60.0, gt=0)
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 
     _dur = duration_fields(
         "timeout",
@@ -114,7 +124,28 @@ class BenchOptions(StrictModel):
         "search_max_time",
         "unresponsive_timeout",
         "drain_timeout",
+        "start_delay",
     )
+
+    @field_validator("segment", mode="before")
+    @classmethod
+    def _segment(cls, v: Any) -> str | None:
+        if v is None:
+            return None
+        try:
+            return parse_segment(str(v)).label  # auto/N resolved here, once
+        except SegmentError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("start_at", mode="before")
+    @classmethod
+    def _start_at(cls, v: Any) -> float | None:
+        if v is None:
+            return None
+        try:
+            return parse_start_at(v)
+        except StartAtError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
     @classmethod
@@ -185,7 +216,26 @@ class BenchOptions(StrictModel):
                 )
             if self.search == "slo" and not self.slos:
                 raise ValueError("search slo needs at least one slo")
+        self._check_segment()
         return self
+
+    def _check_segment(self) -> None:
+        seg = self.segment_part
+        if seg.whole:
+            return
+        if self.sweep is not None or self.search is not None:
+            raise ValueError("segment runs one load point: leave out sweep and search")
+        if self.run_id is None:
+            raise ValueError("segment needs run_id: the one id every segment of the run stores under")
+        for name in ("concurrency", "parallel", "max_concurrency"):
+            value = getattr(self, name)
+            if value is not None and value < seg.count:
+                raise ValueError(f"{name} {value} cannot be split over {seg.count} segments (one each)")
+
+    @property
+    def segment_part(self) -> Segment:
+        """This process's segment of the one schedule (the whole schedule without `segment`)."""
+        return parse_segment(self.segment) if self.segment is not None else Segment()
 
     @property
     def input_range(self) -> LengthRange:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,8 @@ class LiveStats:
     ttft: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     tbt: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     token_times: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+    # (seconds since start, tokens so far) samples when counts come from other processes (--workers)
+    token_totals: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=1000))
 
     def add(self, r: RequestRecord) -> None:
         """Account one finished request (warm-up requests only count as in flight)."""
@@ -46,6 +48,13 @@ class LiveStats:
             self.tokens += len(times)
             self.token_times.extend(times)
 
+    def absorb(self, by_status: Mapping[str, int], in_flight: int, tokens: int) -> None:
+        """Counts kept by the worker processes (`--workers`): no latency values cross while they measure."""
+        self.by_status = Counter(by_status)
+        self.in_flight = in_flight
+        self.tokens = tokens
+        self.token_totals.append((time.perf_counter() - self.started, tokens))
+
     @property
     def completed(self) -> int:
         """Measured requests finished, any status."""
@@ -54,6 +63,11 @@ class LiveStats:
     def tokens_per_s(self, now_s: float, window_s: float = 10.0) -> float:
         """Tokens received per second over the last `window_s` (seconds since the run start)."""
         start = max(0.0, now_s - window_s)
+        if self.token_totals:
+            samples = list(self.token_totals)
+            first = next(((t, n) for t, n in samples if t >= start), samples[-1])
+            last = samples[-1]
+            return (last[1] - first[1]) / (last[0] - first[0]) if last[0] > first[0] else 0.0
         # Copy first: the /metrics thread may read while the event loop appends.
         n = sum(1 for t in list(self.token_times) if t >= start)
         return n / (now_s - start) if now_s > start else 0.0

@@ -49,6 +49,7 @@ class BenchOutcome:
     client: dict[str, Any] = field(default_factory=dict)  # the benchmark client's own CPU cost
     perf_t0: float = 0.0  # time.perf_counter() at the run start: `*_at_s` + perf_t0 is absolute
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # key of the run in the store
+    measure_start_s: float | None = None  # seconds after perf_t0 when the measured phase began
     max_error_rate: float | None = None  # --max-error-rate; None: failures never fail the run
 
     @property

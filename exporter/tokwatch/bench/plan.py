@@ -1,8 +1,8 @@
 """What a benchmark run is made of before anything is sent: the target (endpoint, key, server metrics) and
 the workload (synthetic, dataset or conversations).
 
-Built from the options alone, the same way by the session and by every `--workers` process, which is sent
-its options and builds its own share here.
+Built from the options alone, the same way by the session and by every `--workers` or `--segment` process,
+which is sent the whole run's options and takes its own share here (`local_options`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tokwatch.bench.client import Target
 from tokwatch.bench.config import RANDOM_MULTI_TURN, BenchOptions
 from tokwatch.bench.datasets import load_conversations, load_prompts
 from tokwatch.bench.prompt_salt import PromptSalt, SaltedConversations, SaltedPrompts
+from tokwatch.bench.segments import Segment
 from tokwatch.bench.workload import (
     Conversation,
     LengthRange,
@@ -26,6 +27,20 @@ from tokwatch.probes import metrics_url, probe_class
 from tokwatch.request_options import merge_body
 from tokwatch.strict_yaml import ConfigError
 from tokwatch.tokens import token_counter
+
+
+def local_options(opts: BenchOptions, segment: Segment) -> BenchOptions:
+    """The options one process of a split run works with: its share of every in-flight cap (concurrency,
+    parallel conversations, max concurrency). Rate, --number, warm-up and seed stay the whole run's: the
+    runner takes the segment's requests of the one schedule they define."""
+    if segment.whole:
+        return opts
+    update: dict[str, int] = {}
+    for name in ("concurrency", "parallel", "max_concurrency"):
+        value = getattr(opts, name)
+        if value is not None:
+            update[name] = max(1, segment.share(value))
+    return opts.model_copy(update=update)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,8 @@
 """Fresh prompts for every run, so two identical commands measure the server and not its prefix cache.
 
-Each run has a salt (from its run id; none with --repeat-prompts). Synthetic text (random words, trace
+Each run has a salt (from its run id; none with --repeat-prompts), the same in every `--workers` process and
+every `--segment` of one run, which all run under its one id: request i's text is the same whichever process
+sends it. Synthetic text (random words, trace
 turns synthesised to their lengths) is drawn from an RNG keyed by the seed and the salt, so its lengths are
 the seed's and its words the run's own. Text a dataset gives verbatim cannot be redrawn: each request (each
 conversation, each send of a cycled prompt) gets a short nonce of `NONCE_TOKENS` random words before its
@@ -12,7 +14,7 @@ still a prefix the server may reuse (seed 003). Docs: docs/bench.md ("Fresh prom
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,12 +23,15 @@ from tokwatch.bench.workload import Conversation, EndlessConversations, RequestS
 from tokwatch.tokens import TokenCounter
 
 NONCE_TOKENS = 3  # random single-token words: 1 in ~8 million that two requests share them all
-SALT_CHARS = 12  # hex characters of the run id used as the salt
+SALT_CHARS = 12  # hex characters of the run id's digest used as the salt
 
 
 def run_salt(run_id: str, repeat_prompts: bool) -> str | None:
-    """The salt of a run: part of its id, or None when the user asked for repeatable prompts."""
-    return None if repeat_prompts else run_id[:SALT_CHARS]
+    """The salt of a run: from a digest of its whole id (ids given with --run-id often share a prefix, e.g.
+    a date), or None when the user asked for repeatable prompts."""
+    if repeat_prompts:
+        return None
+    return hashlib.sha256(run_id.encode()).hexdigest()[:SALT_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +80,13 @@ class SaltedPrompts:
     """Dataset requests in file order, cycled, each send with its own nonce (fresh even when cycled)."""
 
     def __init__(self, specs: Sequence[RequestSpec], salt: PromptSalt) -> None:
-        self._cycle = itertools.cycle(specs)
-        self._sends = itertools.count()
+        self._specs = tuple(specs)
         self._salt = salt
 
-    def next_request(self) -> RequestSpec:
-        """The next request."""
-        return self._salt.spec(next(self._cycle), next(self._sends))
+    def request_at(self, index: int) -> RequestSpec:
+        """Send `index` of the run: file entry `index` mod n with the nonce of `index` (any process builds
+        any send, so segments of one schedule send its very requests, tokwatch.bench.segments)."""
+        return self._salt.spec(self._specs[index % len(self._specs)], index)
 
 
 class SaltedConversations(EndlessConversations):

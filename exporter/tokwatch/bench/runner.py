@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.bench.arrivals import arrival_offsets, sleep_until
@@ -24,7 +24,9 @@ from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.prompt_salt import SaltedPrompts
 from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.segments import WHOLE, Segment, spec_at
 from tokwatch.bench.stop_policy import Silence, check_period
+from tokwatch.bench.wallclock import StartMissed
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.event_wait import wait_event
 from tokwatch.http import HttpClient
@@ -80,8 +82,7 @@ class BenchRunner:
         on_record: OnRecord | None = None,
         on_start: OnRecord | None = None,
         t0: float | None = None,
-        worker: tuple[int, int] = (0, 1),
-        phase_s: float = 0.0,
+        segment: Segment = WHOLE,
         sync_start: Callable[[], Awaitable[float]] | None = None,
     ) -> None:
         if (requests is None) == (conversations is None):
@@ -90,9 +91,10 @@ class BenchRunner:
         self.target = target
         self.http = http
         self.state = RunState() if t0 is None else RunState(t0=t0)
-        # Worker k of n (--workers): ids k, k+n, ... stay unique across processes; the open-loop schedule
-        # is shifted by `phase_s`; `sync_start` returns the common measured-phase start (absolute).
-        self._phase_s = phase_s
+        # Segment k of n of the one schedule (--workers, --segment; tokwatch.bench.segments): its share of
+        # the warm-up, of --number and of the arrivals, with the schedule's own ids and request contents.
+        # `sync_start` returns the common measured-phase start (absolute perf_counter).
+        self._segment = segment
         self._sync_start = sync_start
         self._requests = requests
         self._conversations = conversations
@@ -102,12 +104,9 @@ class BenchRunner:
         self._deadlines = Deadlines(
             options.fluidity_prefill_deadline, options.fluidity_decode_deadline, options.fluidity_mode
         )
-        self._ids = itertools.count(worker[0], worker[1])
-        self._worker = worker
+        self._ids = segment.indices()  # warm-up requests and conversation turns
+        self._measured_ids = segment.indices(options.warmup)  # closed loop: after the whole warm-up's ids
         self._counter = token_counter(options.tokenizer)
-        self._dataset_cycle: Iterator[RequestSpec] | None = (
-            itertools.cycle(requests) if isinstance(requests, list) else None
-        )
         self._stopping = asyncio.Event()
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
@@ -123,15 +122,16 @@ class BenchRunner:
     def _now_s(self) -> float:
         return time.perf_counter() - self.state.t0
 
-    def _next_spec(self) -> RequestSpec:
-        if self._dataset_cycle is not None:
-            return next(self._dataset_cycle)
-        assert isinstance(self._requests, SyntheticWorkload | SaltedPrompts)
-        return self._requests.next_request()
+    def _spec(self, index: int) -> RequestSpec:
+        """Request `index` of the one schedule (warm-up first, then the measured requests)."""
+        assert self._requests is not None
+        return spec_at(self._requests, index)
 
-    def _new_record(self, spec: RequestSpec | None, warmup: bool, category: str = "dataset") -> RequestRecord:
+    def _new_record(
+        self, spec: RequestSpec | None, warmup: bool, category: str = "dataset", request_id: int | None = None
+    ) -> RequestRecord:
         return RequestRecord(
-            request_id=next(self._ids),
+            request_id=next(self._ids) if request_id is None else request_id,
             category=spec.category if spec else category,
             warmup=warmup,
             prompt_tokens_target=spec.prompt_tokens_target if spec else None,
@@ -230,8 +230,10 @@ class BenchRunner:
         self._stopping.set()
 
     def _budget(self) -> tuple[int | None, float | None]:
-        """(measured requests or conversations to send, measured duration end in s since t0)."""
+        """(this segment's measured requests or conversations, measured duration end in s since t0)."""
         number = self.options.effective_number
+        if number is not None:
+            number = self._segment.share(number)
         start = self.state.measure_start or 0.0
         end = start + self.options.duration if self.options.duration is not None else None
         return number, end
@@ -303,7 +305,11 @@ class BenchRunner:
             if self.options.warmup:
                 await self._warmup()
             if self._sync_start is not None:
-                self.state.measure_start = await self._sync_start() - self.state.t0
+                try:
+                    self.state.measure_start = await self._sync_start() - self.state.t0
+                except StartMissed as exc:
+                    self._stop("late_start", str(exc))
+                    self.state.measure_start = self._now_s()
                 await sleep_until(self.state.t0 + self.state.measure_start)
             else:
                 self.state.measure_start = self._now_s()
@@ -319,7 +325,7 @@ class BenchRunner:
         return self.state
 
     async def _warmup(self) -> None:
-        n = self.options.warmup
+        n = self._segment.share(self.options.warmup)
         workers = min(n, self.options.closed_loop_workers)
         counter = itertools.count()
 
@@ -336,8 +342,9 @@ class BenchRunner:
                         {"role": "user", "content": conv.turns[0].text},
                     )
                 else:
-                    spec = self._next_spec()
-                    record, messages = self._new_record(spec, True), spec.messages
+                    index = next(self._ids)
+                    spec = self._spec(index)
+                    record, messages = self._new_record(spec, True, request_id=index), spec.messages
                 record.dispatched_at_s = self._now_s()
                 await self._send(record, messages)
 
@@ -353,8 +360,9 @@ class BenchRunner:
                 if not self._may_send(total[0]):
                     return
                 total[0] = next(sent) + 1
-                spec = self._next_spec()
-                record = self._new_record(spec, False)
+                index = next(self._measured_ids)
+                spec = self._spec(index)
+                record = self._new_record(spec, False, request_id=index)
                 record.dispatched_at_s = self._now_s()
                 await self._send(record, spec.messages)
 
@@ -366,7 +374,8 @@ class BenchRunner:
         slots = asyncio.Semaphore(opts.max_concurrency) if opts.max_concurrency else None
         tasks: set[asyncio.Task[RequestRecord]] = set()
         start_abs = self.state.t0 + (self.state.measure_start or 0.0)
-        number, end = self._budget()
+        _, end = self._budget()
+        number = opts.effective_number  # the whole schedule's: this segment takes its indices below it
 
         async def one(record: RequestRecord, spec: RequestSpec) -> RequestRecord:
             if slots is None:
@@ -375,15 +384,18 @@ class BenchRunner:
                 return await self._send(record, spec.messages)
 
         try:
-            for i, offset in enumerate(arrival_offsets(opts.arrivals, opts.rate, opts.seed, opts.burstiness)):
+            schedule = arrival_offsets(opts.arrivals, opts.rate, opts.seed, opts.burstiness)
+            for i, offset in self._segment.take(schedule):
                 if number is not None and i >= number:
                     break
-                offset += self._phase_s
                 intended = (self.state.measure_start or 0.0) + offset
                 if end is not None and intended >= end:
                     break
                 if self._stopping.is_set():
                     break
+                # Built before the wait, so the send follows the planned instant without this work.
+                spec = self._spec(opts.warmup + i)
+                record = self._new_record(spec, False, request_id=opts.warmup + i)
                 # Wait for the planned instant, but wake at once when the run is stopped.
                 waiter = asyncio.ensure_future(sleep_until(start_abs + offset))
                 stopper = asyncio.ensure_future(self._stopping.wait())
@@ -394,8 +406,6 @@ class BenchRunner:
                         f.cancel()
                 if self._stopping.is_set():
                     break
-                spec = self._next_spec()
-                record = self._new_record(spec, False)
                 record.intended_at_s = intended
                 record.dispatched_at_s = self._now_s()
                 task = asyncio.create_task(one(record, spec))
@@ -414,7 +424,7 @@ class BenchRunner:
         assert convs
         number, _ = self._budget()
         started = itertools.count()
-        k, n = self._worker  # worker k of n runs conversations k, k+n, ...: no two workers share one
+        k, n = self._segment.index, self._segment.count  # conversations k, k+n, ...: never two segments
 
         async def worker() -> None:
             while True:

@@ -19,12 +19,13 @@ from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
-from tokwatch.bench.plan import build_workload, resolve_target
+from tokwatch.bench.plan import build_workload, local_options, resolve_target
 from tokwatch.bench.prompt_salt import run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
-from tokwatch.bench.workers import effective_workers, run_workers
+from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
+from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.http import HttpClient
 from tokwatch.measurement import loop_name
 from tokwatch.redact import Redactor
@@ -56,14 +57,15 @@ async def run_bench(
     Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
     """
     console = console or Console(stderr=True)
-    run_id = uuid.uuid4().hex
-    opts = opts.model_copy(update={"prompt_salt": run_salt(run_id, opts.repeat_prompts)})
+    # One id from the start: every --workers process (and every --segment process) runs under it, and its
+    # prompt salt is the run's, so all of them build the one run's prompts.
+    run_id = opts.run_id or uuid.uuid4().hex
+    opts = opts.model_copy(update={"run_id": run_id, "prompt_salt": run_salt(run_id, opts.repeat_prompts)})
     resolved = resolve_target(opts)
     target = resolved.target
     slos = opts.parsed_slos()
     requests, conversations = build_workload(opts)
     out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(target.model))
-    started_unix = time.time()
     stats = LiveStats()
     progress = make_progress(console)
     total = opts.effective_number if conversations is None else None
@@ -95,23 +97,44 @@ async def run_bench(
         # stops the loop that stamps every stream, for tens of ms with all of them in view.
         gc.collect()
         gc.freeze()
+        segment = opts.segment_part
+        # --start-at: the measured phase starts at that wall-clock instant (after the warm-up).
+        start_perf = perf_at(opts.start_at) if opts.start_at is not None else None
+
+        async def at_start() -> float:
+            assert start_perf is not None
+            return check_start(start_perf)
+
         runner = BenchRunner(
-            opts,
+            local_options(opts, segment),
             target,
             http,
             requests=requests,
             conversations=conversations,
             on_record=on_record,
             on_start=on_start,
+            segment=segment,
+            sync_start=at_start if start_perf is not None else None,
         )
         state = runner.state
+        # The wall-clock instant of t0 itself: stored send times (`started_at_unix` + `sent_at_s`) of split
+        # runs are compared across machines, so not the time.time() of an earlier line.
+        started_unix = state.t0 + wall_minus_perf()
         stats.started = state.t0
         helpers = [asyncio.create_task(_live_lines(stats, console, opts.live_interval), name="bench-live")]
         if watch is not None:
             helpers.append(await watch_during(watch))
         worker_cpu: list[float] = []
+
+        def on_progress(totals: LiveTotals) -> None:
+            stats.absorb(totals.by_status, totals.in_flight, totals.tokens)
+            errors = totals.completed - totals.by_status.get("ok", 0)
+            progress.update(task_id, completed=totals.completed, status=f"errors {errors}")
+
         run: Coroutine[Any, Any, object] = (
-            runner.run() if n_workers == 1 else _run_in_workers(opts, state, n_workers, on_record, worker_cpu)
+            runner.run()
+            if n_workers == 1
+            else _run_in_workers(opts, state, n_workers, on_progress, worker_cpu, start_perf)
         )
         run_task = asyncio.create_task(run, name="bench-run")
         progress.start()
@@ -143,7 +166,10 @@ async def run_bench(
         state.end_s = time.perf_counter() - state.t0
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
     if worker_cpu:
-        outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state, opts.watch_receives)
+        parent = outcome.client["cpu_s"]
+        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, opts.watch_receives)
+        # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
+        outcome.client["cpu_s_parent"], outcome.client["cpu_s_workers"] = parent, list(worker_cpu)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
     return outcome, out_dir
 
@@ -181,6 +207,7 @@ def _outcome(
         run_id=run_id,
     )
     outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
+    outcome.measure_start_s = state.measure_start
     return outcome
 
 
@@ -200,15 +227,16 @@ async def _run_in_workers(
     opts: BenchOptions,
     state: RunState,
     n: int,
-    on_record: Callable[[RequestRecord], None],
+    on_progress: Callable[[LiveTotals], None],
     worker_cpu: list[float],
+    start_perf: float | None,
 ) -> None:
     """The run spread over n processes; the first worker that stopped early gives the stop reason."""
     try:
-        done = await run_workers(opts, state, n, on_record)
+        done = await run_workers(opts, state, n, on_progress, start_perf=start_perf)
     finally:
         state.end_s = time.perf_counter() - state.t0
-    worker_cpu.extend(d.cpu_s for d in done)
+    worker_cpu.extend(d.cpu_s for d in sorted(done, key=lambda d: d.index))
     if len(done) < n:
         state.stop_reason, state.message = "worker_failed", f"{n - len(done)} worker process(es) died"
     for d in sorted(done, key=lambda d: d.index):

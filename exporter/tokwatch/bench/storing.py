@@ -84,19 +84,23 @@ def request_row(run_id: str, started_at: float, r: RequestRecord, redact: Redact
     )
 
 
-def bench_rows(
-    outcome: BenchOutcome, *, instance: str = "", redactor: Redactor | None = None
-) -> tuple[BenchRunRow, list[BenchRequestRow]]:
-    """The run row and its measured (non-warm-up) request rows; an incomplete run has complete=False."""
+def run_row(
+    outcome: BenchOutcome,
+    *,
+    instance: str = "",
+    redactor: Redactor | None = None,
+    summary: dict[str, Any] | None = None,
+) -> BenchRunRow:
+    """The run's `bench_runs` row; `summary` replaces the outcome's own summary.json (a merged run's)."""
     redact = redactor or Redactor()
     options = outcome.options
-    summary = outcome.summary()
+    summary = outcome.summary() if summary is None else summary
     metrics = summary["metrics"]
     tput = outcome.throughput()
     overall, steady = tput["overall"], tput["steady_state"]
     good = summary["goodput"]
     latency = {f"{m}_{q}_s": _num(metrics[m][q]) for m in LATENCY_METRICS for q in LATENCY_QUANTILES}
-    run = BenchRunRow(
+    return BenchRunRow(
         id=outcome.run_id,
         started_at=outcome.started_at_unix,
         finished_at=outcome.started_at_unix + outcome.wall_s,
@@ -120,10 +124,57 @@ def bench_rows(
         goodput_ratio=_num(good.get("goodput_ratio")),
         goodput_per_s=_num(good.get("goodput_requests_per_s")),
         all_slos_met=bool(outcome.slo_results()["all_slos_met"]) if outcome.slos else None,
-        summary=json.dumps(_clean(summary, redact), sort_keys=True),
+        summary=summary_text(summary, redact),
         instance=instance,
         **latency,
     )
+
+
+def summary_text(summary: dict[str, Any], redact: Redactor) -> str:
+    """A summary as stored: JSON text, redacted, non-finite floats as null."""
+    return json.dumps(_clean(summary, redact), sort_keys=True)
+
+
+def planned_run_row(
+    run_id: str, options: dict[str, Any], start_at: float, summary: str, *, instance: str, redact: Redactor
+) -> BenchRunRow:
+    """The row a split run has before its merged figures: what it is, when it starts, nothing measured."""
+    return BenchRunRow(
+        id=run_id,
+        started_at=start_at,
+        finished_at=start_at,
+        endpoint=_endpoint(options, redact),
+        model=str(options.get("model") or ""),
+        kind=str(options.get("kind") or ""),
+        load=str(options.get("load") or ""),
+        arrivals=str(options["arrivals"]) if options.get("rate") is not None else None,
+        requested_rate=_num(options.get("rate")),
+        concurrency=_concurrency(options),
+        complete=False,
+        stop_reason="running",
+        requests_measured=0,
+        requests_ok=0,
+        requests_errored=0,
+        request_throughput=None,
+        token_throughput=None,
+        request_throughput_steady=None,
+        token_throughput_steady=None,
+        generated_tokens_per_s=None,
+        goodput_ratio=None,
+        goodput_per_s=None,
+        all_slos_met=None,
+        summary=summary,
+        instance=instance,
+        **{f"{m}_{q}_s": None for m in LATENCY_METRICS for q in LATENCY_QUANTILES},
+    )
+
+
+def bench_rows(
+    outcome: BenchOutcome, *, instance: str = "", redactor: Redactor | None = None
+) -> tuple[BenchRunRow, list[BenchRequestRow]]:
+    """The run row and its measured (non-warm-up) request rows; an incomplete run has complete=False."""
+    redact = redactor or Redactor()
+    run = run_row(outcome, instance=instance, redactor=redact)
     requests = [request_row(outcome.run_id, outcome.started_at_unix, r, redact) for r in outcome.measured]
     return run, requests
 

@@ -106,6 +106,14 @@ class SyntheticWorkload:
         # Words from their own stream: the lengths and the mix are the seed's whatever the salt.
         self._text_rng = random.Random(_text_key(self.seed, self.salt, "text"))
 
+    def request_at(self, index: int) -> RequestSpec:
+        """Request `index` of the run, from the seed, the salt and the index alone: any process builds any
+        request, so segments of one schedule send its very requests (tokwatch.bench.segments). Reseeds
+        `next_request`."""
+        self._rng.seed(f"{self.seed}:request:{index}")
+        self._text_rng.seed(_text_key(self.seed, self.salt, "text", index))
+        return self.next_request()
+
     def next_request(self) -> RequestSpec:
         """The next request; lengths and mix are fixed by the seed, the words by seed and salt."""
         rng = self._rng

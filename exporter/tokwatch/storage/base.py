@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
-from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
+from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
 from tokwatch.window_percentiles import NO_PERCENTILES, Percentiles
 from tokwatch.window_rule import WindowRule
 
 HOUR_S = 3600.0
+
+
+# A split run's figures from its stored parts: (run row, segments, requests) -> the new run row.
+BenchMerge = Callable[[BenchRunRow, list[BenchSegmentRow], list[BenchRequestRow]], BenchRunRow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +244,30 @@ class Store(ABC):
     @abstractmethod
     async def bench_run(self, run_id: str) -> tuple[BenchRunRow, list[BenchRequestRow]] | None:
         """A stored bench run and its requests in request-id order; None when no run has that id."""
+
+    @abstractmethod
+    async def claim_bench_run(self, run: BenchRunRow) -> BenchRunRow:
+        """Insert `run` unless its id is stored; returns the stored row (the first claimant's, for all)."""
+
+    @abstractmethod
+    async def write_bench_segment(
+        self, run: BenchRunRow, segment: BenchSegmentRow, requests: Sequence[BenchRequestRow]
+    ) -> bool:
+        """Store one segment of a split run and its requests in one transaction, the run row first if it is
+        not stored yet; a segment already stored is left as is. Returns True when the segment was new."""
+
+    @abstractmethod
+    async def bench_segments(self, run_id: str) -> list[BenchSegmentRow]:
+        """The stored segments of a run, in segment order."""
+
+    @abstractmethod
+    async def merge_bench_run(self, run_id: str, merge: BenchMerge) -> BenchRunRow | None:
+        """Replace the run row by `merge(row, segments, requests)` while no other merge of this run runs
+        (the last merge of a run always sees every segment committed before it); None when not stored."""
+
+    @abstractmethod
+    async def clock(self) -> float | None:
+        """The database server's own clock (unix seconds); None when the store has none (a file)."""
 
     @abstractmethod
     async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:

@@ -1,4 +1,5 @@
-"""The stored form of a `tokwatch bench` run: one `bench_runs` row and one `bench_requests` row per request.
+"""The stored form of a `tokwatch bench` run: one `bench_runs` row and one `bench_requests` row per request,
+and for a run split over processes or machines one `bench_segments` row per segment.
 
 Kept apart from the probe `runs` table so benchmark load never counts in the probe window figures. The store
 owns these row types and their columns; the bench maps its outcome onto them (tokwatch.bench.storing).
@@ -80,6 +81,32 @@ class BenchRequestRow:
     tbt_s: tuple[float, ...] | None  # every per-token gap, as request_level_metrics.jsonl has it
 
 
+@dataclass(frozen=True, slots=True)
+class BenchSegmentRow:
+    """One segment of a split run (schema SQLite v7 / PostgreSQL v8); times are unix seconds by the
+    segment's own clock."""
+
+    bench_run_id: str
+    segment: int  # K of --segment K/N
+    segments: int  # N
+    instance: str  # the machine (pod) that ran it
+    start_at: float  # the common start it was given
+    started_at: float  # when its measured phase began
+    finished_at: float
+    start_lag_s: float | None  # how late its first request went out against its planned instant
+    clock_offset_s: float | None  # the store's clock minus the segment's; None without a server clock
+    clock_error_s: float | None  # the offset is within +- this
+    complete: bool
+    stop_reason: str
+    message: str | None
+    arrivals_planned: int | None  # requests of its share of the schedule within --number/--duration
+    requests_measured: int
+    requests_ok: int
+    cpu_s: float | None
+    summary: str  # the segment's own summary.json as JSON text (jsonb in PostgreSQL)
+
+
 # Column order shared by every backend's INSERT.
 BENCH_RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRunRow))
 BENCH_REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRequestRow))
+BENCH_SEGMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchSegmentRow))

@@ -23,6 +23,7 @@ from tokwatch.series import SeriesKey
 from tokwatch.storage import timescale
 from tokwatch.storage.base import (
     RUN_POINT_COLUMNS,
+    BenchMerge,
     EndpointSpec,
     LastRun,
     MaintenanceReport,
@@ -33,8 +34,10 @@ from tokwatch.storage.base import (
 from tokwatch.storage.bench_rows import (
     BENCH_REQUEST_COLUMNS,
     BENCH_RUN_COLUMNS,
+    BENCH_SEGMENT_COLUMNS,
     BenchRequestRow,
     BenchRunRow,
+    BenchSegmentRow,
 )
 from tokwatch.storage.errors import (
     SchemaNotReadyError,
@@ -145,7 +148,7 @@ JOIN LATERAL (SELECT * FROM runs r WHERE r.{_IN_SERIES.replace(" AND ", " AND r.
 WHERE %(endpoint)s::text IS NULL OR e.name = %(endpoint)s::text
 ORDER BY e.name, s.workload, s.site, r.time DESC
 """
-_BENCH_TIMES = frozenset({"started_at", "finished_at", "sent_at"})
+_BENCH_TIMES = frozenset({"started_at", "finished_at", "sent_at", "start_at"})
 _BENCH_RUN_SQL = (
     f"INSERT INTO bench_runs ({', '.join(BENCH_RUN_COLUMNS)}) VALUES "
     f"({', '.join('%s::jsonb' if c == 'summary' else '%s' for c in BENCH_RUN_COLUMNS)}) "
@@ -165,6 +168,21 @@ _BENCH_ONE_SQL = _BENCH_RUN_SELECT + " FROM bench_runs WHERE id = %s"
 _BENCH_REQUESTS_SQL = (
     f"SELECT {', '.join(BENCH_REQUEST_COLUMNS)} FROM bench_requests "
     "WHERE bench_run_id = %s ORDER BY request_id"
+)
+_BENCH_SEGMENT_SQL = (
+    f"INSERT INTO bench_segments ({', '.join(BENCH_SEGMENT_COLUMNS)}) VALUES "
+    f"({', '.join('%s::jsonb' if c == 'summary' else '%s' for c in BENCH_SEGMENT_COLUMNS)}) "
+    "ON CONFLICT DO NOTHING"
+)
+_BENCH_SEGMENTS_SQL = (
+    "SELECT "
+    + ", ".join("summary::text" if c == "summary" else c for c in BENCH_SEGMENT_COLUMNS)
+    + " FROM bench_segments WHERE bench_run_id = %s ORDER BY segment"
+)
+_BENCH_RUN_UPDATE_SQL = (
+    "UPDATE bench_runs SET "
+    + ", ".join(f"{c} = %s::jsonb" if c == "summary" else f"{c} = %s" for c in BENCH_RUN_COLUMNS if c != "id")
+    + " WHERE id = %s"
 )
 _PARTITION_RE = re.compile(r"^runs_p(\d{4})_(\d{2})$")
 # How long to wait for a pooled connection before asking the database directly why there is none (while it
@@ -742,7 +760,9 @@ class PostgresStore(Store):
     # --- bench runs ----------------------------------------------------------------------------------
 
     @staticmethod
-    def _bench_params(row: BenchRunRow | BenchRequestRow, columns: Sequence[str]) -> tuple[Any, ...]:
+    def _bench_params(
+        row: BenchRunRow | BenchRequestRow | BenchSegmentRow, columns: Sequence[str]
+    ) -> tuple[Any, ...]:
         out = []
         for c in columns:
             value = getattr(row, c)
@@ -806,6 +826,68 @@ class PostgresStore(Store):
             BenchRunRow(**self._bench_values(run, BENCH_RUN_COLUMNS)),
             [BenchRequestRow(**self._bench_values(r, BENCH_REQUEST_COLUMNS)) for r in rows],
         )
+
+    async def claim_bench_run(self, run: BenchRunRow) -> BenchRunRow:
+        """INSERT .. ON CONFLICT DO NOTHING, then read back: every claimant gets the first one's row."""
+        await self.ensure_ready()
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(_BENCH_RUN_SQL.encode(), self._bench_params(run, BENCH_RUN_COLUMNS))
+            row = await (await conn.execute(_BENCH_ONE_SQL.encode(), (run.id,))).fetchone()
+        assert row is not None
+        return BenchRunRow(**self._bench_values(row, BENCH_RUN_COLUMNS))
+
+    async def write_bench_segment(
+        self, run: BenchRunRow, segment: BenchSegmentRow, requests: Sequence[BenchRequestRow]
+    ) -> bool:
+        """The run row unless stored, the segment unless stored, and then its requests: one transaction."""
+        await self.ensure_ready()
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(_BENCH_RUN_SQL.encode(), self._bench_params(run, BENCH_RUN_COLUMNS))
+            cur = await conn.execute(
+                _BENCH_SEGMENT_SQL.encode(), self._bench_params(segment, BENCH_SEGMENT_COLUMNS)
+            )
+            new = cur.rowcount == 1
+            if new and requests:
+                async with conn.cursor() as c:
+                    await c.executemany(
+                        _BENCH_REQUEST_SQL.encode(),
+                        [self._bench_params(r, BENCH_REQUEST_COLUMNS) for r in requests],
+                    )
+        return new
+
+    async def bench_segments(self, run_id: str) -> list[BenchSegmentRow]:
+        """The run's segments in segment order; times as unix seconds."""
+        await self.ensure_ready()
+        async with self._connection() as conn:
+            rows = await (await conn.execute(_BENCH_SEGMENTS_SQL.encode(), (run_id,))).fetchall()
+        return [BenchSegmentRow(**self._bench_values(r, BENCH_SEGMENT_COLUMNS)) for r in rows]
+
+    async def merge_bench_run(self, run_id: str, merge: BenchMerge) -> BenchRunRow | None:
+        """Lock the run row (SELECT .. FOR UPDATE), read its parts, replace it: merges of one run queue up,
+        and each reads everything committed before it took the lock."""
+        await self.ensure_ready()
+        async with self._connection() as conn, conn.transaction():
+            row = await (await conn.execute((_BENCH_ONE_SQL + " FOR UPDATE").encode(), (run_id,))).fetchone()
+            if row is None:
+                return None
+            segments = await (await conn.execute(_BENCH_SEGMENTS_SQL.encode(), (run_id,))).fetchall()
+            requests = await (await conn.execute(_BENCH_REQUESTS_SQL.encode(), (run_id,))).fetchall()
+            merged = merge(
+                BenchRunRow(**self._bench_values(row, BENCH_RUN_COLUMNS)),
+                [BenchSegmentRow(**self._bench_values(r, BENCH_SEGMENT_COLUMNS)) for r in segments],
+                [BenchRequestRow(**self._bench_values(r, BENCH_REQUEST_COLUMNS)) for r in requests],
+            )
+            values = self._bench_params(merged, [c for c in BENCH_RUN_COLUMNS if c != "id"])
+            await conn.execute(_BENCH_RUN_UPDATE_SQL.encode(), (*values, run_id))
+        return merged
+
+    async def clock(self) -> float | None:
+        """The server's clock_timestamp() (the real time at the read, not the transaction's start)."""
+        async with self._connection() as conn:
+            cur = await conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+            row = await cur.fetchone()
+        assert row is not None
+        return float(row[0])
 
     async def count_runs(self) -> int:
         """Rows in runs."""

@@ -18,6 +18,7 @@ from tokwatch.stats import median, sample_stddev
 from tokwatch.storage.base import (
     HOUR_S,
     RUN_POINT_COLUMNS,
+    BenchMerge,
     EndpointSpec,
     LastRun,
     MaintenanceReport,
@@ -29,8 +30,10 @@ from tokwatch.storage.base import (
 from tokwatch.storage.bench_rows import (
     BENCH_REQUEST_COLUMNS,
     BENCH_RUN_COLUMNS,
+    BENCH_SEGMENT_COLUMNS,
     BenchRequestRow,
     BenchRunRow,
+    BenchSegmentRow,
 )
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
@@ -75,6 +78,13 @@ _BENCH_REQUEST_SQL = (
     f"INSERT OR IGNORE INTO bench_requests ({', '.join(BENCH_REQUEST_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in BENCH_REQUEST_COLUMNS)})"
 )
+_BENCH_SEGMENT_SQL = (
+    f"INSERT OR IGNORE INTO bench_segments ({', '.join(BENCH_SEGMENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in BENCH_SEGMENT_COLUMNS)})"
+)
+_BENCH_RUN_UPDATE_SQL = (
+    f"UPDATE bench_runs SET {', '.join(f'{c} = ?' for c in BENCH_RUN_COLUMNS if c != 'id')} WHERE id = ?"
+)
 _BENCH_BOOLS = ("complete", "all_slos_met")  # INTEGER 0/1 in SQLite
 
 
@@ -100,6 +110,12 @@ def _bench_run_row(values: Sequence[Any]) -> BenchRunRow:
     for key in _BENCH_BOOLS:
         d[key] = None if d[key] is None else bool(d[key])
     return BenchRunRow(**d)
+
+
+def _bench_segment_row(values: Sequence[Any]) -> BenchSegmentRow:
+    d = dict(zip(BENCH_SEGMENT_COLUMNS, values, strict=True))
+    d["complete"] = bool(d["complete"])
+    return BenchSegmentRow(**d)
 
 
 def _bench_request_params(row: BenchRequestRow) -> tuple[Any, ...]:
@@ -651,6 +667,91 @@ class SQLiteStore(Store):
             return _bench_run_row(run), [_bench_request_row(r) for r in requests]
 
         return await self._run(query)
+
+    @staticmethod
+    def _select_run(conn: sqlite3.Connection, run_id: str) -> BenchRunRow | None:
+        row = conn.execute(
+            f"SELECT {', '.join(BENCH_RUN_COLUMNS)} FROM bench_runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else _bench_run_row(row)
+
+    @staticmethod
+    def _select_segments(conn: sqlite3.Connection, run_id: str) -> list[BenchSegmentRow]:
+        cur = conn.execute(
+            f"SELECT {', '.join(BENCH_SEGMENT_COLUMNS)} FROM bench_segments WHERE bench_run_id = ? "
+            "ORDER BY segment",
+            (run_id,),
+        )
+        return [_bench_segment_row(values) for values in cur.fetchall()]
+
+    async def claim_bench_run(self, run: BenchRunRow) -> BenchRunRow:
+        """INSERT OR IGNORE, then read back in the same transaction: every claimant gets the first's row."""
+        await self.ensure_ready()
+
+        def claim(conn: sqlite3.Connection) -> BenchRunRow:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_BENCH_RUN_SQL, tuple(getattr(run, c) for c in BENCH_RUN_COLUMNS))
+            stored = self._select_run(conn, run.id)
+            conn.execute("COMMIT")
+            assert stored is not None
+            return stored
+
+        return await self._run(claim)
+
+    async def write_bench_segment(
+        self, run: BenchRunRow, segment: BenchSegmentRow, requests: Sequence[BenchRequestRow]
+    ) -> bool:
+        """The run row unless stored, the segment unless stored, and then its requests: one transaction."""
+        await self.ensure_ready()
+
+        def write(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_BENCH_RUN_SQL, tuple(getattr(run, c) for c in BENCH_RUN_COLUMNS))
+            cur = conn.execute(_BENCH_SEGMENT_SQL, tuple(getattr(segment, c) for c in BENCH_SEGMENT_COLUMNS))
+            new = cur.rowcount == 1
+            if new:
+                conn.executemany(_BENCH_REQUEST_SQL, [_bench_request_params(r) for r in requests])
+            conn.execute("COMMIT")
+            return new
+
+        return await self._run(write)
+
+    async def bench_segments(self, run_id: str) -> list[BenchSegmentRow]:
+        """The run's segments in segment order."""
+        await self.ensure_ready()
+        return await self._run(lambda conn: self._select_segments(conn, run_id))
+
+    async def merge_bench_run(self, run_id: str, merge: BenchMerge) -> BenchRunRow | None:
+        """Read and replace the run row inside one IMMEDIATE transaction (the file's write lock)."""
+        await self.ensure_ready()
+
+        def update(conn: sqlite3.Connection) -> BenchRunRow | None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                run = self._select_run(conn, run_id)
+                if run is None:
+                    conn.execute("COMMIT")
+                    return None
+                rows = conn.execute(
+                    f"SELECT {', '.join(BENCH_REQUEST_COLUMNS)} FROM bench_requests "
+                    "WHERE bench_run_id = ? ORDER BY request_id",
+                    (run_id,),
+                ).fetchall()
+                requests = [_bench_request_row(r) for r in rows]
+                merged = merge(run, self._select_segments(conn, run_id), requests)
+                values = [getattr(merged, c) for c in BENCH_RUN_COLUMNS if c != "id"]
+                conn.execute(_BENCH_RUN_UPDATE_SQL, (*values, run_id))
+            except BaseException:
+                conn.execute("ROLLBACK")  # a failed merge leaves the row as it was, and the file unlocked
+                raise
+            conn.execute("COMMIT")
+            return merged
+
+        return await self._run(update)
+
+    async def clock(self) -> float | None:
+        """None: a file has no clock but this machine's."""
+        return None
 
     async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
         """Retention: delete runs older than `retention_s` (the hourly rollup is kept)."""

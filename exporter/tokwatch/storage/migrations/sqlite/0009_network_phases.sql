@@ -1,4 +1,4 @@
--- tokwatch schema v8 (SQLite): the timed run's network phases (docs/methodology.md, "Network phases"): DNS,
+-- tokwatch schema v9 (SQLite): the timed run's network phases (docs/methodology.md, "Network phases"): DNS,
 -- TCP connect and TLS handshake of the connection it was sent on (when that round opened it), the time from
 -- the request sent to the first response byte, one network round trip (the network's share of TTFT) and
 -- whether the connection was already open (0/1). Nullable: runs stored before have none.
