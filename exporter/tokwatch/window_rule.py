@@ -52,24 +52,25 @@ class FigureRun(StoredRun, Protocol):
     def set_aside(self) -> str | None: ...
 
 
-class PrefillRun(FigureRun, Protocol):
-    """A stored run as the prefill median reads it."""
+class UncachedRun(FigureRun, Protocol):
+    """A stored run as the figures that leave cache-assisted runs out read it."""
+
+    @property
+    def cache_assisted(self) -> bool: ...
+
+
+class PrefillRun(UncachedRun, Protocol):
+    """A stored run as the prefill median and percentiles read it."""
 
     @property
     def prefill_tokens_per_second(self) -> float | None: ...
 
-    @property
-    def cache_assisted(self) -> bool: ...
 
-
-class TtftRun(FigureRun, Protocol):
+class TtftRun(UncachedRun, Protocol):
     """A stored run as the TTFT percentiles read it."""
 
     @property
     def ttft_s(self) -> float | None: ...
-
-    @property
-    def cache_assisted(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,30 +148,33 @@ class WindowRule:
         """The prefill tok/s a counted run gives the prefill median and percentiles: that of an ok run the
         prefix cache did not help beyond the chat template's preamble (a cache-assisted run is counted apart),
         unless it was set aside with the TTFT it came from (or `window_includes` names set-aside figures)."""
-        if run.status != "ok" or run.cache_assisted or self._aside(run, "prefill"):
-            return None
-        return run.prefill_tokens_per_second
+        return self._uncached(run, run.prefill_tokens_per_second, "prefill")
 
     def prefill_sample_sql(self, alias: str = "r") -> str:
         """`prefill_sample is not None` as an SQL condition over `runs {alias}`."""
-        return (
-            f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted "
-            f"AND {alias}.prefill_tokens_per_second IS NOT NULL{self._aside_sql(alias, 'prefill')}"
-        )
+        return self._uncached_sql(alias, "prefill_tokens_per_second", "prefill")
 
     def ttft_sample(self, run: TtftRun) -> float | None:
         """The TTFT a counted run gives the TTFT percentiles: that of an ok run the prefix cache did not help
         (as for prefill: a cache-assisted TTFT is not what the prompt costs) and that was not set aside (or
         `window_includes` names set-aside figures)."""
-        if run.status != "ok" or run.cache_assisted or self._aside(run, "ttft"):
-            return None
-        return run.ttft_s
+        return self._uncached(run, run.ttft_s, "ttft")
 
     def ttft_sample_sql(self, alias: str = "r") -> str:
         """`ttft_sample is not None` as an SQL condition over `runs {alias}`."""
+        return self._uncached_sql(alias, "ttft_s", "ttft")
+
+    def _uncached(self, run: UncachedRun, value: float | None, figure: str) -> float | None:
+        """`value` of an ok, not cache-assisted run whose `figure` this rule does not leave out."""
+        if run.status != "ok" or run.cache_assisted or self._aside(run, figure):
+            return None
+        return value
+
+    def _uncached_sql(self, alias: str, column: str, figure: str) -> str:
+        """`_uncached is not None` for the value in `column`, as an SQL condition over `runs {alias}`."""
         return (
-            f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted AND {alias}.ttft_s IS NOT NULL"
-            f"{self._aside_sql(alias, 'ttft')}"
+            f"{alias}.status = 'ok' AND NOT {alias}.cache_assisted AND {alias}.{column} IS NOT NULL"
+            f"{self._aside_sql(alias, figure)}"
         )
 
     def _aside(self, run: FigureRun, figure: str) -> bool:
