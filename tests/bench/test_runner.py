@@ -110,6 +110,13 @@ async def test_auth_failure_stops_at_once(tmp_path, stream_server):
     assert json.loads((out_dir / "slo_results.json").read_text())["complete"] is False
 
 
+async def test_a_stop_wakes_the_open_loop_waiting_for_its_next_send(tmp_path, stream_server):
+    stream_server.status = 401
+    outcome, _ = await _bench(tmp_path, stream_server.url, rate=0.1, arrivals="constant", number=3)
+    assert outcome.stop_reason == "auth_failure" and len(outcome.records) == 1
+    assert outcome.wall_s < 10.0  # the second send was planned 10 s in: the run did not wait for it
+
+
 async def test_unreachable_url(tmp_path):
     outcome, out_dir = await _bench(tmp_path, "http://127.0.0.1:9/v1", rate=10, number=5)
     assert outcome.stop_reason == "unreachable" and outcome.exit_code() is ExitCode.FAILED

@@ -99,6 +99,7 @@ class BenchRunner:
         self._stopping = asyncio.Event()
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
+        self._sleeper: asyncio.Future[None] | None = None  # the open loop waiting for its next send time
         # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter.
         self.stalls = StallMonitor()
 
@@ -196,6 +197,23 @@ class BenchRunner:
             self.state.stop_reason = reason
             self.state.message = message
         self._stopping.set()
+        if self._sleeper is not None and not self._sleeper.done():
+            self._sleeper.set_result(None)
+
+    async def _until(self, deadline: float) -> None:
+        """Wait for the planned instant `deadline` (perf_counter), but wake at once when the run is stopped.
+
+        One future and one timer per request (not two tasks and a wait): the open loop pays this per request.
+        The remaining time is recomputed from the clock each pass (as `sleep_until`)."""
+        loop = asyncio.get_running_loop()
+        while (remaining := deadline - time.perf_counter()) > 0 and not self._stopping.is_set():
+            self._sleeper = waiter = loop.create_future()
+            timer = loop.call_later(remaining, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._sleeper = None
 
     def _budget(self) -> tuple[int | None, float | None]:
         """(measured requests or conversations to send, measured duration end in s since t0)."""
@@ -303,14 +321,7 @@ class BenchRunner:
                     break
                 if self._stopping.is_set():
                     break
-                # Wait for the planned instant, but wake at once when the run is stopped.
-                waiter = asyncio.ensure_future(sleep_until(start_abs + offset))
-                stopper = asyncio.ensure_future(self._stopping.wait())
-                try:
-                    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for f in (waiter, stopper):
-                        f.cancel()
+                await self._until(start_abs + offset)
                 if self._stopping.is_set():
                     break
                 spec = self._next_spec()
@@ -398,6 +409,11 @@ class BenchRunner:
         """Wait `seconds` (a back-off, a trace's wait before the next turn); ends early when stopped."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _system(conv: Conversation) -> tuple[Message, ...]:
