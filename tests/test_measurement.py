@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -11,7 +12,13 @@ import pytest
 
 from tokwatch.app import App
 from tokwatch.config import load_config_text
-from tokwatch.measurement import MeasurementLoop, StallMonitor
+from tokwatch.measurement import (
+    FREEZE_EVERY_S,
+    YOUNG_COLLECTION_THRESHOLD,
+    MeasurementLoop,
+    StallMonitor,
+    collector_out_of_the_way,
+)
 from tokwatch.result import TimingSource
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
@@ -172,3 +179,15 @@ async def test_a_disturbed_run_falls_back_to_the_servers_own_timing(app: App) ->
     assert result.tokens_per_second == pytest.approx(100, rel=0.05)  # type: ignore[attr-defined]
     labels = {"endpoint": "lc", "source": "engine"}
     assert app.registry.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) is not None
+
+
+async def test_the_collector_is_kept_out_of_the_way_and_restored() -> None:
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with collector_out_of_the_way():
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD
+        kept = [[i] for i in range(1000)]  # objects a run keeps, as its records
+        await asyncio.sleep(FREEZE_EVERY_S + 0.2)
+        assert gc.get_freeze_count() >= len(kept)  # frozen out of every later collection's walk
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() <= frozen  # unfrozen at the end: collectable again
+    assert kept
