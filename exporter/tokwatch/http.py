@@ -35,7 +35,7 @@ Phase = Literal["connect", "response", "body"]
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # When the coroutine reading a body is woken (StreamResponse.arrived): after this many reads or bytes it has
 # not seen, and at the latest this long after the first of them. Stamps are taken per read regardless.
-BATCH_READS = 64
+BATCH_READS = 16
 BATCH_BYTES = 32 * 1024
 FLUSH_S = 0.05
 _DISCONNECT_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})

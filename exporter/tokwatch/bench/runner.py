@@ -24,7 +24,7 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor
+from tokwatch.measurement import StallMonitor, collector_out_of_the_way
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 
@@ -204,8 +204,13 @@ class BenchRunner:
         """Wait for the planned instant `deadline` (perf_counter), but wake at once when the run is stopped.
 
         One future and one timer per request (not two tasks and a wait): the open loop pays this per request.
-        The remaining time is recomputed from the clock each pass (as `sleep_until`)."""
+        The remaining time is recomputed from the clock each pass (as `sleep_until`). Behind schedule it still
+        yields once: a backlog of sends dispatched without a break would hold off every read, and its stamp,
+        until it is cleared."""
         loop = asyncio.get_running_loop()
+        if deadline <= time.perf_counter():
+            await asyncio.sleep(0)
+            return
         while (remaining := deadline - time.perf_counter()) > 0 and not self._stopping.is_set():
             self._sleeper = waiter = loop.create_future()
             timer = loop.call_later(remaining, _wake, waiter)
@@ -234,7 +239,7 @@ class BenchRunner:
 
     async def run(self) -> RunState:
         """Warm-up, then the measured phase; returns the state (records, stop reason)."""
-        with self.stalls.watching():
+        with self.stalls.watching(), collector_out_of_the_way():
             return await self._run()
 
     async def _run(self) -> RunState:
