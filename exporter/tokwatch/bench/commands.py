@@ -108,7 +108,8 @@ def add_commands(subparsers: Any) -> None:
     ld.add_argument(
         "--receive-watcher",
         choices=("auto", "on", "off"),
-        help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops)",
+        help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops of 2+ "
+        "streams)",
     )
     w = p.add_argument_group("workload")
     w.add_argument("--input-tokens", help="prompt tokens N or MIN:MAX (128)")
