@@ -55,7 +55,8 @@ from typing import Any
 
 import aiohttp
 
-REFSERVER = Path(__file__).resolve().parent / "refserver.py"
+from ttft_truth import start_refserver, stop
+
 CLEAN_P99_MS = 5.0
 HELD_SHARE = 0.97
 _WORDS = ("the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on")
@@ -343,29 +344,6 @@ def _percentile(values: list[float], q: float) -> float:
     pos = (len(data) - 1) * q / 100.0
     lo, hi = int(pos), min(int(pos) + 1, len(data) - 1)
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def start_refserver(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]:
-    """A fresh reference server in its own process; returns it and its port."""
-    cmd = [sys.executable, str(REFSERVER), "--port", "0", "--ttft", str(args.ttft), "--gap", str(args.gap)]
-    cmd += ["--tokens", str(args.tokens)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.strip().isdigit():
-        stop(proc)
-        raise SystemExit(f"refserver did not start (got {line!r})")
-    return proc, int(line)
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM, then SIGKILL after 10 s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def fetch_truth(port: int) -> dict[str, dict[str, Any]]:

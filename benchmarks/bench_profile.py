@@ -2,11 +2,17 @@
 
 Starts a reference server (`benchmarks/refserver.py`, TTFT 0, 1 ms between tokens, 32 tokens by default) and
 runs `python -m tokwatch bench` against it under py-spy (`pip install py-spy`; sampling, so the profile does
-not slow the code it measures; native frames included, so the event loop's C code and the garbage collector
-show, and samples of a thread waiting in epoll are left out), or in this process under cProfile (`--profiler cprofile`: deterministic,
-but its per-call overhead inflates small functions). Prints the run's own CPU per request (`summary.json`),
-the share of samples per stage of a request (dispatch, aiohttp send, receive and stamp, stream parsing,
+not slow the code it measures), or in this process under cProfile (`--profiler cprofile`: deterministic, but
+its per-call overhead inflates small functions). Prints the run's own CPU per request (`summary.json`), the
+share of samples per stage of a request (dispatch, aiohttp send, receive and stamp, stream parsing,
 per-request figures, end-of-run work, start-up), and the functions with the most samples of their own.
+
+py-spy counts a thread waiting in epoll as running, and without native frames (`--native`) it cannot tell
+that wait from the event loop's C code: the "event loop" share then includes idle time. `--native` sorts
+them apart (samples whose innermost frame is a wait are left out) but stops the process for every sample,
+which slows it several-fold, and it has been seen to attribute samples to the garbage collector that a
+`gc.callbacks` count did not find: read its shares as hints, and check a suspect with an A/B run of
+`benchmarks/bench_capacity.py`.
 
     python benchmarks/bench_profile.py                            # open loop, Poisson 800 req/s, 10 s
     python benchmarks/bench_profile.py --rate 400 --arrivals constant
@@ -55,7 +61,7 @@ STAGES = (
     ("open-loop dispatch", "BenchRunner._open_loop"),
     ("closed-loop dispatch", "BenchRunner._closed_loop"),
 )
-LOOP = "event loop and sockets (C: uvloop/asyncio, system calls)"
+LOOP = "event loop and sockets (C: uvloop/asyncio, system calls; without --native also waiting in epoll)"
 GC = "garbage collector"
 # Native leaf frames of a thread that waits: py-spy samples it as active (the kernel says "running" while it
 # enters or leaves the call), so these samples are counted apart and left out of the shares.
@@ -94,17 +100,8 @@ def py_spy(port: int, args: argparse.Namespace, out: Path, raw: Path) -> None:
     exe = shutil.which("py-spy")
     if exe is None:
         raise SystemExit("py-spy is not installed (pip install py-spy), or use --profiler cprofile")
-    cmd = [
-        exe,
-        "record",
-        "--rate",
-        str(args.sample_rate),
-        "--format",
-        "raw",
-        "--output",
-        str(raw),
-        "--native",
-    ]
+    cmd = [exe, "record", "--rate", str(args.sample_rate), "--format", "raw", "--output", str(raw)]
+    cmd += ["--native"] if args.native else []
     cmd += ["--threads", "--", sys.executable, "-m", "tokwatch", *bench_command(port, args, out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration * 10 + 120, check=False)
     if done.returncode not in (0, 1) or not raw.is_file():
@@ -170,6 +167,7 @@ def main() -> int:
     ap.add_argument("--receive-watcher", default="auto", choices=("auto", "on", "off"))
     ap.add_argument("--profiler", default="py-spy", choices=("py-spy", "cprofile"))
     ap.add_argument("--sample-rate", type=int, default=500, help="py-spy samples per second")
+    ap.add_argument("--native", action="store_true", help="py-spy: native frames (slow; see above)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks here")
     ap.add_argument("--ttft", type=float, default=0.0)

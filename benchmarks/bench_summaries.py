@@ -30,34 +30,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench_teardown import records
 from tokwatch.bench.aggregate import PERCENTILES, Window, all_summaries, throughput
 from tokwatch.bench.compare import FIGURES, STATS, Run, compare
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.bench.slo import evaluate, parse_slo
 from tokwatch.stats import percentile, percentile_sorted
-
-
-def records(n: int, tokens: int, seed: int = 0) -> list[RequestRecord]:
-    """N ok requests as a 1,000 req/s open loop would leave them."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        sent = i / 1000.0
-        r = RequestRecord(i, "chat", sent_at_s=sent, started_at_s=sent, dispatched_at_s=sent)
-        r.intended_at_s = sent
-        r.ttft_s = 0.05 + rng.random() * 0.05
-        r.tbt_s = [0.001 + rng.random() * 0.002 for _ in range(tokens - 1)]
-        r.inter_chunk_s = list(r.tbt_s)
-        r.output_itl_s = list(r.tbt_s)
-        r.e2e_s = r.ttft_s + sum(r.tbt_s)
-        r.tpot_s = (r.e2e_s - r.ttft_s) / (tokens - 1)
-        r.output_tokens, r.think_tokens, r.prompt_tokens, r.prompt_tokens_target = tokens, 0, 128, 128
-        r.max_tokens, r.tokens_source, r.fluidity_index = tokens, "usage", 1.0
-        r.completed_at_s = sent + r.e2e_s
-        r.decode_tokens_per_s = (tokens - 1) / sum(r.tbt_s)
-        out.append(r)
-    return out
-
 
 # --- the pure-Python code numpy replaced (issue 23), as it was ---------------------------------------------
 
