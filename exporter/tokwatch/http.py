@@ -11,12 +11,13 @@ raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -174,6 +175,8 @@ class _StampingHandler(ResponseHandler):
     _tracked: aiohttp.StreamReader | None = None
     _marks: deque[tuple[int, float]] | None = None
     _reader: StreamResponse | None = None  # the open response reading the tracked body, told of each read
+    _resume_held = False  # resume_reading() calls are being gathered into one (see taking)
+    _resume_due = False
 
     def track(self, content: aiohttp.StreamReader, reader: StreamResponse) -> deque[tuple[int, float]]:
         """Record, for every read from now on, (body bytes fed so far, stamp) of the response `content`, and
@@ -238,6 +241,26 @@ class _StampingHandler(ResponseHandler):
         super().connection_lost(exc)
         if reader is not None:
             reader.wake()
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        """aiohttp's reader asks this after every chunk it hands out; while a response takes all it holds at
+        once (`taking`), the calls are gathered into one at the end, which leaves the same state."""
+        if self._resume_held:
+            self._resume_due = True
+            return
+        super().resume_reading(resume_parser)
+
+    @contextlib.contextmanager
+    def taking(self) -> Iterator[None]:
+        """Gather the reader's resume_reading() calls made inside the block into one after it."""
+        self._resume_held, self._resume_due = True, False
+        try:
+            yield
+        finally:
+            self._resume_held = False
+            if self._resume_due:
+                self._resume_due = False
+                super().resume_reading()
 
     def data_received(self, data: bytes) -> None:
         """Stamp, then hand the bytes to aiohttp (piece by piece when the receive watcher split the read)."""
@@ -386,7 +409,11 @@ class StreamResponse:
         (before a failure is set on the reader, so they come out first)."""
         content = self._content
         if content.total_bytes > self._taken and content.exception() is None:
-            data = content.read_nowait(-1)
+            if self._proto is not None:
+                with self._proto.taking():
+                    data = content.read_nowait(-1)
+            else:
+                data = content.read_nowait(-1)
             if data:
                 self._pending.extend(self._pieces(data, self._taken))
                 self._taken += len(data)
