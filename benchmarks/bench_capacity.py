@@ -14,7 +14,10 @@ kernel arrival stamps, TTFT 0, 1 ms between tokens, 32 tokens) in the same sessi
   no warm-up), once per `--build NAME=PATH` (PATH goes first on PYTHONPATH: e.g. the tree before a change
   beside the tree after it, interleaved rung by rung so machine load hits both alike).
 
-Open loop (Poisson and constant arrivals at each rate) and closed loop (each concurrency). Per rung:
+Open loop (Poisson and constant arrivals at each rate) and closed loop (each concurrency); a client that
+achieved less than 90 % of a rate is not run at the higher rates of that arrival process (marked "not run"),
+and the server holds at most 512 connections open (more wait in its listen backlog), so an overloaded rung
+cannot pile up thousands of server threads. Per rung:
 
 - **achieved**: requests per second between the first and the last kernel arrival at the server;
   **planned**: the rate of the client's own seeded schedule (a Poisson draw is a few % off the nominal
@@ -59,6 +62,11 @@ from ttft_truth import start_refserver, stop
 
 CLEAN_P99_MS = 5.0
 HELD_SHARE = 0.97
+# A client that achieved less than this share of a rate is not run at the higher rates of that arrival
+# process: past its capacity every rung only piles up connections (and the reference server's threads).
+GIVE_UP_SHARE = 0.9
+MAX_CONNECTIONS = 512  # the reference server's cap on open connections (a thread each)
+DRAIN_S = 30.0  # the raw clients' wait for their requests in flight after the last send
 _WORDS = ("the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on")
 _PROMPT = " ".join(itertools.islice(itertools.cycle(_WORDS), 128))
 BODY = json.dumps(
@@ -223,16 +231,16 @@ async def _raw_run(args: argparse.Namespace) -> dict[str, Any]:
     planned: list[float] = []  # the open loop's planned send times
     cpu0, t0 = time.process_time(), time.perf_counter()
     end = t0 + args.duration
+    tasks: set[asyncio.Task[None]] = set()
     if args.concurrency:
 
         async def worker() -> None:
             while time.perf_counter() < end:
                 await client.one()
 
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        tasks = {asyncio.create_task(worker()) for _ in range(args.concurrency)}
     else:
         rng = random.Random(args.seed)
-        tasks: set[asyncio.Task[None]] = set()
         due = t0
         while due < end:
             while (wait := due - time.perf_counter()) > 0:  # noqa: ASYNC110 - a clock, not an event
@@ -242,8 +250,13 @@ async def _raw_run(args: argparse.Namespace) -> dict[str, Any]:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             due += rng.expovariate(args.rate) if args.arrivals == "poisson" else 1.0 / args.rate
-        if tasks:
-            await asyncio.gather(*tasks)
+    # In-flight requests get DRAIN_S to finish (an overloaded server may never answer them all); the rest are
+    # abandoned and count as failed (not ok).
+    if tasks:
+        _, late = await asyncio.wait(set(tasks), timeout=DRAIN_S)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
     cpu = time.process_time() - cpu0
     loop = asyncio.get_running_loop()
     if isinstance(client, AiohttpClient):
@@ -358,7 +371,10 @@ def run_child(
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run a client process; returns it and its whole CPU time (user + system, children waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    except subprocess.TimeoutExpired:  # subprocess.run killed it
+        done = subprocess.CompletedProcess(cmd, -9, "", f"killed after {timeout:g} s")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return done, cpu
@@ -618,12 +634,19 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
+        gave_up: dict[tuple[str, str], float] = {}  # (client, arrivals) -> the rate it fell short at
         for rung in rungs:
             runs: list[tuple[str, str | None, list[str]]] = [] if args.no_floor else [("floor", None, [])]
             runs += [] if args.no_aiohttp else [("aiohttp", None, [])]
             runs += builds
             for name, path, extra in runs:
-                proc, port = start_refserver(args)
+                short = gave_up.get((name, rung.arrivals)) if rung.rate is not None else None
+                if short is not None:
+                    skipped = Result(name, rung, note=f"not run: fell short at {short:g}/s")
+                    results.append(skipped)
+                    print(f"{rung.name:<18} {name:<10} {skipped.note}", flush=True)
+                    continue
+                proc, port = start_refserver(args, "--max-connections", str(MAX_CONNECTIONS))
                 try:
                     if path is None:
                         r = measure_floor(rung, args, port, tmp, plain_aiohttp=name == "aiohttp")
@@ -632,6 +655,8 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     stop(proc)
                 results.append(r)
+                if rung.rate is not None and (r.achieved or 0.0) < GIVE_UP_SHARE * (r.planned or rung.rate):
+                    gave_up[name, rung.arrivals] = rung.rate
                 print(
                     f"{rung.name:<18} {name:<10} achieved {_f(r.achieved, '7.1f')}/s  TTFT err p50 "
                     f"{_f(r.err_p50_ms)} p99 {_f(r.err_p99_ms)} ms  joined {r.joined}/{r.requests}  CPU "

@@ -68,10 +68,10 @@ def load_average() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def start_refserver(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]:
-    """The reference server in its own process; returns it and its port."""
+def start_refserver(args: argparse.Namespace, *extra: str) -> tuple[subprocess.Popen[str], int]:
+    """The reference server in its own process (`extra`: more of its arguments); returns it and its port."""
     cmd = [sys.executable, str(REFSERVER), "--port", "0", "--ttft", str(args.ttft), "--gap", str(args.gap)]
-    cmd += ["--tokens", str(args.tokens)]
+    cmd += ["--tokens", str(args.tokens), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # the server prints its port once it listens
