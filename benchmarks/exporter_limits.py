@@ -106,9 +106,9 @@ async def measure(n: int, parallelism: int, args: argparse.Namespace) -> dict[st
                 t0 = time.perf_counter()
                 await run_round(plan, app.probe)
                 walls.append(time.perf_counter() - t0)
-                await app._refresh_windows()
+                await app.refresh_windows()
             cpu = time.process_time() - cpu0
-            results = [o.result for o in app._last_outcome.values()]
+            results = [o.result for o in app.probes.last_outcomes.values()]
             body = app.exposition.render()
             return {
                 "endpoints": n,

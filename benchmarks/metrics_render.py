@@ -11,6 +11,9 @@ vLLM server figures (from the simulator's own vLLM /metrics), then times:
   (`Exposition.prerender`, every second) had rendered them: what the scrape then costs, and what the
   background pass cost.
 
+A second table times the OpenMetrics output (what Prometheus asks for): prometheus_client's full
+OpenMetrics render against the exposition's, whose parts carry both formats from one render.
+
     python benchmarks/metrics_render.py [--endpoints 100,1000] [--repeat 20]
 """
 
@@ -21,7 +24,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from tokwatch.config import EndpointSettings, load_config_text
 from tokwatch.counters import ServerCollector
@@ -29,7 +33,8 @@ from tokwatch.counters.adapters import read_counters
 from tokwatch.counters.parse import parse_metrics
 from tokwatch.counters.state import ServerState
 from tokwatch.exposition import Exposition
-from tokwatch.metrics import ProbeMetrics, WindowCollector
+from tokwatch.metrics.probe import ProbeMetrics
+from tokwatch.metrics.window import WindowCollector
 from tokwatch.result import RunResult, Status, TimingSource
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.runtime import SimState
@@ -75,8 +80,8 @@ def vllm_text() -> str:
     return rendered[0].decode() if isinstance(rendered[0], bytes) else str(rendered[0])
 
 
-def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics, Callable[[], None]]:
-    """Registry and exposition over the same collectors, filled for n endpoints."""
+def build(n: int) -> tuple[Exposition, ProbeMetrics, Callable[[], None]]:
+    """The exposition (the registry) over the app's collectors, filled for n endpoints."""
     eps = endpoints(n)
     probe = ProbeMetrics()
     probe.set_endpoints(eps)
@@ -103,12 +108,10 @@ def build(n: int) -> tuple[CollectorRegistry, Exposition, ProbeMetrics, Callable
     figures = {ep.name: WindowFigures(ep.name, "24h", 24, 24, 50.0, 1.0, 0.02, 1.0) for ep in eps}
     window = WindowSnapshot(figures, None, 0.0, {ep.name: dict(ep.labels) for ep in eps})
     windows = WindowCollector(lambda: window)
-    registry = CollectorRegistry(auto_describe=False)
-    exposition = Exposition()
+    exposition = Exposition()  # also the registry `generate_latest` renders whole
     for c in (probe, servers, windows):
-        registry.register(c)
         exposition.register(c)
-    return registry, exposition, probe, counters_scraped
+    return exposition, probe, counters_scraped
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -133,9 +136,10 @@ def main() -> None:
         "| full / steady |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    openmetrics_rows = []
     for n in args.endpoints:
-        registry, exposition, probe, counters_scraped = build(n)
-        full = timed(lambda: generate_latest(registry), max(3, args.repeat // 5))  # noqa: B023
+        exposition, probe, counters_scraped = build(n)
+        full = timed(lambda: generate_latest(exposition), max(3, args.repeat // 5))  # noqa: B023
         t0 = time.perf_counter()
         body = exposition.render()
         cold = time.perf_counter() - t0
@@ -167,6 +171,23 @@ def main() -> None:
             f"| {statistics.median(ready) * 1e3:.2f} | {statistics.median(background) * 1e3:.1f} "
             f"| {full / steady:.0f}x |"
         )
+        om_full = timed(lambda: generate_openmetrics(exposition), max(3, args.repeat // 5))  # noqa: B023
+        om_body = exposition.render("openmetrics")
+        om_steady = timed(lambda: exposition.render("openmetrics"), args.repeat)  # noqa: B023
+        counters_scraped()
+        exposition.prerender()
+        om_ready = timed(lambda: exposition.render("openmetrics"), args.repeat)  # noqa: B023
+        openmetrics_rows.append(
+            f"| {n} | {len(om_body) / 1e6:.2f} | {om_full * 1e3:.1f} | {om_steady * 1e3:.2f} "
+            f"| {om_ready * 1e3:.2f} | {om_full / om_steady:.0f}x |"
+        )
+    print()
+    print(
+        "| endpoints | OpenMetrics body MB | full OpenMetrics render ms | steady scrape ms "
+        "| after counters moved, prerendered: scrape ms | full / steady |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(openmetrics_rows))
 
 
 if __name__ == "__main__":

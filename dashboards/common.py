@@ -64,14 +64,17 @@ def builtin_annotation() -> dict[str, Any]:
 def prometheus_annotation(
     name: str, expr: str, title: str, text: str, tags: str, color: str, step: str = "1m"
 ) -> dict[str, Any]:
-    """Marks every step where `expr` returns a sample (contiguous steps merge into a region)."""
+    """Marks every step where `expr` returns a sample (contiguous steps merge into a region).
+
+    The query goes in `target` (expr, and the step as `interval`), where Grafana's Prometheus plugin reads
+    it since Grafana 10 (it moves a top-level `expr`/`step` there on load); the title, text and tag keys stay
+    on the annotation, where the plugin reads them when it turns samples into events."""
     return {
         "datasource": PROMETHEUS,
         "enable": True,
-        "expr": expr,
         "iconColor": color,
         "name": name,
-        "step": step,
+        "target": {"expr": expr, "interval": step, "refId": "Anno"},
         "tagKeys": tags,
         "textFormat": text,
         "titleFormat": title,
@@ -109,8 +112,11 @@ def dashboard(
                 "asDropdown": True,
                 "includeVars": False,
                 "keepTime": True,
+                "icon": "external link",
                 "tags": ["tokwatch"],
+                "targetBlank": False,
                 "title": "tokwatch",
+                "tooltip": "",
                 "type": "dashboards",
             }
         ],

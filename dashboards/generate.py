@@ -22,6 +22,7 @@ from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
 from dashboards import benchmarks, health, history, lint, overview, server
+from dashboards.grafana_model import current_model
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_DIR = ROOT / "dashboards" / "json"
@@ -38,8 +39,10 @@ DASHBOARDS: dict[str, Callable[[], g.Dashboard]] = {
 
 
 def render(dashboard: g.Dashboard) -> str:
-    """Deterministic JSON text of a dashboard (sorted keys, 2-space indent, trailing newline)."""
-    return json.dumps(dashboard.to_json_data(), sort_keys=True, indent=2, cls=DashboardEncoder) + "\n"
+    """Deterministic JSON text of a dashboard in Grafana's current model (no nulls, no legacy keys; sorted
+    keys, 2-space indent, trailing newline)."""
+    plain = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(current_model(plain), sort_keys=True, indent=2) + "\n"
 
 
 def generate() -> dict[str, str]:

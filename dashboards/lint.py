@@ -199,13 +199,21 @@ def iter_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 where = f"panel {panel.get('id')} {panel.get('title')!r} ref {target.get('refId')}"
                 yield where, target["expr"]
     for annotation in dashboard.get("annotations", {}).get("list", []):
-        if _is_prometheus(annotation.get("datasource")) and annotation.get("expr"):
-            yield f"annotation {annotation.get('name')!r}", annotation["expr"]
+        expr = annotation_expr(annotation)
+        if _is_prometheus(annotation.get("datasource")) and expr:
+            yield f"annotation {annotation.get('name')!r}", expr
     for variable in dashboard.get("templating", {}).get("list", []):
         if variable.get("type") == "query" and _is_prometheus(variable.get("datasource")):
             query = variable.get("query")
             text = query.get("query", "") if isinstance(query, dict) else str(query or "")
             yield f"variable {variable.get('name')!r}", text
+
+
+def annotation_expr(annotation: dict[str, Any]) -> str:
+    """An annotation's PromQL: `target.expr` (Grafana 10+), or the older top-level `expr`; "" if none."""
+    target = annotation.get("target")
+    expr = target.get("expr") if isinstance(target, dict) else None
+    return str(expr or annotation.get("expr") or "")
 
 
 def _is_prometheus(datasource: object) -> bool:

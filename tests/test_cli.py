@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.postgres import LocalPostgres
+from tests.support.thread_server import ThreadServer
 
 SIM = """
 listen: 127.0.0.1:{port}
@@ -62,7 +64,8 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def sim(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
+def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
+    """`tokwatch sim` as a process of its own: the commands under test block this test's thread."""
     port = free_port()
     cfg = tmp_path / "sim.yml"
     cfg.write_text(SIM.format(port=port))
@@ -87,8 +90,8 @@ endpoints:
     return cfg
 
 
-def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, sim)
+def test_probe_command_prints_table_and_fails_on_non_ok(sim_url: str, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, sim_url)
     proc = subprocess.run(
         [sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg)],
         capture_output=True,
@@ -112,9 +115,9 @@ def test_probe_command_prints_table_and_fails_on_non_ok(sim: str, tmp_path: Path
     assert "client_stream" in proc.stdout
 
 
-def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path) -> None:
+def test_probe_command_unknown_endpoint_is_usage_error(sim_url: str, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim)), "nope"],
+        [sys.executable, "-m", "tokwatch", "probe", "--config", str(write_config(tmp_path, sim_url)), "nope"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -123,9 +126,9 @@ def test_probe_command_unknown_endpoint_is_usage_error(sim: str, tmp_path: Path)
 
 
 def test_serve_scrapes_then_exits_cleanly_on_sigterm(
-    sim: str, tmp_path: Path, free_port: Callable[[], int]
+    sim_url: str, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
-    cfg = write_config(tmp_path, sim)
+    cfg = write_config(tmp_path, sim_url)
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
     try:
@@ -188,14 +191,14 @@ def test_demo_runs_a_round_and_exits(tmp_path: Path, free_port: Callable[[], int
 
 
 def test_sigterm_cancels_a_probe_in_flight_and_exits_cleanly(
-    sim: str, tmp_path: Path, free_port: Callable[[], int]
+    sim_url: str, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
     cfg = tmp_path / "stuck.yml"
     cfg.write_text(f"""
 schedule: {{interval: 1h, offset: 0s}}
 storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
 endpoints:
-  - {{name: stuck, kind: openai, base_url: '{sim}/oa/v1', model: stuck, timeout: 60s}}
+  - {{name: stuck, kind: openai, base_url: '{sim_url}/oa/v1', model: stuck, timeout: 60s}}
 """)
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
@@ -252,7 +255,7 @@ def _runs_total(port: int) -> int:
 
 
 def test_kill_9_of_serve_during_a_database_outage_loses_no_run(
-    sim: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
+    sim_url: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
 ) -> None:
     import psycopg
 
@@ -262,7 +265,7 @@ probe: {{max_tokens: 8}}
 schedule: {{interval: 1s, offset: 0s}}
 storage: {{dsn: '{pg_dsn}', outbox_path: '{tmp_path}/outbox'}}
 endpoints:
-  - {{name: good, kind: openai, base_url: '{sim}/oa/v1', model: m}}
+  - {{name: good, kind: openai, base_url: '{sim_url}/oa/v1', model: m}}
 """)
 
     def stored(until: float = 2e9) -> list[tuple[str, int]]:
@@ -308,10 +311,7 @@ endpoints:
     assert "Traceback" not in err
 
 
-def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_path: Path) -> None:
-    import http.server
-    import threading
-
+def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim_url: str, tmp_path: Path) -> None:
     hits: list[str] = []
 
     class Metrics(http.server.BaseHTTPRequestHandler):
@@ -326,12 +326,9 @@ def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_p
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        cfg = write_config(tmp_path, sim)
-        other = f"http://127.0.0.1:{server.server_address[1]}"
+    with ThreadServer(Metrics) as server:
+        cfg = write_config(tmp_path, sim_url)
+        other = server.url
         cfg.write_text(
             cfg.read_text()
             + f"  - {{name: other, kind: vllm, base_url: '{other}/v1', model: m,"
@@ -344,9 +341,6 @@ def test_probe_command_scrapes_only_the_probed_endpoints_servers(sim: str, tmp_p
             timeout=60,
             env={k: v for k, v in os.environ.items() if k != "TW_UNSET_KEY"},
         )
-    finally:
-        server.shutdown()
-        server.server_close()
     # `other` is neither probed nor scraped, and its missing key does not stop probing `good`.
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert hits == []

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.lint import metrics_from_markdown
 from tokwatch.app import App
 from tokwatch.config import load_config_text
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = """
@@ -29,10 +28,10 @@ servers:
 """
 
 
-async def scrape_full_exporter(tmp_path: Path) -> str:
+@pytest.fixture
+async def full_exporter_metrics(sim: RunningSim, tmp_path: Path) -> str:
     """/metrics of an exporter that probed a vLLM and an Ollama endpoint, with storage and counters."""
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg = load_config_text(f"""
+    cfg = load_config_text(f"""
 probe: {{max_tokens: 8}}
 storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox'}}
 endpoints:
@@ -40,20 +39,20 @@ endpoints:
       mirror_metrics: [vllm:num_requests_running, vllm:prompt_tokens_total]}}
   - {{name: ollama, kind: ollama, base_url: '{sim.url}/o', model: 'q:1b'}}
 """)
-        app = App(cfg)
-        await app.start(schedule=False)
-        try:
-            for name in ("vllm", "ollama", "vllm"):
-                await app.probe(name)
-            await app._refresh_windows()
-            for counters in app._counters.values():
-                await counters.scrape_once()
-            served = app.exposition.render().decode()
-            # /metrics (pre-rendered per endpoint) carries exactly the registry's samples
-            assert _samples(served) == _samples(generate_latest(app.registry).decode())
-            return served
-        finally:
-            await app.stop()
+    app = App(cfg)
+    await app.start(schedule=False)
+    try:
+        for name in ("vllm", "ollama", "vllm"):
+            await app.probe(name)
+        await app.refresh_windows()
+        for counters in app.watchers.counters.values():
+            await counters.scrape_once()
+        served = app.exposition.render().decode()
+        # /metrics (pre-rendered per endpoint) carries exactly the registry's samples
+        assert _samples(served) == _samples(generate_latest(app.exposition).decode())
+        return served
+    finally:
+        await app.stop()
 
 
 def _samples(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
@@ -66,8 +65,8 @@ def _samples(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
     }
 
 
-def test_every_exposed_metric_is_documented_and_valid(tmp_path: Path) -> None:
-    text = asyncio.run(scrape_full_exporter(tmp_path))
+def test_every_exposed_metric_is_documented_and_valid(full_exporter_metrics: str) -> None:
+    text = full_exporter_metrics
     documented = metrics_from_markdown(ROOT / "docs" / "metrics.md")
     exposed = {f.name for f in text_string_to_metric_families(text)}
     expected = {"tokwatch_probe_runs", "tokwatch_server_up", "tokwatch_storage_up", "tokwatch_window_runs"}

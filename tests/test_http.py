@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import threading
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
+from tests.support.thread_server import ThreadServer, read_body, read_head
 from tokwatch import rxwatch
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
 
@@ -186,66 +187,30 @@ async def test_authorization_header_is_sent(serve, client: HttpClient) -> None:
 
 
 class _BodyClock:
-    """A raw HTTP server on its own thread and loop that records when it had each request's headers and
-    when its body was complete (optionally pausing between the two)."""
+    """Records when the server had each request's headers and when its body was complete (optionally pausing
+    between the two), then answers after `hold_s`."""
 
     def __init__(self, hold_s: float, *, read_delay_s: float = 0.0) -> None:
         self.hold_s = hold_s
         self.read_delay_s = read_delay_s  # pause between reading the headers and reading the body
         self.headers_at: list[float] = []
         self.body_complete_at: list[float] = []
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.headers_at.append(time.perf_counter())
-            length = int(next(v for k, v in _headers(head) if k == "content-length"))
-            if self.read_delay_s:
-                await asyncio.sleep(self.read_delay_s)
-            await reader.readexactly(length)
-            self.body_complete_at.append(time.perf_counter())
-            await asyncio.sleep(self.hold_s)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
-            await writer.drain()
-            writer.close()
-
-        async def main() -> None:
-            server = await asyncio.start_server(handle, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            self._ready.set()
-            async with server:
-                await server.serve_forever()
-
-        with contextlib.suppress(asyncio.CancelledError, RuntimeError):
-            loop.run_until_complete(main())
-
-    def __enter__(self) -> _BodyClock:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        for task in asyncio.all_tasks(self._loop):
-            self._loop.call_soon_threadsafe(task.cancel)
-        self._thread.join(10)
-
-
-def _headers(head: bytes) -> list[tuple[str, str]]:
-    lines = head.decode().split("\r\n")[1:]
-    return [(k.strip().lower(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines if ln)]
+    def __call__(self, conn: socket.socket) -> None:
+        head, body = read_head(conn)
+        self.headers_at.append(time.perf_counter())
+        if self.read_delay_s:
+            time.sleep(self.read_delay_s)
+        read_body(conn, head, body)
+        self.body_complete_at.append(time.perf_counter())
+        time.sleep(self.hold_s)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
 
 
 async def test_the_clock_starts_at_the_last_byte_and_waiting_is_send_delay() -> None:
-    with _BodyClock(hold_s=0.5) as server:
-        url = f"http://127.0.0.1:{server.port}/"
+    clock = _BodyClock(hold_s=0.5)
+    with ThreadServer(clock) as server:
+        url = f"{server.url}/"
         body = {"prompt": "x" * 50_000}  # large enough to need more than one transport write
         async with HttpClient(limit=1) as client:  # one connection: the second request must wait for it
 
@@ -257,7 +222,7 @@ async def test_the_clock_starts_at_the_last_byte_and_waiting_is_send_delay() -> 
 
             first, second = await asyncio.gather(one(), one())
     # the stamp precedes the server's receipt of the last byte (one clock: same host, CLOCK_MONOTONIC)
-    assert first[0] <= min(server.body_complete_at)
+    assert first[0] <= min(clock.body_complete_at)
     # the second request waited ~0.5 s for the only connection: that is its send delay, not its latency
     # (each latency is the server's 0.5 s hold; with the wait in it, it would be ~1 s)
     waited = max(first[1], second[1])
@@ -268,14 +233,15 @@ async def test_the_clock_starts_at_the_last_byte_and_waiting_is_send_delay() -> 
 async def _big_body_send_stamps(pause_s: float) -> tuple[float, float, float]:
     """(client send stamp, server had the headers, server had the whole body) for a 16 MB body that the
     server starts reading `pause_s` after the headers."""
-    with _BodyClock(hold_s=0.0, read_delay_s=pause_s) as server:
+    clock = _BodyClock(hold_s=0.0, read_delay_s=pause_s)
+    with ThreadServer(clock) as server:
         body = {"prompt": "x" * (16 * 1024 * 1024)}  # far beyond tcp_wmem max (4 MB) + the receiver's buffers
         async with (
             HttpClient(limit=1) as client,
-            client.stream("POST", f"http://127.0.0.1:{server.port}/", json_body=body, timeout=30) as resp,
+            client.stream("POST", f"{server.url}/", json_body=body, timeout=30) as resp,
         ):
             await resp.read()
-    (headers_at,), (body_complete_at,) = server.headers_at, server.body_complete_at
+    (headers_at,), (body_complete_at,) = clock.headers_at, clock.body_complete_at
     return resp.sent_at, headers_at, body_complete_at
 
 
@@ -343,67 +309,35 @@ def test_reads_are_stamped_on_uvloop_too() -> None:
 
 
 class _PacedSender:
-    """A raw HTTP server on its own thread: sends headers, then `parts` body writes `gap_s` apart, and
-    records when it wrote each (perf_counter: one clock with the client's stamps)."""
+    """Sends headers, then `parts` body writes `gap_s` apart, and records when it wrote each (perf_counter:
+    one clock with the client's stamps)."""
 
     def __init__(self, parts: int, gap_s: float) -> None:
         self.parts, self.gap_s = parts, gap_s
         self.written_at: list[float] = []
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-            await writer.drain()
-            for i in range(self.parts):
-                await asyncio.sleep(self.gap_s)
-                self.written_at.append(time.perf_counter())  # before the write: arrival cannot precede it
-                writer.write(b"6\r\npart-%d\r\n" % i)
-                await writer.drain()
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            writer.close()
-
-        async def main() -> None:
-            server = await asyncio.start_server(handle, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            self._ready.set()
-            async with server:
-                await server.serve_forever()
-
-        with contextlib.suppress(asyncio.CancelledError, RuntimeError):
-            loop.run_until_complete(main())
-
-    def __enter__(self) -> _PacedSender:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        for task in asyncio.all_tasks(self._loop):
-            self._loop.call_soon_threadsafe(task.cancel)
-        self._thread.join(10)
+    def __call__(self, conn: socket.socket) -> None:
+        read_head(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(self.parts):
+            time.sleep(self.gap_s)
+            self.written_at.append(time.perf_counter())  # before the write: arrival cannot precede it
+            conn.sendall(b"6\r\npart-%d\r\n" % i)
+        conn.sendall(b"0\r\n\r\n")
 
 
 async def _pieces_while_busy(watch: bool) -> tuple[list[tuple[float, bytes]], list[float], float, int]:
     """Three parts arrive 60 ms apart while the client's loop is blocked; returns the pieces, the server's
     write times, when the loop was free again, and the reads the watcher stamped earlier than the loop."""
-    with _PacedSender(parts=3, gap_s=0.06) as server:
+    sender = _PacedSender(parts=3, gap_s=0.06)
+    with ThreadServer(sender) as server:
         async with HttpClient(watch_receives=watch) as client:
-            async with client.stream("GET", f"http://127.0.0.1:{server.port}/", timeout=10) as resp:
+            async with client.stream("GET", f"{server.url}/", timeout=10) as resp:
                 time.sleep(0.4)  # noqa: ASYNC251 - on purpose: the loop is busy while every part arrives
                 unblocked = time.perf_counter()
                 pieces = [(t, data) async for t, data in resp.chunks()]
             improved = client.watcher.improved_reads if client.watcher is not None else 0
-    return pieces, server.written_at, unblocked, improved
+    return pieces, sender.written_at, unblocked, improved
 
 
 def _assert_arrival_stamps(pieces: list[tuple[float, bytes]], written: list[float], unblocked: float) -> None:

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tokwatch.config import load_config_text
-from tokwatch.metrics import ProbeMetrics, probe_result_families
+from tokwatch.metrics.probe import ProbeMetrics, probe_result_families
 from tokwatch.result import RunResult, Status, TimingSource
 
 CONFIG = load_config_text(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tokwatch.metrics import ExporterCollector, ExporterStatus
+from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus
 from tokwatch.scheduler import RoundPlan, Scheduler, next_round_time, run_round
 
 

@@ -18,8 +18,7 @@ from tokwatch.app import App
 from tokwatch.config import load_config_text
 from tokwatch.result import Status
 from tokwatch.server import start_site
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 
 SECRET = "sk-test-0123456789abcdef"
 
@@ -60,19 +59,18 @@ class Running:
 
 
 @pytest.fixture
-async def running(tmp_path: Path) -> AsyncIterator[Running]:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg_file = tmp_path / "tokwatch.yml"
-        cfg_file.write_text(exporter_config(sim.url))
-        app = App(load_config_text(cfg_file.read_text(), str(cfg_file)), str(cfg_file))
-        await app.start()
-        runner, port = await start_site(app, "127.0.0.1", 0)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-                yield Running(app, f"http://127.0.0.1:{port}", sim.url, session)
-        finally:
-            await app.stop()
-            await runner.cleanup()
+async def running(sim: RunningSim, tmp_path: Path) -> AsyncIterator[Running]:
+    cfg_file = tmp_path / "tokwatch.yml"
+    cfg_file.write_text(exporter_config(sim.url))
+    app = App(load_config_text(cfg_file.read_text(), str(cfg_file)), str(cfg_file))
+    await app.start()
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            yield Running(app, f"http://127.0.0.1:{port}", sim.url, session)
+    finally:
+        await app.stop()
+        await runner.cleanup()
 
 
 async def get(r: Running, path: str, **kw: object) -> tuple[int, str]:

@@ -15,13 +15,22 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.postgres import LocalPostgres
+from tests.support.sim import StartSim
 from tokwatch.app import App
 from tokwatch.config import Config, load_config_text
 from tokwatch.scheduler import run_round
-from tokwatch.shard import Shard, ShardError, owner_of, parse_shard, shard_from_env, takeover_after
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.shard import (
+    FleetDuty,
+    Shard,
+    ShardError,
+    owner_of,
+    parse_shard,
+    shard_from_env,
+    takeover_after,
+)
+from tokwatch.sim.testing import RunningSim
 from tokwatch.storage.report import build_report
+from tokwatch.window_rule import WindowRule
 
 NAMES = [f"endpoint-{i}" for i in range(600)]
 
@@ -96,7 +105,7 @@ def series(app: App) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 async def _one_round(app: App) -> None:
     await run_round(app._schedule_settings()[2], app.probe)
-    await app._refresh_windows()
+    await app.refresh_windows()
 
 
 def own_outbox(config: Config, path: Path) -> Config:
@@ -104,6 +113,15 @@ def own_outbox(config: Config, path: Path) -> Config:
     `./tokwatch-state/outbox.jsonl` (as replicas on separate machines do not)."""
     storage = config.storage.model_copy(update={"outbox_path": str(path)})
     return config.model_copy(update={"storage": storage})
+
+
+async def _disturbed(app: App) -> set[str]:
+    """Endpoints with a stored run flagged timing_disturbed (a busy test machine): with
+    `window_includes: [timing_disturbed]` their client figure, off by up to the stall, counts in the
+    window, so which endpoint is fastest is certain only without them."""
+    assert app.store is not None
+    runs = await app.store.recent_runs(0, None)
+    return {name for name, points in runs.items() if any(p.timing_disturbed for p in points)}
 
 
 async def _stored_runs(app: App) -> dict[str, int]:
@@ -114,59 +132,61 @@ async def _stored_runs(app: App) -> dict[str, int]:
 
 
 async def test_two_shards_probe_every_endpoint_once_and_export_fleet_figures_once(
-    pg_server: LocalPostgres, tmp_path: Path
+    sim: RunningSim, pg_server: LocalPostgres, tmp_path: Path
 ) -> None:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        shared, alone = pg_server.new_database(), pg_server.new_database()
-        config = load_config_text(fleet_config(sim.url, shared))
-        shards = [
-            App(own_outbox(config, tmp_path / f"r{i}.jsonl"), shard=Shard(i, 2), instance=f"r{i}")
-            for i in range(2)
-        ]
-        alone_config = own_outbox(load_config_text(fleet_config(sim.url, alone)), tmp_path / "one.jsonl")
-        single = App(alone_config, instance="one")
-        for app in (*shards, single):
-            await app.start(schedule=False)
-        try:
-            await asyncio.gather(*(_one_round(app) for app in shards))
-            await _one_round(single)
-            for app in shards:
-                await app._refresh_windows()  # after both wrote: the fleet comparison sees every run
-            probed = [n for app in shards for n in app._last_outcome]
-            assert sorted(probed) == sorted(e.name for e in config.endpoints)  # the union covers all, once
-            # The shared store holds every run exactly once.
-            assert await _stored_runs(shards[1]) == dict.fromkeys(probed, 1)
-            # The fleet comparison is exported by replica 0 only, and covers replica 1's endpoints too.
-            fleet = "tokwatch_fleet_fastest_vs_slowest_ratio"
-            assert any(n == fleet for n, _ in series(shards[0]))
-            assert not any(n == fleet for n, _ in series(shards[1]))
-            assert owner_of("ep7", 2) == 1  # the fastest endpoint is replica 1's
-            snap = shards[0]._window_snapshot()
+    shared, alone = pg_server.new_database(), pg_server.new_database()
+    config = load_config_text(fleet_config(sim.url, shared))
+    shards = [
+        App(own_outbox(config, tmp_path / f"r{i}.jsonl"), shard=Shard(i, 2), instance=f"r{i}")
+        for i in range(2)
+    ]
+    alone_config = own_outbox(load_config_text(fleet_config(sim.url, alone)), tmp_path / "one.jsonl")
+    single = App(alone_config, instance="one")
+    for app in (*shards, single):
+        await app.start(schedule=False)
+    try:
+        await asyncio.gather(*(_one_round(app) for app in shards))
+        await _one_round(single)
+        for app in shards:
+            await app.refresh_windows()  # after both wrote: the fleet comparison sees every run
+        probed = [n for app in shards for n in app.probes.last_outcomes]
+        assert sorted(probed) == sorted(e.name for e in config.endpoints)  # the union covers all, once
+        # The shared store holds every run exactly once.
+        assert await _stored_runs(shards[1]) == dict.fromkeys(probed, 1)
+        # The fleet comparison is exported by replica 0 only, and covers replica 1's endpoints too.
+        fleet = "tokwatch_fleet_fastest_vs_slowest_ratio"
+        assert any(n == fleet for n, _ in series(shards[0]))
+        assert not any(n == fleet for n, _ in series(shards[1]))
+        snap = shards[0]._window_snapshot()
+        assert snap.ranking is not None and {n for n, _ in snap.ranking.ranked} == set(probed)
+        assert owner_of("ep7", 2) == 1  # the fastest endpoint is replica 1's
+        if not await _disturbed(shards[0]):
             assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
-            # `tokwatch report` from either replica covers the whole fleet (it reads the shared store).
-            for app in shards:
-                report = await build_report(app.store, time.time(), 7 * 86400)  # type: ignore[arg-type]
-                assert sorted(r.endpoint for r in report.endpoints) == sorted(probed)
-            # Per-endpoint series are disjoint between replicas and together what one exporter exports,
-            # so Prometheus sums over both replicas count every endpoint once.
-            a, b = series(shards[0]), series(shards[1])
-            assert not (a & b)
-            # A run flagged timing_disturbed (a busy test machine) leaves its endpoint's ok-run figures out:
-            # compare the endpoints whose runs were clean in both set-ups.
-            disturbed = {
-                name
-                for app in (*shards, single)
-                for name, outcome in app._last_outcome.items()
-                if outcome.result.timing_disturbed
-            }
+        # `tokwatch report` from either replica covers the whole fleet (it reads the shared store).
+        for app in shards:
+            rule = WindowRule.of(app.config.schedule.window_includes)
+            report = await build_report(app.store, time.time(), 7 * 86400, rule=rule)  # type: ignore[arg-type]
+            assert sorted(r.endpoint for r in report.endpoints) == sorted(probed)
+        # Per-endpoint series are disjoint between replicas and together what one exporter exports,
+        # so Prometheus sums over both replicas count every endpoint once.
+        a, b = series(shards[0]), series(shards[1])
+        assert not (a & b)
+        # A run flagged timing_disturbed (a busy test machine) leaves its endpoint's ok-run figures out:
+        # compare the endpoints whose runs were clean in both set-ups.
+        disturbed = {
+            name
+            for app in (*shards, single)
+            for name, outcome in app.probes.last_outcomes.items()
+            if outcome.result.timing_disturbed
+        }
 
-            def clean(found: set[tuple[str, tuple[tuple[str, str], ...]]]) -> set[object]:
-                return {s for s in found if dict(s[1]).get("endpoint") not in disturbed}
+        def clean(found: set[tuple[str, tuple[tuple[str, str], ...]]]) -> set[object]:
+            return {s for s in found if dict(s[1]).get("endpoint") not in disturbed}
 
-            assert clean(a | b) == clean(series(single))
-        finally:
-            for app in (*shards, single):
-                await app.stop()
+        assert clean(a | b) == clean(series(single))
+    finally:
+        for app in (*shards, single):
+            await app.stop()
 
 
 # A bigger fleet for the rebalance: 24 endpoints on three servers, short runs (8 tokens at 2,000 tok/s).
@@ -190,7 +210,7 @@ async def _round_of_shards(config: Config, count: int, tmp_path: Path) -> dict[s
         await app.start(schedule=False)
     try:
         await asyncio.gather(*(_one_round(app) for app in apps))
-        probed = [(name, i) for i, app in enumerate(apps) for name in app._last_outcome]
+        probed = [(name, i) for i, app in enumerate(apps) for name in app.probes.last_outcomes]
     finally:
         for app in apps:
             await app.stop()  # writes what is still queued
@@ -200,25 +220,25 @@ async def _round_of_shards(config: Config, count: int, tmp_path: Path) -> dict[s
 
 
 async def test_a_third_shard_takes_its_share_and_nothing_else_moves(
-    pg_server: LocalPostgres, tmp_path: Path
+    start_sim: StartSim, pg_server: LocalPostgres, tmp_path: Path
 ) -> None:
     """Scale 2 -> 3 replicas on one store: each round probes every endpoint once, and the endpoints that
     change replica are exactly the new replica's (about a third), never one between the old replicas."""
-    async with run_sim(load_sim_config_text(REBALANCE_SIM)) as sim:
-        dsn = pg_server.new_database()
-        config = load_config_text(fleet_config(sim.url, dsn, REBALANCE, "abc", max_tokens=8))
-        names = sorted(e.name for e in config.endpoints)
-        # An unsharded App on the same database, to read the shared store between the rounds.
-        store_app = App(own_outbox(config, tmp_path / "reader.jsonl"), instance="reader")
-        await store_app.start(schedule=False)
-        try:
-            before = await _round_of_shards(config, 2, tmp_path)
-            assert await _stored_runs(store_app) == dict.fromkeys(names, 1)
+    sim = await start_sim(REBALANCE_SIM)
+    dsn = pg_server.new_database()
+    config = load_config_text(fleet_config(sim.url, dsn, REBALANCE, "abc", max_tokens=8))
+    names = sorted(e.name for e in config.endpoints)
+    # An unsharded App on the same database, to read the shared store between the rounds.
+    store_app = App(own_outbox(config, tmp_path / "reader.jsonl"), instance="reader")
+    await store_app.start(schedule=False)
+    try:
+        before = await _round_of_shards(config, 2, tmp_path)
+        assert await _stored_runs(store_app) == dict.fromkeys(names, 1)
 
-            after = await _round_of_shards(config, 3, tmp_path)
-            assert await _stored_runs(store_app) == dict.fromkeys(names, 2)  # once per round
-        finally:
-            await store_app.stop()
+        after = await _round_of_shards(config, 3, tmp_path)
+        assert await _stored_runs(store_app) == dict.fromkeys(names, 2)  # once per round
+    finally:
+        await store_app.stop()
     assert before == {n: owner_of(n, 2) for n in names} and after == {n: owner_of(n, 3) for n in names}
     moved = {n for n in names if before[n] != after[n]}
     assert moved == {n for n in names if after[n] == 2}  # the new replica's share, and only that
@@ -239,71 +259,74 @@ def test_the_fleet_figures_go_to_the_lowest_live_replica_that_probes_something()
 
 
 async def test_while_replica_0_is_down_replica_1_exports_the_fleet_figures(
-    pg_server: LocalPostgres, tmp_path: Path
+    sim: RunningSim, pg_server: LocalPostgres, tmp_path: Path
 ) -> None:
     """Replica 0 stops: once the shared store has had no run of its endpoints for `takeover_after(interval)`
     (3 s at a 1 s interval), replica 1 exports the fleet figures, covering replica 0's endpoints from the
     store; when replica 0 is back and writes runs, replica 1 leaves them to it again."""
     fleet = "tokwatch_fleet_fastest_vs_slowest_ratio"
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        config = load_config_text(
-            fleet_config(sim.url, pg_server.new_database()).replace(
-                "interval: 1h", "interval: 1s, offset: 0s"
-            )
+    config = load_config_text(
+        fleet_config(sim.url, pg_server.new_database()).replace(
+            "interval: 1h", "interval: 1s, offset: 0s"
         )
-        after = takeover_after(config.schedule.interval)
-        apps = [
-            App(own_outbox(config, tmp_path / f"r{i}.jsonl"), shard=Shard(i, 2), instance=f"r{i}")
-            for i in range(2)
-        ]
-        back: App | None = None
-        for app in apps:
-            await app.start(schedule=False)
-        try:
-            await asyncio.gather(*(_one_round(app) for app in apps))
-            assert [app.exports_fleet for app in apps] == [True, False]
-            await apps[0].stop()  # replica 0 goes down
-            await asyncio.sleep(after + 0.5)  # bounded: 3.5 s
-            await _one_round(apps[1])
-            assert apps[1].exports_fleet
-            assert any(n == fleet for n, _ in series(apps[1]))
-            snap = apps[1]._window_snapshot()  # from the store: replica 0's endpoints included
+    )
+    after = takeover_after(config.schedule.interval)
+    apps = [
+        App(own_outbox(config, tmp_path / f"r{i}.jsonl"), shard=Shard(i, 2), instance=f"r{i}")
+        for i in range(2)
+    ]
+    back: App | None = None
+    for app in apps:
+        await app.start(schedule=False)
+    try:
+        await asyncio.gather(*(_one_round(app) for app in apps))
+        assert [app.fleet_duty.exports for app in apps] == [True, False]
+        await apps[0].stop()  # replica 0 goes down
+        await asyncio.sleep(after + 0.5)  # bounded: 3.5 s
+        await _one_round(apps[1])
+        assert apps[1].fleet_duty.exports
+        assert any(n == fleet for n, _ in series(apps[1]))
+        snap = apps[1]._window_snapshot()  # from the store: replica 0's endpoints included
+        assert snap.ranking is not None
+        assert {n for n, _ in snap.ranking.ranked} == {e.name for e in config.endpoints}
+        assert owner_of("ep0", 2) == 0
+        if not await _disturbed(apps[1]):
             assert snap.fleet is not None and (snap.fleet.fastest, snap.fleet.slowest) == ("ep7", "ep0")
-            assert owner_of("ep0", 2) == 0
-            # Replica 0 restarts and probes: it exports at once, and replica 1 hands back.
-            back = App(own_outbox(config, tmp_path / "r0-back.jsonl"), shard=Shard(0, 2), instance="r0")
-            await back.start(schedule=False)
-            await _one_round(back)
-            assert back.exports_fleet
-            await apps[1]._refresh_windows()
-            assert not apps[1].exports_fleet
-            assert not any(n == fleet for n, _ in series(apps[1]))
-        finally:
-            for app in (apps[1], *([back] if back else [])):
-                await app.stop()
-            if apps[0]._started:
-                await apps[0].stop()
+        # Replica 0 restarts and probes: it exports at once, and replica 1 hands back.
+        back = App(own_outbox(config, tmp_path / "r0-back.jsonl"), shard=Shard(0, 2), instance="r0")
+        await back.start(schedule=False)
+        await _one_round(back)
+        assert back.fleet_duty.exports
+        await apps[1].refresh_windows()
+        assert not apps[1].fleet_duty.exports
+        assert not any(n == fleet for n, _ in series(apps[1]))
+    finally:
+        for app in (apps[1], *([back] if back else [])):
+            await app.stop()
+        if apps[0]._started:
+            await apps[0].stop()
 
 
-async def test_probe_of_an_endpoint_owned_by_another_shard_names_the_owner(pg_dsn: str) -> None:
+async def test_probe_of_an_endpoint_owned_by_another_shard_names_the_owner(
+    sim: RunningSim, pg_dsn: str
+) -> None:
     from tokwatch.server import start_site
 
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        config = load_config_text(fleet_config(sim.url, pg_dsn))
-        app = App(config, shard=Shard(0, 2))
-        await app.start(schedule=False)
-        runner, port = await start_site(app, "127.0.0.1", 0)
-        try:
-            foreign = next(e.name for e in config.endpoints if not app.shard.owns(e.name))
-            async with (
-                aiohttp.ClientSession() as http,
-                http.get(f"http://127.0.0.1:{port}/probe", params={"target": foreign}) as resp,
-            ):
-                assert resp.status == 400
-                assert "is probed by shard 1/2" in await resp.text()
-        finally:
-            await runner.cleanup()
-            await app.stop()
+    config = load_config_text(fleet_config(sim.url, pg_dsn))
+    app = App(config, shard=Shard(0, 2))
+    await app.start(schedule=False)
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    try:
+        foreign = next(e.name for e in config.endpoints if not app.shard.owns(e.name))
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/probe", params={"target": foreign}) as resp,
+        ):
+            assert resp.status == 400
+            assert "is probed by shard 1/2" in await resp.text()
+    finally:
+        await runner.cleanup()
+        await app.stop()
 
 
 def test_serve_rejects_a_bad_shard_with_a_clear_message(tmp_path: Path) -> None:
@@ -328,7 +351,7 @@ def test_the_statefulset_example_derives_each_shard_from_its_pod_name() -> None:
         for r in kustomization["resources"]
         for d in yaml.safe_load_all((sharded / r).read_text())
     }
-    assert set(docs) == {"ConfigMap", "Service", "StatefulSet", "ServiceMonitor"}
+    assert set(docs) == {"ConfigMap", "Service", "StatefulSet", "ServiceMonitor", "NetworkPolicy"}
     sts = docs["StatefulSet"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in container["env"]}
@@ -366,3 +389,30 @@ def test_the_statefulset_example_derives_each_shard_from_its_pod_name() -> None:
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "tokwatch"
+
+
+async def test_fleet_duty_moves_up_while_lower_replicas_write_nothing_and_back() -> None:
+    clock = [1000.0]
+    owners = {"a": 0, "b": 1}
+    duty = FleetDuty(Shard(1, 2), owners.values(), clock=lambda: clock[0])
+    written: set[str] = set()
+
+    async def recent(since: float) -> set[str]:
+        return written
+
+    async def unreachable(since: float) -> set[str]:
+        raise OSError("database down")
+
+    assert not duty.exports
+    await duty.check(owners, 10.0, recent)  # not running for takeover_after yet: replica 0 presumed live
+    assert not duty.exports
+    clock[0] += takeover_after(10.0)
+    await duty.check(owners, 10.0, None)  # without a shared store nothing tells it replica 0 is down
+    assert not duty.exports
+    await duty.check(owners, 10.0, recent)
+    assert duty.exports
+    await duty.check(owners, 10.0, unreachable)  # the duty stays as it was until the store answers
+    assert duty.exports
+    written.add("a")  # replica 0 writes runs again
+    await duty.check(owners, 10.0, recent)
+    assert not duty.exports

@@ -24,7 +24,7 @@ from tokwatch.cli import main
 from tokwatch.config import load_config_text
 from tokwatch.server import start_site
 from tokwatch.strict_yaml import ConfigError
-from tokwatch.webconfig import load_web_config
+from tokwatch.webconfig import BasicAuth, bcrypt_cost, load_web_config
 
 PASSWORD = "s3cret-scrape-pass"
 CONFIG = "endpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]\n"
@@ -171,9 +171,10 @@ async def test_client_certificates_are_required_and_verified(pki: Pki, serve) ->
         with pytest.raises(aiohttp.ClientError):  # no client certificate: the handshake fails
             async with s.get(url + "/metrics", headers=good) as resp:
                 await resp.read()
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=_client_ssl(pki, with_cert=True))
-    ) as s, s.get(url + "/metrics", headers=good) as resp:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=_client_ssl(pki, with_cert=True))) as s,
+        s.get(url + "/metrics", headers=good) as resp,
+    ):
         assert resp.status == 200
 
 
@@ -181,6 +182,10 @@ async def test_client_certificates_are_required_and_verified(pki: Pki, serve) ->
     ("text", "message"),
     [
         ("basic_auth_users:\n  u: plaintext\n", ":2: basic_auth_users.u: the password must be a bcrypt hash"),
+        (
+            "basic_auth_users:\n  u: $2b$99$" + "a" * 53 + "\n",
+            ":2: basic_auth_users.u: the bcrypt hash has no valid cost",
+        ),
         (
             "tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n",
             "tls_server_config.cert_file: no such file",
@@ -203,6 +208,20 @@ def test_bad_web_configs_name_the_file_and_field(pki: Pki, text: str, message: s
     with pytest.raises(ConfigError) as err:
         load_web_config(path)
     assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_an_unknown_user_costs_the_highest_configured_bcrypt_cost() -> None:
+    """So an unknown user is answered as slowly as a known user's wrong password (no user enumeration by
+    timing; benchmarks/auth_timing.py measures it against the real exporter)."""
+    users = {
+        "cheap": bcrypt.hashpw(b"one", bcrypt.gensalt(rounds=4)).decode(),
+        "dear": bcrypt.hashpw(b"two", bcrypt.gensalt(rounds=6)).decode(),
+    }
+    auth = BasicAuth(users)
+    assert auth.unknown_user_cost == 6 == bcrypt_cost(users["dear"])
+    assert not auth.check(_basic("nobody", "two")["Authorization"])
+    assert not auth.check(_basic("dear", "one")["Authorization"])
+    assert auth.check(_basic("dear", "two")["Authorization"])
 
 
 def test_serve_with_a_bad_web_config_exits_2_without_traceback(

@@ -57,7 +57,8 @@ def prometheus_rule() -> str:
     doc = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "tokwatch", "labels": dict(LABELS)},
+        # release: the label kube-prometheus-stack's Prometheus selects rules by (docs/deploy.md)
+        "metadata": {"name": "tokwatch", "labels": {**LABELS, "release": "kube-prometheus-stack"}},
         "spec": {"groups": groups},
     }
     text = yaml.dump(_blocks(doc), Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)

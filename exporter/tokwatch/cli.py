@@ -10,10 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokwatch import __version__
-from tokwatch.app import App, Keys
+from tokwatch.app import App
+from tokwatch.argtypes import OneLineErrorParser, listen_address
 from tokwatch.bench.commands import add_commands as bench_commands
 from tokwatch.config import DEFAULT_LISTEN, Config, load_config
 from tokwatch.demo import add_commands as demo_commands
+from tokwatch.healthcheck import add_commands as healthcheck_commands
+from tokwatch.keys import Keys
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.log_throttle import RepeatThrottle
 from tokwatch.redact import Redactor
@@ -182,14 +185,18 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="tokwatch", description=__doc__)
+    parser = OneLineErrorParser(prog="tokwatch", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tokwatch {__version__}")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the exporter (scheduled probes, /metrics, /probe)")
     p.add_argument("--config", "-c", required=True, help="tokwatch.yml")
-    p.add_argument("--listen", help=f"HOST:PORT to serve on (default from config, else {DEFAULT_LISTEN})")
+    p.add_argument(
+        "--listen",
+        type=listen_address,
+        help=f"HOST:PORT to serve on (default from config, else {DEFAULT_LISTEN})",
+    )
     p.add_argument(
         "--shard",
         metavar="I/N",
@@ -208,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(func=cmd_check_config)
 
-    for register in (demo_commands, storage_commands, bench_commands):
+    for register in (demo_commands, storage_commands, bench_commands, healthcheck_commands):
         register(sub)
     return parser
 

@@ -19,7 +19,13 @@ from pydantic import (
 
 from tokwatch.kinds import Kind
 from tokwatch.result import TimingSource
-from tokwatch.setting_values import duration_fields, parse_listen, positive_duration_fields
+from tokwatch.setting_values import (
+    check_http_url,
+    duration_fields,
+    parse_listen,
+    positive_duration_fields,
+    ratio_fields,
+)
 from tokwatch.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
@@ -32,6 +38,22 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 RESERVED_LABELS = frozenset(
     {"endpoint", "status", "source", "le", "quantile", "kind", "model", "instance", "job", "phase", "metric"}
 )
+
+
+class Tolerance(StrictModel):
+    """How far the client's own lateness may have moved a client-timed figure before the figure is set
+    aside (docs/methodology.md, "Disturbance"): a relative bound for tok/s, and for latencies (TTFT, ITL
+    percentiles, TPOT, TTOT, E2E) the larger of an absolute floor and a share of the figure."""
+
+    tokens_per_second: float = 0.01
+    latency: float = 0.05
+    latency_floor: float = 0.001
+    _ratios = ratio_fields("tokens_per_second", "latency")
+    _floor = positive_duration_fields("latency_floor")
+
+    def latency_limit(self, value_s: float) -> float:
+        """The largest error bound a latency figure of `value_s` seconds may carry and still count."""
+        return max(self.latency_floor, self.latency * value_s)
 
 
 class ProbeSettings(StrictModel):
@@ -62,16 +84,19 @@ class ProbeSettings(StrictModel):
     # A tok/s above this cannot come from a real decode (the fastest single-stream serving is a few
     # thousand tok/s): such a run is garbage, not a record.
     max_plausible_tokens_per_second: float = Field(20000.0, gt=0)
-    # A run during which the measurement loop stalled this long is flagged `timing_disturbed`.
-    disturbance_threshold: float = 0.005
-    _probe_durations = positive_duration_fields("disturbance_threshold")
+    # A client-timed figure whose error bound (from the measurement loop's stalls) exceeds its tolerance is
+    # set aside; the run's status, and every server-sourced figure, always count.
+    tolerance: Tolerance = Field(default_factory=Tolerance)
+    # The setting `tolerance` replaced: named only to say so when an old config still sets it.
+    disturbance_threshold: None = None
 
-    @field_validator("disturbance_threshold")
+    @field_validator("disturbance_threshold", mode="before")
     @classmethod
-    def _positive_threshold(cls, v: float) -> float:
-        if not 0 < v < 60:
-            raise ValueError("must be a duration above 0 and below 60s")
-        return v
+    def _replaced(cls, v: Any) -> None:
+        raise ValueError(
+            "replaced by probe.tolerance: a stall now sets aside only the figures it could have moved beyond "
+            "their tolerance (docs/configuration.md)"
+        )
 
     @field_validator("timing_preference")
     @classmethod
@@ -92,8 +117,9 @@ class ScheduleSettings(StrictModel):
     per_server: int = Field(1, ge=1, le=64)  # probes at once against one server
     # /probe?target= within this long after the endpoint's last run returns that run instead of probing.
     on_demand_min_interval: float = 60.0
-    # Runs the window figures (median, CV, uptime, fleet comparison) take in besides scheduled, undisturbed
-    # ones: "on_demand" (/probe) and/or "timing_disturbed".
+    # What the window figures (median, CV, uptime, fleet comparison) take in besides scheduled runs and the
+    # tok/s figures within tolerance: "on_demand" (/probe runs) and/or "timing_disturbed" (tok/s figures a
+    # client stall set aside).
     window_includes: tuple[Literal["on_demand", "timing_disturbed"], ...] = ()
     window: float = 86400.0  # window for the in-memory median/CV/stddev gauges
     run_on_start: bool = (
@@ -171,12 +197,7 @@ class EndpointSettings(StrictModel):
     @field_validator("base_url", "metrics_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must be an http:// or https:// URL with a host, got {v!r}")
-        return v.rstrip("/")
+        return v if v is None else check_http_url(v).rstrip("/")
 
     @field_validator("labels")
     @classmethod

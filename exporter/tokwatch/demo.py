@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tokwatch.app import App
+from tokwatch.argtypes import listen_address
 from tokwatch.config import DEFAULT_LISTEN, Config
 from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.setting_values import parse_listen
@@ -173,7 +174,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register `demo` and `sim`."""
     p = sub.add_parser("demo", help="simulated server + exporter probing it: real numbers within a minute")
-    p.add_argument("--listen", help=f"HOST:PORT for the exporter (default {DEFAULT_LISTEN})")
+    p.add_argument(
+        "--listen", type=listen_address, help=f"HOST:PORT for the exporter (default {DEFAULT_LISTEN})"
+    )
     p.add_argument("--state-dir", default="tokwatch-state", help="where the demo keeps its SQLite history")
     p.add_argument("--rounds", type=int, help="exit after this many probe rounds (default: run until Ctrl-C)")
     add_web_config_option(p)
@@ -181,5 +184,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sim", help="run the simulated inference server")
     p.add_argument("--config", "-c", required=True, help="sim.yml (see docs/simulator.md)")
-    p.add_argument("--listen", help="HOST:PORT (default from the config)")
+    p.add_argument("--listen", type=listen_address, help="HOST:PORT (default from the config)")
     p.set_defaults(func=cmd_sim)

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -101,6 +101,132 @@ class StallMonitor:
             inside = min(ended, end) - max(ended - self._sizes[j], start)
             worst = max(worst, inside)
         return worst
+
+    @property
+    def catch_up_s(self) -> float:
+        """How long after a stall's recorded end a read may still belong to its backlog: the heartbeat can
+        run first in the loop iteration that ends a stall, and lateness under the floor goes unrecorded."""
+        return self.period_s + self.floor_s
+
+    def lateness(self, stamps: Sequence[float]) -> list[float]:
+        """How late each stamp (perf_counter seconds) taken on this loop can be: 0 unless a stall covers it.
+
+        A stamp taken during a stall, or within `catch_up_s` after it, waited at most since the beat before
+        the stall (one period before its planned wake-up: the last time the loop was seen on time), as bytes
+        that arrived before that were read then. Stalls with no on-time beat between them (the next one
+        starting within `catch_up_s` of the last one's end) are one episode, timed from its first stall.
+        Lateness the heartbeat cannot see (up to `catch_up_s`, the timer's granularity) is not counted
+        (docs/methodology.md, "Disturbance").
+        """
+        out = [0.0] * len(stamps)
+        if not stamps or not self._ends:
+            return out
+        episodes = self._episodes(min(stamps), max(stamps))
+        if not episodes:
+            return out  # the common case: nothing stalled near these stamps
+        order = sorted(range(len(stamps)), key=stamps.__getitem__)
+        k = 0
+        for i in order:
+            t = stamps[i]
+            while k < len(episodes) and episodes[k][1] + self.catch_up_s < t:
+                k += 1
+            if k < len(episodes) and episodes[k][0] <= t:
+                out[i] = t - episodes[k][0]
+        return out
+
+    def _episodes(self, first: float, last: float) -> list[tuple[float, float]]:
+        """(start, end) of the stall episodes that can cover a stamp in [first, last], ascending."""
+        gap = self.catch_up_s
+        ends, sizes = self._ends, self._sizes
+        j = bisect.bisect_left(ends, first - gap)
+        while j > 0 and j < len(ends) and (ends[j] - sizes[j]) - ends[j - 1] <= gap:
+            j -= 1  # the episode covering `first` began with an earlier stall
+        episodes: list[tuple[float, float]] = []
+        for k in range(j, len(ends)):
+            start, end = ends[k] - sizes[k], ends[k]
+            if start > last:
+                break
+            if episodes and start - episodes[-1][1] <= gap:
+                episodes[-1] = (episodes[-1][0], end)
+            else:
+                episodes.append((start - self.period_s, end))
+        return episodes
+
+
+class ThreadHeartbeat:
+    """A heartbeat in a thread of its own: how late a Python thread the kernel wakes gets to run (CPU
+    starvation, the interpreter lock held elsewhere), which is the lateness of a stamp the receive watcher
+    (tokwatch.rxwatch) takes off the loop. Its records bound those stamps as `StallMonitor` bounds the loop's;
+    it keeps the default priority, so it errs late where the watcher may have raised its own."""
+
+    def __init__(self, period_s: float = 0.002, floor_s: float = 0.001, keep_s: float = 900.0) -> None:
+        self._monitor = StallMonitor(period_s, floor_s, keep_s)
+        self._lock = threading.Lock()  # the beat records from its thread; lateness is read from a loop's
+        self._users = 0
+        self._stop: threading.Event | None = None
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Keep the heartbeat thread running for the duration of the block (from any thread or loop)."""
+        with self._lock:
+            self._users += 1
+            if self._stop is None:
+                self._stop = threading.Event()
+                threading.Thread(
+                    target=self._beat, args=(self._stop,), name="tokwatch-thread-heartbeat", daemon=True
+                ).start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._stop is not None:
+                    self._stop.set()
+                    self._stop = None
+
+    def _beat(self, stop: threading.Event) -> None:
+        period = self._monitor.period_s
+        while True:
+            planned = time.perf_counter() + period
+            if stop.wait(period):
+                return
+            now = time.perf_counter()
+            with self._lock:
+                self._monitor.beats += 1
+                self._monitor.record(now, now - planned)
+
+    @property
+    def beats(self) -> int:
+        """Heartbeats so far (for tests and diagnostics)."""
+        return self._monitor.beats
+
+    def lateness(self, stamps: Sequence[float]) -> list[float]:
+        """`StallMonitor.lateness` over this thread's records."""
+        with self._lock:
+            return self._monitor.lateness(stamps)
+
+
+class StampLateness:
+    """How late a client stamp can be. Stamps are taken on a loop (bounded by its `StallMonitor`) and, when a
+    receive watcher runs, also off it: a read then keeps the earlier of the two stamps, so its lateness is at
+    most the smaller of the two bounds (a loop stall delays the reading, not a watcher's stamp)."""
+
+    def __init__(self, loop: StallMonitor, watcher: ThreadHeartbeat | None = None) -> None:
+        self.loop = loop
+        self.watcher = watcher
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Both heartbeats for the duration of the block (call on the monitored loop)."""
+        with self.loop.watching(), self.watcher.watching() if self.watcher else contextlib.nullcontext():
+            yield
+
+    def lateness(self, stamps: Sequence[float]) -> list[float]:
+        """Per stamp (perf_counter seconds), the most it can be late."""
+        own = self.loop.lateness(stamps)
+        if self.watcher is None:
+            return own
+        return [min(a, b) for a, b in zip(own, self.watcher.lateness(stamps), strict=True)]
 
 
 # While a bench run measures: objects older than this are frozen out of the garbage collector's view, and the

@@ -89,8 +89,16 @@ class RunResult:
     # What started the run: the schedule, or an on-demand /probe request (excluded from window figures).
     trigger: Trigger = "scheduled"
     # Measurement integrity (docs/methodology.md, "Disturbance"): the client's own lateness during the
-    # stream. A disturbed run keeps its figures but is excluded from window figures by default.
-    timing_disturbed: bool = False
+    # stream bounds the error of each client-timed figure; a figure whose bound exceeds its tolerance is set
+    # aside (kept on the run, left out of histograms and window figures). The run's status always counts.
+    timing_disturbed: bool = False  # at least one figure was set aside (`set_aside` not empty)
+    set_aside: dict[str, str] = field(default_factory=dict)  # figure (error_bounds.FIGURES) -> reason
+    tps_error_ratio: float | None = None  # bound on tokens_per_second's relative error (0: a server source)
+    ttft_error_s: float | None = None  # bounds on the latency figures' errors, in seconds
+    itl_error_s: float | None = None  # the largest bound of the ITL p50, p95 and p99
+    tpot_error_s: float | None = None
+    ttot_error_s: float | None = None
+    e2e_error_s: float | None = None
     max_stall_s: float | None = None  # largest measurement-loop stall seen while the run was in flight
     merged_reads: int | None = None  # socket reads that carried two or more content events
     send_delay_s: float | None = None  # from calling the client to the request's last byte on the socket
@@ -99,6 +107,11 @@ class RunResult:
     def ok(self) -> bool:
         """True when the run counts towards tok/s averages."""
         return self.status is Status.OK
+
+    @property
+    def tps_set_aside(self) -> bool:
+        """The run's tok/s figure is set aside: a client figure whose bound exceeded the tolerance."""
+        return "tokens_per_second" in self.set_aside
 
     def itl_percentile(self, q: float) -> float | None:
         """Percentile (0-100) of the per-token inter-token latency, None without a stream."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tokwatch.probes.base import ProbeLog
-from tokwatch.result import RunResult, Trigger
+from tokwatch.result import RunResult
 
 
 @dataclass
@@ -21,8 +21,7 @@ class ProbeOutcome:
 class ProbeRunner:
     """Deduplicates concurrent requests for the same endpoint and counts probes in flight."""
 
-    def __init__(self, start: Callable[[str, Trigger], asyncio.Future[ProbeOutcome]]) -> None:
-        self._start = start  # (endpoint name, trigger) -> task running warm-up + timed run
+    def __init__(self) -> None:
         self._in_flight: dict[str, asyncio.Future[ProbeOutcome]] = {}
 
     @property
@@ -30,11 +29,12 @@ class ProbeRunner:
         """Number of probes running now."""
         return len(self._in_flight)
 
-    async def run(self, name: str, trigger: Trigger = "scheduled") -> ProbeOutcome:
-        """Probe `name` now, or wait for the run already in flight for it (whatever started that one)."""
+    async def run(self, name: str, probe: Callable[[], Awaitable[ProbeOutcome]]) -> ProbeOutcome:
+        """Run `probe()` for `name` now, or wait for the run already in flight for it (whatever started
+        that one: its `probe` is the one that runs)."""
         task = self._in_flight.get(name)
         if task is None:
-            task = self._start(name, trigger)
+            task = asyncio.ensure_future(probe())
             self._in_flight[name] = task
             task.add_done_callback(lambda _t: self._in_flight.pop(name, None))
         # shield: a client that disconnects from /probe must not cancel a run others are waiting for

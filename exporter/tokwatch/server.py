@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 
 from tokwatch import webconfig
-from tokwatch.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
-from tokwatch.metrics import probe_result_families
+from tokwatch.exposition import CONTENT_TYPES, negotiate
+from tokwatch.metrics.probe import probe_result_families
 from tokwatch.statuspage import Page, StatusPages
 from tokwatch.webconfig import WebConfig
 
@@ -53,14 +53,16 @@ def _exposition(request: web.Request, registry: CollectorRegistry) -> web.Respon
 async def metrics(request: web.Request) -> web.Response:
     """Scheduled-probe metrics from pre-rendered pieces; never waits on a probe, network or database.
 
-    Gzipped when the scraper accepts it (Prometheus does), in a thread: zlib releases the interpreter lock,
-    so compressing a large fleet's exposition holds neither the loop nor the probes' thread."""
-    body = _app(request).exposition.render()
-    headers = {"Content-Type": EXPOSITION_CONTENT_TYPE}
+    OpenMetrics when the Accept header asks for it (Prometheus does), else the text format 0.0.4. Gzipped
+    when the scraper accepts it (Prometheus does), in a thread: zlib releases the interpreter lock, so
+    compressing a large fleet's exposition holds neither the loop nor the probes' thread."""
+    fmt = negotiate(request.headers.get("Accept", ""))
+    body = _app(request).exposition.render(fmt)
+    headers = {"Content-Type": CONTENT_TYPES[fmt], "Vary": "Accept"}
     if _accepts_gzip(request) and len(body) > _GZIP_MIN_BYTES:
         body = await asyncio.to_thread(_gzip, body)
         headers["Content-Encoding"] = "gzip"
-        headers["Vary"] = "Accept-Encoding"
+        headers["Vary"] = "Accept, Accept-Encoding"
     return web.Response(body=body, headers=headers)
 
 

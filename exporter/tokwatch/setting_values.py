@@ -1,11 +1,13 @@
-"""Setting values that every tokwatch settings file shares: durations ('500ms', '30s', '15m', '1h', '7d') and
-HOST:PORT listen addresses. Parsers raise ValueError naming the value; the models put file, line and field."""
+"""Setting values that every tokwatch settings file shares: durations ('500ms', '30s', '15m', '1h', '7d'),
+ratios ('1%', 0.01) and HOST:PORT listen addresses. Parsers raise ValueError naming the value; the models put
+file, line and field."""
 
 from __future__ import annotations
 
 import math
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import field_validator
 
@@ -43,17 +45,62 @@ def parse_positive_duration(value: Any) -> float:
     return seconds
 
 
+def parse_ratio(value: Any) -> float:
+    """A ratio above 0 and below 1 from a number (0.01) or a percentage string ('1%', '0.5 %')."""
+    if isinstance(value, bool):
+        raise ValueError("expected a ratio such as 0.01 or 1%")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            ratio = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise ValueError(f"invalid ratio {value!r}: use e.g. 0.01 or 1%") from None
+    elif isinstance(value, int | float):
+        ratio = float(value)
+    else:
+        raise ValueError("expected a ratio such as 0.01 or 1%")
+    if not (math.isfinite(ratio) and 0 < ratio < 1):
+        raise ValueError(f"a ratio must be above 0 and below 1 (0 % to 100 %), not {value!r}")
+    return ratio
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """Split HOST:PORT (IPv6 as [::1]:PORT); raises ValueError naming the problem."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
-        raise ValueError(f"listen address {value!r} must be HOST:PORT")
+    if not sep or not port:
+        raise ValueError(
+            f"listen address {value!r} must be HOST:PORT, e.g. 127.0.0.1:9477 (:9477 for every interface)"
+        )
+    if not port.isdigit():
+        raise ValueError(f"listen address {value!r}: port {port!r} is not a number")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {value!r}: port {int(port)} is out of range (0-65535)")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def check_http_url(value: str) -> str:
+    """`value` if it is an http(s):// URL with a host and a valid port; ValueError naming the problem."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        hint = f"; did you mean http://{value}?" if "://" not in value else ""
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {value!r}{hint}")
+    if not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {value!r}")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        raise ValueError(f"{value!r}: the port is not a number in 0-65535") from None
+    return value
 
 
 def duration_fields(*names: str) -> Any:
     """A model validator reading these fields as durations (zero allowed: an offset, a deadline)."""
     return field_validator(*names, mode="before")(lambda v: v if v is None else parse_duration(v))
+
+
+def ratio_fields(*names: str) -> Any:
+    """A model validator reading these fields as ratios above 0 and below 1 ('1%' or 0.01)."""
+    return field_validator(*names, mode="before")(lambda v: v if v is None else parse_ratio(v))
 
 
 def positive_duration_fields(*names: str) -> Any:

@@ -13,11 +13,14 @@ replica 0 writes runs again. See docs/scaling.md.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
-from collections.abc import Collection, Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+log = logging.getLogger("tokwatch")
 ENV_SHARD = "TOKWATCH_SHARD"  # "I/N"
 ENV_INDEX = "TOKWATCH_SHARD_INDEX"  # "I", or a StatefulSet pod name such as "tokwatch-2"
 ENV_COUNT = "TOKWATCH_SHARD_COUNT"  # "N"
@@ -115,3 +118,57 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> Shard | None:
 def takeover_after(interval_s: float) -> float:
     """Seconds without a stored run after which a replica is taken for down (fleet figures move on)."""
     return TAKEOVER_INTERVALS * interval_s
+
+
+class FleetDuty:
+    """Whether this replica exports the fleet-wide figures now, kept up to date by `check`.
+
+    The lowest-numbered replica that probes something exports them; while every lower one that probes
+    something has written no run to the shared store for `takeover_after(interval)`, the next one takes
+    over, and hands them back when a lower one writes runs again. Until this replica has run that long, or
+    without a shared store, the lower replicas are presumed live.
+    """
+
+    def __init__(self, shard: Shard, owners: Iterable[int], clock: Callable[[], float] = time.time) -> None:
+        self.shard = shard
+        self.exports = shard.exports_fleet(owners)
+        self._clock = clock
+        self._since = clock()
+
+    def restart_clock(self) -> None:
+        """Count the time this replica has been running from now (start-up)."""
+        self._since = self._clock()
+
+    async def check(
+        self,
+        owners: Mapping[str, int],
+        interval_s: float,
+        recent: Callable[[float], Awaitable[Collection[str]]] | None,
+    ) -> None:
+        """Update `exports`. `owners`: the replica probing each enabled endpoint of the fleet; `recent(t)`:
+        the endpoints with a run in the shared store since unix time t (None: no shared store)."""
+        if self.shard.count == 1:
+            return
+        live: set[int] | None = None
+        after = takeover_after(interval_s)
+        now = self._clock()
+        lower = any(i < self.shard.index for i in owners.values())
+        if lower and recent is not None and now - self._since >= after:
+            try:
+                written = await recent(now - after)
+            except Exception as exc:  # keep the current duty; the next check tries again
+                log.warning("shard %s: cannot tell which replicas are live: %s", self.shard.label, exc)
+                return
+            live = {owners[name] for name in written if name in owners}
+        duty = self.shard.exports_fleet(owners.values(), live)
+        if duty != self.exports and duty:
+            log.warning(
+                "shard %s: no lower replica has written a run for %.0fs: exporting the fleet-wide figures",
+                self.shard.label,
+                after,
+            )
+        elif duty != self.exports:
+            log.warning(
+                "shard %s: a lower replica is live again: fleet-wide figures left to it", self.shard.label
+            )
+        self.exports = duty

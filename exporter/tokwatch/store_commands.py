@@ -20,6 +20,7 @@ from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
 from tokwatch.strict_yaml import ConfigError
 from tokwatch.window import window_label
+from tokwatch.window_rule import WindowRule
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -144,7 +145,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             runs = await store.bench_runs(time.time() - since_s)
             sys.stdout.write(BENCH_RENDERERS[args.format](runs, window_label(since_s)))
             return EXIT_OK
-        report = await build_report(store, time.time(), since_s)
+        rule = WindowRule.of(config.schedule.window_includes)
+        report = await build_report(store, time.time(), since_s, rule=rule)
         sys.stdout.write(RENDERERS[args.format](report))
         return EXIT_OK
 

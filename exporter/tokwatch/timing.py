@@ -7,12 +7,13 @@ tests share one implementation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal, Protocol
 
-from tokwatch.result import CLIENT_SOURCES, SERVER_SOURCES, Phase, TimingSource, TokenEvent
+from tokwatch.result import SERVER_SOURCES, Phase, TimingSource, TokenEvent
 
 TokensSource = Literal["usage", "engine", "chunk_usage", "client_estimate"]
 
@@ -268,15 +269,31 @@ def select_source(
     return Selection(None, None, False, skipped)
 
 
+def select_within_tolerance(
+    candidates: Mapping[TimingSource, float],
+    preference: Sequence[TimingSource],
+    bounds: Mapping[TimingSource, float],
+    tolerance: float,
+    *,
+    counters_shared: bool = False,
+    shared_policy: Literal["flag", "fallback"] = "fallback",
+) -> tuple[Selection, bool]:
+    """`select_source`, and whether its figure is set aside: when the chosen figure is a client one whose
+    error bound (relative, from the client's own lateness; none: unmoved) exceeds `tolerance`, the first
+    server figure of `preference` replaces it; with none, the client figure stays, set aside (True).
 
-def trusted_candidates(
-    candidates: Mapping[TimingSource, float], *, disturbed: bool
-) -> dict[TimingSource, float]:
-    """Candidates fit to be chosen: on a disturbed run, client figures drop out when a server figure exists.
-
-    A stalled client stamps tokens late, which skews its own figures but not the server's; with no server
-    figure the client one is kept and the run stays flagged (docs/methodology.md, "Disturbance").
+    A stalled client stamps tokens late, which can move its own figures but never the server's; another
+    client source is no fallback, as it measures something else (docs/methodology.md, "Disturbance").
     """
-    if not disturbed or not any(s in SERVER_SOURCES for s in candidates):
-        return dict(candidates)
-    return {s: v for s, v in candidates.items() if s not in CLIENT_SOURCES}
+    choose = functools.partial(
+        select_source, preference=preference, counters_shared=counters_shared, shared_policy=shared_policy
+    )
+    chosen = choose(candidates)
+    if chosen.source is None or chosen.source in SERVER_SOURCES:
+        return chosen, False
+    if bounds.get(chosen.source, 0.0) <= tolerance:
+        return chosen, False
+    instead = choose({s: v for s, v in candidates.items() if s in SERVER_SOURCES})
+    if instead.source is None:
+        return chosen, True
+    return Selection(instead.source, instead.tokens_per_second, instead.server_shared, chosen.skipped), False

@@ -65,7 +65,15 @@ class HTTPServerConfig(StrictModel):
 def _bcrypt_hash(value: str) -> str:
     if not value.startswith(("$2a$", "$2b$", "$2y$")) or len(value) != 60:
         raise ValueError("the password must be a bcrypt hash ($2b$..., 60 characters), not the password")
+    cost = value[4:6]
+    if value[6] != "$" or not cost.isdigit() or not 4 <= int(cost) <= 31:
+        raise ValueError(f"the bcrypt hash has no valid cost (04-31) after {value[:4]}")
     return value
+
+
+def bcrypt_cost(hashed: str | bytes) -> int:
+    """The cost (log2 rounds) of a validated bcrypt hash: `$2b$12$...` -> 12."""
+    return int(hashed[4:6])
 
 
 BcryptHash = Annotated[str, AfterValidator(_bcrypt_hash)]
@@ -134,9 +142,17 @@ class BasicAuth:
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = {u: h.encode() for u, h in users.items()}
-        self._dummy = bcrypt.hashpw(b"tokwatch", bcrypt.gensalt(rounds=4))
+        # An unknown user is checked against this hash, at the highest cost of the configured ones, so it
+        # takes as long as a known user's wrong password: response time does not tell which users exist.
+        cost = max((bcrypt_cost(h) for h in users.values()), default=4)
+        self._dummy = bcrypt.hashpw(b"tokwatch", bcrypt.gensalt(rounds=cost))
         self._cache: dict[bytes, bool] = {}
         self._lock = threading.Lock()
+
+    @property
+    def unknown_user_cost(self) -> int:
+        """The bcrypt cost an unknown user's check pays: the highest among the configured users'."""
+        return bcrypt_cost(self._dummy)
 
     @staticmethod
     def _parse(header: str | None) -> tuple[str, str] | None:
@@ -172,7 +188,6 @@ class BasicAuth:
         if cached is not None:
             return cached
         hashed = self._users.get(user)
-        # An unknown user costs a bcrypt too, so response time does not tell which users exist.
         ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
         with self._lock:
             if len(self._cache) >= _CACHE_MAX:

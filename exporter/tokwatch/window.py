@@ -1,7 +1,8 @@
 """Window figures: median, stddev and CV of ok-run tok/s, uptime, and the fleet fastest-vs-slowest comparison.
 
 One set of types for both sources: the store (figures survive restarts, tokwatch.storage.window) and the
-in-memory window used when storage is disabled (`MemoryWindows`).
+in-memory window used when storage is disabled (`MemoryWindows`). Both keep every run and count the ones the
+window rule (tokwatch.window_rule) takes when the figures are computed.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tokwatch.config import EndpointSettings
+from tokwatch.result import RunResult
 from tokwatch.stats import coefficient_of_variation, median, sample_stddev
+from tokwatch.window_rule import WindowRule
 
 CV_TIGHT = 0.05  # seed 000: below 5 % is tight (green)
 CV_TYPICAL = 0.15  # 5-15 % typical for shared infrastructure (amber); above: jittery (red)
@@ -53,6 +57,8 @@ class WindowFigures:
     stddev: float | None
     cv: float | None
     uptime: float | None
+    disturbed_runs: int = 0  # runs with a client-timed figure set aside (timing_disturbed)
+    tps_set_aside: int = 0  # ok runs whose tok/s was set aside, so not a sample of the median, CV, stddev
 
     @property
     def band(self) -> str | None:
@@ -60,17 +66,27 @@ class WindowFigures:
         return cv_band(self.cv)
 
 
-def figures_from_samples(endpoint: str, window: str, runs: int, ok_tps: Sequence[float]) -> WindowFigures:
-    """Window figures from a run count and the tok/s of the ok runs."""
+def figures_from_samples(
+    endpoint: str,
+    window: str,
+    runs: int,
+    ok_runs: int,
+    ok_tps: Sequence[float],
+    disturbed_runs: int = 0,
+    tps_set_aside: int = 0,
+) -> WindowFigures:
+    """Window figures from the run counts and the tok/s samples of the ok runs."""
     return WindowFigures(
         endpoint=endpoint,
         window=window,
         runs=runs,
-        ok_runs=len(ok_tps),
+        ok_runs=ok_runs,
         median=median(ok_tps) if ok_tps else None,
         stddev=sample_stddev(ok_tps) if len(ok_tps) >= 2 else None,
         cv=coefficient_of_variation(ok_tps),
-        uptime=len(ok_tps) / runs if runs else None,
+        uptime=ok_runs / runs if runs else None,
+        disturbed_runs=disturbed_runs,
+        tps_set_aside=tps_set_aside,
     )
 
 
@@ -148,24 +164,55 @@ class WindowSnapshot:
     ranking: FleetRanking | None = None
 
 
+class KeptRun(NamedTuple):
+    """What the in-memory window keeps of a run: what the window rule reads, named as the store's columns."""
+
+    time: float
+    status: str
+    tokens_per_second: float | None
+    triggered_by: str
+    timing_disturbed: bool
+    timing_source: str | None
+    tps_set_aside: bool | None
+
+    @classmethod
+    def of(cls, r: RunResult) -> KeptRun:
+        """The kept fields of one timed run."""
+        source = str(r.source) if r.source is not None else None
+        return cls(
+            r.started_at,
+            str(r.status),
+            r.tokens_per_second,
+            r.trigger,
+            r.timing_disturbed,
+            source,
+            r.tps_set_aside,
+        )
+
+
 class RunWindow:
     """The runs of one endpoint inside a sliding time window (bounded: at most `max_runs`)."""
 
     def __init__(self, seconds: float, max_runs: int = 100_000) -> None:
         self.seconds = seconds
-        self._runs: deque[tuple[float, bool, float | None]] = deque(maxlen=max_runs)
+        self._runs: deque[KeptRun] = deque(maxlen=max_runs)
 
-    def add(self, started_at: float, ok: bool, tokens_per_second: float | None) -> None:
-        """Add one run (unix start time, ok?, tok/s when ok)."""
-        self._runs.append((started_at, ok, tokens_per_second if ok else None))
+    def add(self, run: KeptRun) -> None:
+        """Add one run, whether or not the window rule counts it (the rule applies when figures are read)."""
+        self._runs.append(run)
 
-    def figures(self, endpoint: str, now: float) -> WindowFigures:
-        """Figures over runs that started within `seconds` before `now`."""
+    def figures(self, endpoint: str, now: float, rule: WindowRule) -> WindowFigures:
+        """Figures over the runs `rule` counts that started within `seconds` before `now`."""
         cutoff = now - self.seconds
-        while self._runs and self._runs[0][0] < cutoff:
+        while self._runs and self._runs[0].time < cutoff:
             self._runs.popleft()
-        ok_tps = [tps for _, ok, tps in self._runs if ok and tps is not None]
-        return figures_from_samples(endpoint, window_label(self.seconds), len(self._runs), ok_tps)
+        counted = [r for r in self._runs if rule.counts(r)]
+        ok_runs = sum(r.status == "ok" for r in counted)
+        tps = [v for r in counted if (v := rule.sample(r)) is not None]
+        disturbed = sum(r.timing_disturbed for r in counted)
+        set_aside = sum(rule.set_aside(r) for r in counted)
+        label = window_label(self.seconds)
+        return figures_from_samples(endpoint, label, len(counted), ok_runs, tps, disturbed, set_aside)
 
 
 class MemoryWindows:
@@ -175,23 +222,25 @@ class MemoryWindows:
         self._windows: dict[str, RunWindow] = {}
         self._static: dict[str, dict[str, str]] = {}
         self._seconds = 86400.0
+        self._rule = WindowRule()
 
-    def configure(self, endpoints: Sequence[EndpointSettings], seconds: float) -> None:
+    def configure(self, endpoints: Sequence[EndpointSettings], seconds: float, rule: WindowRule) -> None:
         """Apply a (re)loaded config; windows of endpoints that stay keep their runs."""
         if seconds != self._seconds:
             self._windows, self._seconds = {}, seconds
         self._windows = {e.name: self._windows.get(e.name) or RunWindow(seconds) for e in endpoints}
         self._static = {e.name: dict(e.labels) for e in endpoints}
+        self._rule = rule
 
-    def add(self, endpoint: str, started_at: float, ok: bool, tokens_per_second: float | None) -> None:
+    def add(self, result: RunResult) -> None:
         """Account one timed run."""
-        window = self._windows.get(endpoint)
+        window = self._windows.get(result.endpoint)
         if window is not None:
-            window.add(started_at, ok, tokens_per_second)
+            window.add(KeptRun.of(result))
 
     def snapshot(self) -> WindowSnapshot:
         """Current figures for every endpoint, and the fleet comparison over the same window."""
         now = time.time()
-        figures = {name: w.figures(name, now) for name, w in self._windows.items()}
+        figures = {name: w.figures(name, now, self._rule) for name, w in self._windows.items()}
         ranking = rank_fleet({n: f.median for n, f in figures.items()}, window_label(self._seconds))
         return WindowSnapshot(figures, ranking.extremes, now, dict(self._static), ranking)

@@ -13,6 +13,7 @@ import aiohttp
 from rich.console import Console
 
 from tests.bench.processes import sim_process
+from tests.support.thread_server import ThreadServer
 from tokwatch.bench.commands import add_commands
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
@@ -133,7 +134,7 @@ async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_pa
                 sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/oa/v1",
                 "--model", "m",
                 "--concurrency", "8", "--duration", "120", "--output-tokens", "16", "--output-dir", str(out),
-                "--no-server-metrics",
+                "--no-server-metrics", "--unresponsive-timeout", "120s",  # the consecutive-failure stop
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "MPLBACKEND": "Agg"},
             )  # fmt: skip
@@ -169,3 +170,22 @@ def test_bad_extra_body_and_tokenizer_exit_2(tmp_path, capsys):
     assert _cmd([*base, "--dataset", str(bad)]) == ExitCode.USAGE
     assert f"{bad}:2: turns[0]: output_tokens must be a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # nothing was sent, nothing written
+
+
+def test_a_run_in_which_no_request_succeeded_fails_the_run_check(tmp_path, capsys):
+    """A TCP server that answers garbage, not HTTP: every request fails on the client side (bad_http).
+    The run completes its 3 requests, but its health check must not say PASS."""
+
+    def garbage(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-not-http\r\n\r\n")
+
+    with ThreadServer(garbage) as server:
+        out = tmp_path / "run"
+        code = _cmd(["--url", f"{server.url}/v1", "--model", "m",
+                     "--number", "3", "--output-dir", str(out), "--no-server-metrics"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == ExitCode.FAILED
+    health = (out / "health_checks.txt").read_text()
+    assert "[PASS] run:" not in health and "[FAIL] run: complete; 3 measured requests, 0 succeeded" in health
+    assert "[PASS] run:" not in err

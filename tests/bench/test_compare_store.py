@@ -15,6 +15,7 @@ import pytest
 
 from tests.bench.processes import tokwatch_cli
 from tokwatch.bench.commands import run_compare
+from tokwatch.bench.compare import CompareError
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import write_run
 from tokwatch.bench.request_metrics import RequestRecord
@@ -22,8 +23,8 @@ from tokwatch.bench.storing import store_outcome
 from tokwatch.cli import main
 from tokwatch.config import load_config
 from tokwatch.result import Status
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
+from tokwatch.storage.schema import known_version
 
 T0 = 1_790_000_000.0
 
@@ -53,11 +54,13 @@ def _records(seed: int, gap_ms: float, n: int = 60) -> list[RequestRecord]:
 
 
 def _save(
-    tmp_path: Path, config: Path, name: str, seed: int, gap_ms: float, run_id: str | None = None
+    tmp_path: Path, config: Path, name: str, seed: int, gap_ms: float, run_id: str | None = None,
+    load: dict[str, Any] | None = None,
 ) -> tuple[Path, str]:
     """One run as `tokwatch bench --config` leaves it: a result directory and the stored run."""
+    options = {"target": "http://127.0.0.1:9/v1", "model": "m", "kind": "openai", "load": "closed loop 2"}
     outcome = BenchOutcome(
-        options={"target": "http://127.0.0.1:9/v1", "model": "m", "kind": "openai", "load": "closed loop 2"},
+        options={**options, **(load or {"concurrency": 2})},
         records=_records(seed, gap_ms),
         started_at_unix=T0 + seed,
         wall_s=4.0,
@@ -113,6 +116,13 @@ def test_stored_runs_compare_exactly_as_their_directories(tmp_path: Path, config
     assert doc["a"]["name"] == f"store:{id_a}" and doc["b"]["name"] == "b"
     code, same = _compare(id_a, id_a, config)
     assert code == 0 and same["regressions"] == []
+
+
+def test_stored_runs_under_different_loads_are_refused(tmp_path: Path, config: Path) -> None:
+    _, closed = _save(tmp_path, config, "a", seed=1, gap_ms=20)
+    opened, _ = _save(tmp_path, config, "b", seed=2, gap_ms=20, load={"rate": 3.0, "arrivals": "poisson"})
+    with pytest.raises(CompareError, match="A closed loop, concurrency 2, B open loop 3/s poisson"):
+        _compare(closed, str(opened), config)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -172,11 +182,13 @@ def test_cli_store_table_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     # A database at an older schema is not migrated by compare.
     with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM tokwatch_schema WHERE version = 5")
+        conn.execute("DELETE FROM tokwatch_schema WHERE version = ?", (known_version("sqlite"),))
     code, _, err = _cli(capsys, id_a, id_b, "-c", str(cfg))
-    assert code == 2 and "older than this tokwatch's 5" in err and "tokwatch db migrate" in err
+    assert code == 2 and f"older than this tokwatch's {known_version('sqlite')}" in err
+    assert "tokwatch db migrate" in err
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone() == (4,)
+        latest = conn.execute("SELECT max(version) FROM tokwatch_schema").fetchone()
+    assert latest == (known_version("sqlite") - 1,)
 
 
 def test_disabled_storage_and_down_postgres_are_clear(
@@ -206,26 +218,25 @@ servers:
 """
 
 
-async def test_real_bench_runs_compare_from_the_store(tmp_path: Path) -> None:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg = tmp_path / "tokwatch.yml"
-        cfg.write_text(
-            "endpoints:\n"
-            + "".join(
-                f"  - {{name: {n}, kind: openai, base_url: '{sim.base_url(n)}/v1', model: m}}\n"
-                for n in ("fast", "slow")
-            )
-            + f"storage:\n  sqlite_path: {tmp_path / 'tw.db'}\n"
+async def test_real_bench_runs_compare_from_the_store(sim: RunningSim, tmp_path: Path) -> None:
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "endpoints:\n"
+        + "".join(
+            f"  - {{name: {n}, kind: openai, base_url: '{sim.base_url(n)}/v1', model: m}}\n"
+            for n in ("fast", "slow")
         )
-        ids = []
-        for name in ("fast", "slow"):
-            code, _, err = await tokwatch_cli(
-                "bench", "-c", str(cfg), "--endpoint", name, "--number", "12", "--concurrency", "2",
-                "--output-tokens", "8", "--input-tokens", "16", "--no-server-metrics",
-                "--live-interval", "60", "--output-dir", str(tmp_path / name),
-            )  # fmt: skip
-            assert code == 0, err
-            ids.append(json.loads((tmp_path / name / "summary.json").read_text())["run_id"])
+        + f"storage:\n  sqlite_path: {tmp_path / 'tw.db'}\n"
+    )
+    ids = []
+    for name in ("fast", "slow"):
+        code, _, err = await tokwatch_cli(
+            "bench", "-c", str(cfg), "--endpoint", name, "--number", "12", "--concurrency", "2",
+            "--output-tokens", "8", "--input-tokens", "16", "--no-server-metrics",
+            "--live-interval", "60", "--output-dir", str(tmp_path / name),
+        )  # fmt: skip
+        assert code == 0, err
+        ids.append(json.loads((tmp_path / name / "summary.json").read_text())["run_id"])
     gate = ("--gate", "tpot:p50", "--format", "json")
     fast, slow = str(tmp_path / "fast"), str(tmp_path / "slow")
     code, out, err = await tokwatch_cli("bench", "compare", fast, slow, *gate)

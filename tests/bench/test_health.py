@@ -10,11 +10,14 @@ from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
 
 
-def _records(make_record: Callable[..., RequestRecord], stalls: list[float]) -> list[RequestRecord]:
+def _records(
+    make_record: Callable[..., RequestRecord], stalls: list[float], lateness: list[float] | None = None
+) -> list[RequestRecord]:
     out = []
     for i, stall in enumerate(stalls):
         r = make_record(i)
         r.max_stall_s = stall
+        r.stamp_lateness_s = stall if lateness is None else lateness[i]
         r.merged_reads = 1 if stall else 0
         out.append(r)
     return out
@@ -27,6 +30,22 @@ def test_a_run_whose_client_stalled_often_does_not_pass(make_record: Callable[..
     assert some.verdict == "WARN" and "worst 12.0 ms" in some.detail
     (bad,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10))
     assert bad.verdict == "FAIL" and "10 merged reads in 10 requests" in bad.detail
+
+
+def test_a_stall_counts_only_where_it_could_have_moved_a_used_stamp(
+    make_record: Callable[..., RequestRecord],
+) -> None:
+    # Ten of forty requests streamed through a 20 ms stall of the loop, but none of their stamps could have
+    # been delayed by it (between two tokens, or stamped by the receive watcher): a clean run.
+    records = _records(make_record, [0.0] * 30 + [0.02] * 10, [0.0] * 30 + [0.001] * 10)
+    (watched,) = _client_timing(records, watcher=True)
+    assert watched.verdict == "PASS" and "0/40 requests have a stamp" in watched.detail
+    assert "stalled >= 5 ms while 10 requests streamed (worst 20.0 ms" in watched.detail
+    assert "not the watcher's stamps" in watched.detail
+    # The same stalls under stamps the loop took at them: the run's client timings are not trusted.
+    (loop,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10), watcher=False)
+    assert loop.verdict == "FAIL" and "10/40 requests have a stamp" in loop.detail
+    assert "taken by the event loop" in loop.detail
 
 
 def test_merged_reads_are_counted_per_read() -> None:

@@ -8,8 +8,6 @@ from rich.console import Console
 
 from tokwatch.bench.config import build_options
 from tokwatch.bench.session import run_bench
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
 from tokwatch.stats import median
 
 SIM = """
@@ -44,12 +42,6 @@ servers:
         decode_tps: 200
 """
 TOL = 0.02  # generous: correctness, not performance
-
-
-@pytest.fixture
-async def sim():
-    async with run_sim(load_sim_config_text(SIM)) as s:
-        yield s
 
 
 async def _bench(tmp_path, url, kind, model, **kw):

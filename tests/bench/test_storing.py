@@ -4,11 +4,7 @@ SQLite file, the command run as a user runs it in a separate process)."""
 import json
 import sqlite3
 
-import pytest
-
 from tests.bench.processes import tokwatch_cli
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
 
 SIM = """
 servers:
@@ -19,12 +15,6 @@ servers:
         decode_tps: 2000
         prefill_tps: 100000
 """
-
-
-@pytest.fixture
-async def sim():
-    async with run_sim(load_sim_config_text(SIM)) as s:
-        yield s
 
 
 def _config(tmp_path, sim, storage):

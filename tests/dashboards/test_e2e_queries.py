@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from dashboards import generate
-from dashboards.lint import iter_panels, metrics_from_exposition, unknown_metrics
+from dashboards.lint import annotation_expr, iter_panels, metrics_from_exposition, unknown_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(170)]
 
@@ -181,7 +181,8 @@ async def test_dashboard_panels_show_data(processes: Any, tmp_path: Path) -> Non
                     if not await _query(session, prom, expand(target["expr"])):
                         empty.append(f"{name}: {panel['title']!r} {target['refId']}: {target['expr']}")
             for annotation in dash["annotations"]["list"]:
-                if annotation.get("expr") and not await _query(session, prom, expand(annotation["expr"])):
+                expr = annotation_expr(annotation)
+                if expr and not await _query(session, prom, expand(expr)):
                     empty.append(f"{name}: annotation {annotation['name']!r}")
         assert not empty, "panels without data:\n" + "\n".join(empty)
         assert checked >= 50

@@ -54,8 +54,8 @@ def test_stable_uids_and_titles() -> None:
 
 def test_dashboard_model_basics(model: dict[str, Any]) -> None:
     assert isinstance(model["schemaVersion"], int) and model["schemaVersion"] >= 36
-    assert model["id"] is None  # Grafana assigns ids; a fixed one would clash on import
-    assert model["rows"] == []  # legacy rows layout not used
+    assert "id" not in model  # Grafana assigns ids; a fixed one would clash on import
+    assert "rows" not in model  # legacy rows layout not used
     assert "tokwatch" in model["tags"]
     assert model["time"]["to"] == "now"
     assert layout_problems(model) == []
@@ -274,8 +274,9 @@ def test_trend_panel_shows_failed_runs_as_red_bars() -> None:
     props = {p["id"]: p["value"] for p in override["properties"]}
     assert props["custom.drawStyle"] == "bars"
     assert props["color"] == {"mode": "fixed", "fixedColor": "red"}
-    annotations = [a for a in MODELS["tokwatch-overview.json"]["annotations"]["list"] if a.get("expr")]
-    assert len(annotations) == 1 and 'status!="ok"' in annotations[0]["expr"]
+    annotations = [a for a in MODELS["tokwatch-overview.json"]["annotations"]["list"] if a.get("target")]
+    assert len(annotations) == 1 and 'status!="ok"' in annotations[0]["target"]["expr"]
+    assert annotations[0]["target"]["interval"] == "1m" and "expr" not in annotations[0]
 
 
 def test_latency_panels_use_histogram_quantiles() -> None:

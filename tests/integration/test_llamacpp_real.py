@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
+import json
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.bench.processes import tokwatch_cli
 from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.counters import ServerCollector, ServerCounters
 from tokwatch.counters.window import WindowSnapshot
@@ -175,3 +178,49 @@ async def test_counters_loop_exports_the_real_server(llama_server: str, http: Ht
     assert registry.get_sample_value("tokwatch_server_up", labels) == 1
     assert registry.get_sample_value("tokwatch_server_requests_running", labels) == 0
     assert registry.get_sample_value("tokwatch_server_scrape_errors_total", labels) == 0
+
+
+async def _bench_run(url: str, out: Path, *extra: str) -> dict[str, Any]:
+    """`tokwatch bench` against the real server as a user runs it; returns summary.json."""
+    argv = ["--url", f"{url}/v1", "--kind", "llamacpp", "--model", "smollm2", "--concurrency", "1",
+            "--number", "16", "--warmup", "1", "--output-tokens", "16", "--output-dir", str(out),
+            *extra]  # fmt: skip
+    code, _, err = await tokwatch_cli("bench", *argv, limit_s=REQUEST_TIMEOUT_S * 2)
+    assert code == 0, err[-3000:]
+    return dict(json.loads((out / "summary.json").read_text()))
+
+
+async def test_identical_bench_runs_measure_prefill_not_the_prefix_cache(
+    llama_server: str, tmp_path: Path
+) -> None:
+    """Issue 19: the second run with the same seed found 157 of 158 prompt tokens cached and TTFT p50 fell
+    from 527 ms to 23 ms. Two identical default commands now draw fresh prompts and measure prefill alike;
+    `--seed 0 --repeat-prompts` twice still shows the cache, and says so."""
+    await _bench_run(llama_server, tmp_path / "cold")  # a fresh server pages its model in: not compared
+    pairs: list[tuple[float, float]] = []
+    # Each pair is checked for cache reuse every time (deterministic: what the server reports). The TTFT
+    # agreement is timing on a 2-core host shared with other work, so a noisy pair is measured again (at
+    # most 3 pairs); a cached second run would be ~20x faster in every pair, never within 15 %.
+    for attempt in range(3):
+        a = await _bench_run(llama_server, tmp_path / f"a{attempt}")
+        b = await _bench_run(llama_server, tmp_path / f"b{attempt}")
+        for s in (a, b):
+            cache = s["prompt_cache"]
+            print(f"TTFT p50 {s['metrics']['ttft']['p50'] * 1e3:.1f} ms, cached {cache['cached_tokens']}/"
+                  f"{cache['prompt_tokens']} prompt tokens, beyond history and template "
+                  f"{cache['cached_outside_history_share']:.1%}")  # fmt: skip
+            assert cache["requests_reporting_cached_tokens"] == 16  # usage details or timings.cache_n
+            assert cache["cached_outside_history_share"] < 0.05
+        pairs.append((a["metrics"]["ttft"]["p50"], b["metrics"]["ttft"]["p50"]))
+        if abs(pairs[-1][1] / pairs[-1][0] - 1) <= 0.15:
+            break
+    print("TTFT p50 pairs (ms):", [(round(x * 1e3, 1), round(y * 1e3, 1)) for x, y in pairs])
+    assert abs(pairs[-1][1] / pairs[-1][0] - 1) <= 0.15, pairs
+    c = await _bench_run(llama_server, tmp_path / "c", "--seed", "0", "--repeat-prompts")
+    d = await _bench_run(llama_server, tmp_path / "d", "--seed", "0", "--repeat-prompts")
+    print(f"--repeat-prompts: TTFT p50 {c['metrics']['ttft']['p50'] * 1e3:.1f} then "
+          f"{d['metrics']['ttft']['p50'] * 1e3:.1f} ms, cached beyond history and template "
+          f"{d['prompt_cache']['cached_outside_history_share']:.1%}")  # fmt: skip
+    assert d["prompt_cache"]["cached_outside_history_share"] > 0.5
+    assert d["metrics"]["ttft"]["p50"] < c["metrics"]["ttft"]["p50"]
+    assert "[WARN] prompt cache" in (tmp_path / "d" / "health_checks.txt").read_text()

@@ -1,8 +1,9 @@
-"""Fixtures for probe tests: a shared HttpClient, context builder and tiny real aiohttp servers."""
+"""Fixtures for probe tests: a shared HttpClient, context builder and one-model simulated servers (started
+with `start_sim` from tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -45,24 +46,6 @@ def make_ctx(http: HttpClient) -> MakeCtx:
         )
 
     return make
-
-
-@pytest.fixture
-async def start_sim() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    """Start the in-process simulator with the given servers; stopped after the test."""
-    from contextlib import AsyncExitStack
-
-    from tokwatch.sim.config import SimConfig
-    from tokwatch.sim.testing import run_sim
-
-    async with AsyncExitStack() as stack:
-
-        async def start(*servers: dict[str, Any]) -> Any:
-            return await stack.enter_async_context(
-                run_sim(SimConfig.model_validate({"servers": list(servers)}))
-            )
-
-        yield start
 
 
 def sim_server(name: str, dialect: str, **model: Any) -> dict[str, Any]:

@@ -6,11 +6,12 @@ import asyncio
 import json
 import socket
 import struct
-import threading
+from collections.abc import Callable
 
 import pytest
 from aiohttp import web
 
+from tests.support.thread_server import ThreadServer, read_request
 from tokwatch.probes import PROBES, get_probe
 from tokwatch.probes.base import CounterMeasurement, run_probe
 from tokwatch.probes.openai import OpenAIProbe
@@ -250,69 +251,26 @@ async def test_unreachable(make_ctx, free_port) -> None:
     assert r.status is Status.UNREACHABLE and r.error_class == "connect"
 
 
-class ResettingServer:
-    """A raw TCP server on 127.0.0.1 (its own thread): reads each whole request, then resets the connection
-    (SO_LINGER on with a zero timeout: close() sends RST) before sending a single byte."""
+def _reset_after_the_request(requests: list[bytes]) -> Callable[[socket.socket], None]:
+    """Reads each whole request, then resets the connection (SO_LINGER on with a zero timeout: close() sends
+    RST) before sending a single byte."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.requests: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="resetting-server", daemon=True)
+    def handle(conn: socket.socket) -> None:
+        requests.append(read_request(conn))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # RST, no response byte
 
-    def __enter__(self) -> ResettingServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
-        assert not self._thread.is_alive()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(5)
-                self.requests.append(self._read_request(conn))
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            # leaving `with` closed it: RST, no response byte
-
-    @staticmethod
-    def _read_request(conn: socket.socket) -> bytes:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        while len(body) < length:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return head + b"\r\n\r\n" + body
+    return handle
 
 
 async def test_a_reset_before_any_response_byte_is_unreachable(make_ctx) -> None:
-    with ResettingServer() as server:
-        ctx = make_ctx(f"http://127.0.0.1:{server.port}/v1", api_key=KEY, endpoint={"timeout": 5.0})
+    requests: list[bytes] = []
+    with ThreadServer(_reset_after_the_request(requests)) as server:
+        ctx = make_ctx(f"{server.url}/v1", api_key=KEY, endpoint={"timeout": 5.0})
         r = await OpenAIProbe().run_once(ctx, timed=True)
     assert (r.status, r.error_class) == (Status.UNREACHABLE, "reset"), r.error_message
     assert r.http_status is None  # nothing answered
     # the request was sent whole (the reset is not a refused connection) and not resent
-    assert len(server.requests) == 1 and server.requests[0].startswith(b"POST /v1/chat/completions ")
-    assert b'"messages"' in server.requests[0]
+    assert len(requests) == 1 and requests[0].startswith(b"POST /v1/chat/completions ")
+    assert b'"messages"' in requests[0]
     assert r.error_message is not None and KEY not in r.error_message

@@ -214,8 +214,13 @@ class Stack:
     async def start(
         self, sim: dict[str, object], endpoints: list[dict[str, object]], interval: str = "2s"
     ) -> None:
-        """Start the simulator, wait until it answers, then tokwatch (with SQLite storage) on
-        `tokwatch_port`; return once every endpoint has run."""
+        """Start the simulator, then tokwatch (with SQLite storage) on `tokwatch_port`; return once every
+        endpoint has run."""
+        await self.start_sim(sim)
+        await self.start_tokwatch("tokwatch", self.tokwatch_port, endpoints, interval, storage=True)
+
+    async def start_sim(self, sim: dict[str, object]) -> None:
+        """Start `tokwatch sim` with this config on `sim_port`; return once it answers."""
         sim_yml = self.tmp_path / "sim.yml"
         sim_yml.write_text(yaml.safe_dump(sim), encoding="utf-8")
         self.processes.start(
@@ -238,7 +243,6 @@ class Stack:
                 return await http_ok(session, f"{self.sim_url}/_sim/servers")
 
             await wait_until(sim_ready, 30, "the simulator to answer")
-        await self.start_tokwatch("tokwatch", self.tokwatch_port, endpoints, interval, storage=True)
 
     async def start_tokwatch(
         self, name: str, port: int, endpoints: list[dict[str, object]], interval: str, *, storage: bool

@@ -15,7 +15,7 @@ import yaml
 def test_alertmanager_config_is_valid(amtool: str, kit: SimpleNamespace) -> None:
     out = kit.run_tool([amtool, "check-config", str(kit.alertmanager_yml)])
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 inhibit rules" in out.stdout
+    assert "5 inhibit rules" in out.stdout
 
 
 @pytest.mark.parametrize(
@@ -24,6 +24,10 @@ def test_alertmanager_config_is_valid(amtool: str, kit: SimpleNamespace) -> None
         (["alertname=TokwatchEndpointDown", "severity=critical", "endpoint=a"], "tokwatch-critical"),
         (["alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=a"], "tokwatch-warning"),
         (["alertname=TokwatchHighVariance", "severity=info", "endpoint=a"], "tokwatch-info"),
+        (["alertname=TokwatchUptimeBurnSlow", "severity=warning", "endpoint=a"], "tokwatch-warning"),
+        (["alertname=TokwatchDown", "severity=critical", "instance=tw:9477"], "tokwatch-critical"),
+        (["alertname=TokwatchStorageDown", "severity=warning", "instance=tw:9477"], "tokwatch-warning"),
+        (["alertname=TokwatchWatchdog", "severity=none"], "tokwatch-watchdog"),
         (["alertname=SomethingElse"], "tokwatch-default"),
     ],
 )
@@ -43,15 +47,33 @@ def test_routes_by_severity(amtool: str, kit: SimpleNamespace, labels: list[str]
     assert out.stdout.strip() == receiver
 
 
+def _routes(route: dict[str, Any]) -> list[dict[str, Any]]:
+    return [route, *(r for child in route.get("routes", []) for r in _routes(child))]
+
+
 def test_every_alert_severity_has_a_route(kit: SimpleNamespace) -> None:
     config = yaml.safe_load(kit.alertmanager_yml.read_text(encoding="utf-8"))
-    routed = {m for r in config["route"]["routes"] for m in r["matchers"]}
+    routed = {m for r in _routes(config["route"]) for m in r.get("matchers", [])}
     rules = yaml.safe_load(kit.alert_rules.read_text(encoding="utf-8"))
     severities = {r["labels"]["severity"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    assert severities == {"critical", "warning", "info"}
-    for severity in severities:
+    assert severities == {"critical", "warning", "info", "none"}
+    for severity in severities - {"none"}:  # none: the watchdog, routed by its name
         assert f'severity="{severity}"' in routed
-    assert "endpoint" in config["route"]["group_by"]
+    assert 'alertname="TokwatchWatchdog"' in routed
+
+
+def test_endpoint_alerts_group_by_endpoint_and_the_rest_by_instance(kit: SimpleNamespace) -> None:
+    """Alerts on recording rules carry no instance: grouping an endpoint's alerts by endpoint alone puts
+    them with those read from tokwatch's metrics (and merges HA replicas); tokwatch's own alerts, which
+    have no endpoint label, group per instance."""
+    config = yaml.safe_load(kit.alertmanager_yml.read_text(encoding="utf-8"))
+    route = config["route"]
+    assert route["group_by"] == ["instance"]
+    (by_endpoint,) = [r for r in route["routes"] if r.get("matchers") == ['endpoint=~".+"']]
+    assert by_endpoint["group_by"] == ["endpoint"]
+    for rule in config["inhibit_rules"]:  # every rule about endpoints compares the endpoint alone
+        if any("endpoint" in m for m in rule["target_matchers"]) or "TokwatchEndpointDown" in str(rule):
+            assert rule["equal"] == ["endpoint"], rule
 
 
 def _test_config(kit: SimpleNamespace, tmp_path: Path, webhook_port: int) -> Path:
@@ -66,7 +88,7 @@ def _test_config(kit: SimpleNamespace, tmp_path: Path, webhook_port: int) -> Pat
 
 
 @pytest.mark.e2e
-async def test_endpoint_down_inhibits_its_timeout_and_regression(
+async def test_endpoint_down_inhibits_the_endpoints_other_alerts(
     amtool: str, alertmanager_bin: str, kit: SimpleNamespace, processes: Any, tmp_path: Path
 ) -> None:
     port = kit.free_port()
@@ -94,6 +116,7 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
     add("alertname=TokwatchDecodeRegression", "severity=warning", "endpoint=a")
     add("alertname=TokwatchProbeTimeout", "severity=warning", "endpoint=b")
     add("alertname=TokwatchRateLimited", "severity=warning", "endpoint=a")
+    add("alertname=TokwatchStorageDown", "severity=warning", "instance=tw:9477")
 
     def query(*flags: str) -> list[dict[str, Any]]:
         out = kit.run_tool([amtool, "alert", "query", f"--alertmanager.url={url}", "--output=json", *flags])
@@ -106,10 +129,11 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
         for a in [*query(), *query("--inhibited")]:
             labels, status = a["labels"], a["status"]
             assert isinstance(labels, dict) and isinstance(status, dict)
-            found[(labels["alertname"], labels["endpoint"])] = (status["state"], status["inhibitedBy"])
-        return found if len(found) == 5 else None
+            key = (labels["alertname"], labels.get("endpoint", labels.get("instance")))
+            found[key] = (status["state"], status["inhibitedBy"])
+        return found if len(found) == 6 else None
 
-    await kit.wait_until(states, 20, "all five alerts in alertmanager")
+    await kit.wait_until(states, 20, "all six alerts in alertmanager")
     await kit.wait_until(
         lambda: (states() or {}).get(("TokwatchDecodeRegression", "a"), ("",))[0] == "suppressed",
         20,
@@ -123,5 +147,6 @@ async def test_endpoint_down_inhibits_its_timeout_and_regression(
         ("TokwatchProbeTimeout", "a"): ("suppressed", [down]),
         ("TokwatchDecodeRegression", "a"): ("suppressed", [down]),
         ("TokwatchProbeTimeout", "b"): ("active", []),  # another endpoint: not inhibited
-        ("TokwatchRateLimited", "a"): ("active", []),  # not a target of the inhibit rule
+        ("TokwatchRateLimited", "a"): ("suppressed", [down]),  # every other alert of the endpoint
+        ("TokwatchStorageDown", "tw:9477"): ("active", []),  # no endpoint: tokwatch's own
     }

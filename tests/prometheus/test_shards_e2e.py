@@ -158,27 +158,8 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
     prometheus_bin: str, kit: SimpleNamespace, stack: Any, tmp_path: Path, pg_server: Any
 ) -> None:
     models = [{"name": f"m{i}", "decode_tps": rate, "prefill_tps": 20000} for i, rate in enumerate(RATES)]
-    sim_yml = tmp_path / "sim.yml"
-    sim_yml.write_text(
-        yaml.safe_dump({"seed": 3, "servers": [{"name": "s", "dialect": "openai", "models": models}]})
-    )
-    stack.processes.start(
-        "sim",
-        [
-            sys.executable,
-            "-m",
-            "tokwatch",
-            "sim",
-            "--config",
-            str(sim_yml),
-            "--listen",
-            f"127.0.0.1:{stack.sim_port}",
-        ],
-    )
+    await stack.start_sim({"seed": 3, "servers": [{"name": "s", "dialect": "openai", "models": models}]})
     async with aiohttp.ClientSession() as session:
-        await kit.wait_until(
-            lambda: kit.http_ok(session, f"{stack.sim_url}/_sim/servers"), 30, "the simulator"
-        )
         shared, alone = pg_server.new_database(), pg_server.new_database()
         round_at = math.ceil(time.time()) + ROUND_IN_S
         ports = {name: kit.free_port() for name in ("shard0", "shard1", "single")}

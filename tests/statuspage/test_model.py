@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from tokwatch.config import Config, EndpointSettings
@@ -19,9 +16,7 @@ from tokwatch.statuspage.model import (
 )
 from tokwatch.statuspage.render import render_overview
 from tokwatch.storage.base import EndpointSpec, RunPoint, Store
-from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
-from tokwatch.storage.sqlite import SQLiteStore
 
 NOW = 1_790_000_000.0  # fixed clock: a Wednesday, mid-day UTC
 HOUR = 3600.0
@@ -32,30 +27,24 @@ def _ep(name: str, **kw: object) -> EndpointSettings:
 
 
 def _row(ep: str, t: float, status: str = "ok", tps: float | None = 50.0, **kw: object) -> RunRow:
+    fields: dict[str, object] = {"timing_source": "engine" if status == "ok" else None, **kw}
     return RunRow(
         run_id=f"{ep}-{t}",
         time=t,
         endpoint=ep,
         status=status,
         tokens_per_second=tps if status == "ok" else None,
-        timing_source="engine" if status == "ok" else None,
-        **kw,  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]
     )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SQLiteStore(tmp_path / "tw.db")
-    else:
-        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=3.0)
-        await pg.open()
-        s = pg
-    await s.ensure_ready()
-    try:
-        yield s
-    finally:
-        await s.close()
+# A run whose client tok/s a client stall moved beyond the tolerance (set aside; its status counts).
+SET_ASIDE: dict[str, object] = {
+    "timing_disturbed": True,
+    "tps_set_aside": True,
+    "set_aside": "tokens_per_second",
+    "timing_source": "client_stream",
+}
 
 
 async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_incident(store: Store) -> None:
@@ -97,16 +86,19 @@ async def test_sparkline_holds_the_last_runs_that_count_in_figures(store: Store)
     config = Config(endpoints=(_ep("a"),))
     rows = [_row("a", NOW - 60.0 - i * 60.0) for i in range(SPARK_RUNS + 10)]
     rows.append(_row("a", NOW - 30.0, tps=999.0, triggered_by="on_demand"))
-    rows.append(_row("a", NOW - 20.0, tps=998.0, timing_disturbed=True))
+    rows.append(_row("a", NOW - 20.0, tps=998.0, **SET_ASIDE))
     await store.write_runs(rows)
     ov = await build_overview(store, config, NOW + 1)
     spark = ov.tiles[0].spark
     assert len(spark) == SPARK_RUNS
-    assert all(p.tokens_per_second == 50.0 for p in spark)  # on-demand and disturbed left out by default
+    # on-demand left out by default; the run whose tok/s was set aside counts, as an ok run without a figure
+    assert all(p.tokens_per_second == 50.0 for p in spark[:-1])
+    assert (spark[-1].time, spark[-1].status, spark[-1].tokens_per_second) == (NOW - 20.0, "ok", None)
     # the headline takes the same runs as the sparkline and the 24 h figures beside it...
     headline = ov.tiles[0].headline
     assert headline is not None and headline.tokens_per_second == 50.0 and headline.time == NOW - 60.0
-    assert ov.tiles[0].day is not None and ov.tiles[0].day.median == 50.0
+    day = ov.tiles[0].day
+    assert day is not None and day.median == 50.0 and (day.disturbed_runs, day.tps_set_aside) == (1, 1)
     # ...while the status pill is the newest run of any kind
     last = ov.tiles[0].last
     assert last is not None and last.time == NOW - 20.0
@@ -133,7 +125,7 @@ async def test_headline_survives_an_incident_longer_than_the_sparkline(store: St
         for i in range(incident)
     ]
     rows.append(_row("down", NOW - 2 * HOUR + 600, tps=500.0, triggered_by="on_demand"))
-    rows.append(_row("down", NOW - 3 * HOUR + 600, tps=400.0, timing_disturbed=True))
+    rows.append(_row("down", NOW - 3 * HOUR + 600, tps=400.0, **SET_ASIDE))
     rows.append(_row("probed-only", NOW - HOUR, tps=70.0, triggered_by="on_demand"))
     rows.append(_row("probed-only", NOW - 30.0, status="timeout", error_class="timeout"))
     rows.append(_row("never-ok", NOW - 30.0, status="auth_failure", error_class="http_401"))
@@ -143,7 +135,10 @@ async def test_headline_survives_an_incident_longer_than_the_sparkline(store: St
 
     tiles = {t.endpoint.name: t for t in (await build_overview(store, config, NOW)).tiles}
     down = tiles["down"]
-    assert down.status == "unreachable" and all(p.status == "unreachable" for p in down.spark)
+    assert down.status == "unreachable"
+    # the incident, and the ok run whose tok/s a client stall set aside: its status counts, its figure not
+    assert [p.time for p in down.spark if p.status != "unreachable"] == [NOW - 3 * HOUR + 600]
+    assert all(p.tokens_per_second is None for p in down.spark)
     assert down.headline is not None and down.headline.tokens_per_second == 62.0
     assert down.headline.time == NOW - (incident + 8) * HOUR and down.headline.timing_source == "engine"
     assert down.last is not None and down.last.ok_tokens_per_second == 500.0  # what the old headline showed

@@ -14,8 +14,7 @@ import pytest
 from tokwatch.app import App
 from tokwatch.config import load_config_text
 from tokwatch.server import start_site
-from tokwatch.sim.config import load_sim_config_text
-from tokwatch.sim.testing import run_sim
+from tokwatch.sim.testing import RunningSim
 from tokwatch.statuspage import StatusPages
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.sqlite import SQLiteStore
@@ -49,9 +48,8 @@ class Dom(HTMLParser):
 
 
 @pytest.fixture
-async def exporter(tmp_path: Path) -> AsyncIterator[tuple[App, str, aiohttp.ClientSession]]:
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        cfg = f"""
+async def exporter(sim: RunningSim, tmp_path: Path) -> AsyncIterator[tuple[App, str, aiohttp.ClientSession]]:
+    cfg = f"""
 probe: {{max_tokens: 16, warmup: false}}
 storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox.jsonl'}}
 schedule: {{interval: 1h, offset: 0s, run_on_start: false}}
@@ -61,15 +59,15 @@ endpoints:
   - {{name: failing, kind: openai, base_url: '{sim.url}/oa/v1', model: broken}}
   - {{name: idle, kind: openai, base_url: '{sim.url}/oa/v1', model: m, enabled: false}}
 """
-        app = App(load_config_text(cfg, "tokwatch.yml"))
-        await app.start()
-        runner, port = await start_site(app, "127.0.0.1", 0)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-                yield app, f"http://127.0.0.1:{port}", session
-        finally:
-            await app.stop()
-            await runner.cleanup()
+    app = App(load_config_text(cfg, "tokwatch.yml"))
+    await app.start()
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            yield app, f"http://127.0.0.1:{port}", session
+    finally:
+        await app.stop()
+        await runner.cleanup()
 
 
 async def _stored(app: App, runs: int) -> None:
@@ -165,7 +163,7 @@ async def test_storage_switched_off_says_so(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
-    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+    sim: RunningSim, tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """Two replicas of one config, each probing its share: either one's page has a tile per endpoint of the
     fleet. PostgreSQL is the shared store docs/scaling.md describes; one SQLite file works on one host."""
@@ -175,36 +173,35 @@ async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
         storage = f"dsn: '{request.getfixturevalue('pg_dsn')}', timescale: false"
     else:
         storage = f"sqlite_path: '{tmp_path}/tw.db'"
-    async with run_sim(load_sim_config_text(SIM)) as sim:
-        eps = "\n".join(
-            f"  - {{name: ep{i}, kind: openai, base_url: '{sim.url}/oa/v1', model: m}}" for i in range(6)
+    eps = "\n".join(
+        f"  - {{name: ep{i}, kind: openai, base_url: '{sim.url}/oa/v1', model: m}}" for i in range(6)
+    )
+
+    def replica(i: int) -> App:  # each replica its own outbox, as on separate hosts
+        cfg = load_config_text(
+            f"probe: {{max_tokens: 8, warmup: false}}\n"
+            f"storage: {{{storage}, outbox_path: '{tmp_path}/o{i}.jsonl'}}\n"
+            f"schedule: {{interval: 1h, run_on_start: false}}\nendpoints:\n{eps}\n",
+            "t.yml",
         )
+        return App(cfg, shard=parse_shard(f"{i}/2"))
 
-        def replica(i: int) -> App:  # each replica its own outbox, as on separate hosts
-            cfg = load_config_text(
-                f"probe: {{max_tokens: 8, warmup: false}}\n"
-                f"storage: {{{storage}, outbox_path: '{tmp_path}/o{i}.jsonl'}}\n"
-                f"schedule: {{interval: 1h, run_on_start: false}}\nendpoints:\n{eps}\n",
-                "t.yml",
-            )
-            return App(cfg, shard=parse_shard(f"{i}/2"))
-
-        apps = [replica(i) for i in range(2)]
+    apps = [replica(i) for i in range(2)]
+    for app in apps:
+        await app.start()
+    try:
+        owned = [[e.name for e in app.config.endpoints] for app in apps]
+        assert sorted(owned[0] + owned[1]) == [f"ep{i}" for i in range(6)] and owned[0] and owned[1]
+        for app, names in zip(apps, owned, strict=True):
+            for name in names:
+                await app.probe(name, "scheduled")
+        await _stored(apps[0], 6)
+        for app in apps:  # either replica: a tile per endpoint of the fleet, each with its ok run
+            page = await StatusPages(lambda a=app: a.store, lambda a=app: a.full_config).overview()
+            tiles = Dom(page.body).having("article", "data-endpoint")
+            assert {t["data-endpoint"]: t["data-status"] for t in tiles} == {
+                f"ep{i}": "ok" for i in range(6)
+            }
+    finally:
         for app in apps:
-            await app.start()
-        try:
-            owned = [[e.name for e in app.config.endpoints] for app in apps]
-            assert sorted(owned[0] + owned[1]) == [f"ep{i}" for i in range(6)] and owned[0] and owned[1]
-            for app, names in zip(apps, owned, strict=True):
-                for name in names:
-                    await app.probe(name, "scheduled")
-            await _stored(apps[0], 6)
-            for app in apps:  # either replica: a tile per endpoint of the fleet, each with its ok run
-                page = await StatusPages(lambda a=app: a.store, lambda a=app: a.full_config).overview()
-                tiles = Dom(page.body).having("article", "data-endpoint")
-                assert {t["data-endpoint"]: t["data-status"] for t in tiles} == {
-                    f"ep{i}": "ok" for i in range(6)
-                }
-        finally:
-            for app in apps:
-                await app.stop()
+            await app.stop()

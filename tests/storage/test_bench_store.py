@@ -149,7 +149,7 @@ async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> No
     store = SQLiteStore(path)
     try:
         assert (await store.schema_status()).current == 1
-        assert await store.migrate() == [2, 3, 4, 5]
+        assert await store.migrate() == [2, 3, 4, 5, 6]
         assert await store.migrate() == []
         assert await store.count_runs() == 1
         await store.write_runs([RunRow(run_id="r2", time=time.time(), endpoint="a", status="ok")])
@@ -177,7 +177,7 @@ async def test_sqlite_bench_rows_from_version_4_keep_their_data(tmp_path: Path) 
             )
     store = SQLiteStore(path)
     try:
-        assert await store.migrate() == [5]
+        assert await store.migrate() == [5, 6]
         stored = await store.bench_run("bench-1")
         assert stored is not None
         old_run, old_requests = stored
@@ -192,7 +192,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
     store = PostgresStore(pg_dsn, timeout_s=10)
     await store.open()
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6, 7]
         await _roundtrip(store)
         await store.write_runs([RunRow(run_id="r1", time=time.time(), endpoint="a", status="ok")])
     finally:
@@ -205,6 +205,8 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         conn.execute("DROP TABLE bench_requests; DROP TABLE bench_runs")
         later = ("triggered_by", "timing_disturbed", "max_stall_s", "merged_reads", "send_delay_s")
         later += ("duration_s",)
+        later += ("tps_error_ratio", "ttft_error_s", "itl_error_s", "tpot_error_s", "ttot_error_s")
+        later += ("e2e_error_s", "set_aside", "tps_set_aside")
         for column in later:
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         conn.execute("DELETE FROM tokwatch_schema WHERE version >= 3")
@@ -213,7 +215,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
     try:
         assert (await store.schema_status()).current == 2
         await store.ensure_ready()  # auto-migrates, as the exporter and `tokwatch bench` do
-        assert (await store.schema_status()).current == 6
+        assert (await store.schema_status()).current == 7
         assert await store.count_runs() == 1
         assert await store.bench_runs(0) == []
         run, requests = bench_rows(_outcome())

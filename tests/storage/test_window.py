@@ -9,11 +9,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tokwatch.config import EndpointSettings
-from tokwatch.metrics import WindowCollector
+from tokwatch.metrics.window import WindowCollector
 from tokwatch.storage import RunWriter, StorageCollector, WindowCache
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.window import compare_fleet, cv_band, window_label
+from tokwatch.window_rule import WindowRule
 
 
 def _ep(name: str, **labels: str) -> EndpointSettings:
@@ -41,7 +42,7 @@ async def test_cache_and_collector_export_store_figures(tmp_path: Path) -> None:
     try:
         await store.write_runs(_rows("fast", [100.0, 110.0, 90.0], now) + _rows("slow", [50.0, 50.0], now))
         await store.write_runs(_rows("gone", [1.0, 2.0], now))  # no longer configured
-        cache = WindowCache(store, clock=lambda: now)
+        cache = WindowCache(store, rule=WindowRule(), clock=lambda: now)
         cache.configure([_ep("fast", region="eu"), _ep("slow")])
         registry = CollectorRegistry()
         registry.register(WindowCollector(cache.snapshot))
@@ -76,7 +77,7 @@ async def test_cache_keeps_last_figures_when_store_fails(tmp_path: Path) -> None
     store = SQLiteStore(tmp_path / "tw.db")
     now = time.time()
     await store.write_runs(_rows("a", [10.0, 12.0], now))
-    cache = WindowCache(store, clock=lambda: now)
+    cache = WindowCache(store, rule=WindowRule(), clock=lambda: now)
     assert await cache.refresh()
     (tmp_path / "blocker").mkdir()
     broken = SQLiteStore(tmp_path / "blocker")  # a directory: cannot be opened as a database

@@ -239,3 +239,33 @@ endpoints:
         assert app.writer.timings.retry_max_s == 10.0 and app.writer.timings.check_interval_s == 15.0
     finally:
         await app.stop()
+
+
+async def test_a_burst_of_dropped_runs_is_logged_once_with_its_count(
+    tmp_path: Path, make_run: Any, disk_full: Any, caplog: Any
+) -> None:
+    """Outbox unwritable (a disk with no room at all) and memory full: runs beyond queue_size are dropped,
+    counted, and logged once per burst with the count, never hidden by the repeat throttle."""
+    import logging
+
+    from tokwatch.storage.writer import DROP_BURST_QUIET_S
+
+    store = SQLiteStore(tmp_path / "tw.db")
+    # No writer task: every run goes through the producer's own path, so the drops are exact:
+    # the 4th run spills 4 (3 kept, 1 dropped), the 8th and 12th spill 4 each with no room (4 + 4 dropped).
+    writer = RunWriter(store, outbox_path=tmp_path / "outbox.jsonl", queue_size=3)
+    now = time.time()
+    disk_full.limit = 0
+    with caplog.at_level(logging.ERROR, logger="tokwatch.storage.writer"):
+        with disk_full.active():
+            for i in range(12):
+                writer.submit(make_run("a", now + i))
+        assert writer.stats().dropped_total == 9
+        for _ in range(int(DROP_BURST_QUIET_S * 40)):
+            if any("run(s) dropped" in m for m in caplog.messages):
+                break
+            await asyncio.sleep(0.05)
+    dropped = [m for m in caplog.messages if "run(s) dropped" in m]
+    assert len(dropped) == 1 and dropped[0].startswith("storage: 9 run(s) dropped in ")
+    assert "counted in tokwatch_storage_dropped_runs" in dropped[0]
+    assert len([m for m in caplog.messages if "held in memory" in m]) == 1

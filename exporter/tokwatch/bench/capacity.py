@@ -3,9 +3,13 @@
 `--search fluid` finds seed 004's fluid token generation rate: the highest request rate at which at least
 `fluid_fraction` of the measured requests reach a fluidity-index of at least `fluid_index` (a failed request
 counts as not fluid). `--search slo` finds the highest rate at which every `--slo` holds (goodput capacity).
-Both bracket first (the start rate, doubled until a point fails) and then bisect until the bracket is within
-`search_tolerance` of its lower end, the point budget or the time budget runs out. Every point is a full
-benchmark run with its own result directory.
+Both start from a quick single-stream measurement (`--search-start` overrides it: 1 / the median E2E of a
+few sequential requests, the rate one stream sustains), bracket (doubling while points pass, halving while
+they fail) and then bisect until the bracket is within `search_tolerance` of its lower end, or the point or
+time budget runs out. Each point lasts a bounded time: `--duration` (default max(10 s, 10 x the single-stream
+E2E)), with in-flight requests abandoned `--drain-timeout` (default: the point duration) after it. Every
+point is a full benchmark run with its own result directory. A search that never saw a failing point states
+its result as a lower bound.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from tokwatch.strict_yaml import ConfigError
 
 SCHEMA_VERSION = 1
 Dimension = Literal["rate", "concurrency"]
+CALIBRATION_REQUESTS = 4  # sequential measured requests (after one warm-up) that give the start rate
+SEARCH_POINT_S = 10.0  # shortest default duration of a search point
+POINT_E2E_MULTIPLE = 10  # ... and at least this many single-stream request times
+MAX_HALVINGS = 6  # a first point that fails is halved at most this often (down to start / 64)
 RunPoint = Callable[[BenchOptions, Path], Awaitable[tuple[BenchOutcome, Path]]]
 
 
@@ -71,6 +79,20 @@ class CapacityPoint:
     slos_met: bool | None  # None when no SLO was given
     slo_results: list[dict[str, Any]] = field(default_factory=list)
     passed: bool | None = None  # the search criterion, when searching
+    duration_s: float | None = None  # the point's --duration (searches: bounded by it plus the drain)
+    drain_timeout_s: float | None = None
+    wall_s: float | None = None  # the run's wall time as measured
+
+
+@dataclass(slots=True)
+class Calibration:
+    """The single-stream measurement a search starts from (capacity.json `calibration`)."""
+
+    result_dir: str
+    requests: int
+    ok: int
+    e2e_p50_s: float | None
+    start_rate: float | None  # 1 / e2e_p50_s (3 significant digits); None when no request succeeded
 
 
 def point_from(
@@ -112,8 +134,9 @@ def point_from(
 
 
 def point_passes(point: CapacityPoint, opts: BenchOptions) -> bool:
-    """The search criterion: fluid enough (`fluid`) or every SLO met (`slo`); an incomplete run fails."""
-    if not point.complete or point.requests == 0:
+    """The search criterion: fluid enough (`fluid`) or every SLO met (`slo`); an incomplete run, or one
+    whose failed share is above --max-error-rate, fails."""
+    if not point.complete or point.requests == 0 or point.failures / point.requests > opts.max_error_rate:
         return False
     if opts.search == "slo":
         return bool(point.slos_met)
@@ -131,8 +154,17 @@ class Capacity:
     result_rate: float | None = None  # highest passing rate (search)
     bracket: tuple[float | None, float | None] = (None, None)  # (highest pass, lowest fail)
     tolerance: float | None = None
-    stopped_by: str = "done"  # done, max_points, max_time, max_rate, interrupted, first_point_failed
+    # done, max_points, max_time, max_rate, no_passing_rate, calibration_failed
+    stopped_by: str = "done"
     wall_s: float = 0.0
+    calibration: Calibration | None = None
+    point_duration_s: float | None = None
+    point_drain_timeout_s: float | None = None
+
+    @property
+    def lower_bound(self) -> bool:
+        """A search that passed somewhere but never failed: the capacity is at least its result."""
+        return self.mode != "sweep" and self.result_rate is not None and self.bracket[1] is None
 
     def to_json(self) -> dict[str, Any]:
         """The file's dictionary; the result is named for the search (`fluid_token_generation_rate`...)."""
@@ -153,23 +185,44 @@ class Capacity:
             out["slo_capacity_tokens_per_s"] = tokens_per_s
         if self.mode != "sweep":
             out.update(
+                result_is_lower_bound=self.lower_bound,
                 bracket={"highest_pass": self.bracket[0], "lowest_fail": self.bracket[1]},
                 tolerance=self.tolerance,
                 stopped_by=self.stopped_by,
+                calibration=asdict(self.calibration) if self.calibration is not None else None,
+                point_duration_s=self.point_duration_s,
+                point_drain_timeout_s=self.point_drain_timeout_s,
             )
         out.update(criterion=self.criterion, wall_time_s=self.wall_s, points=[asdict(p) for p in self.points])
         return out
 
 
-def _point_options(opts: BenchOptions, dimension: str, value: float, out_dir: Path) -> BenchOptions:
+def _point_options(
+    opts: BenchOptions, dimension: str, value: float, out_dir: Path, **bounds: float | None
+) -> BenchOptions:
     update: dict[str, Any] = {
         "sweep": None,
         "search": None,
         "listen": None,
         "output_dir": str(out_dir),
         dimension: int(value) if dimension == "concurrency" else value,
+        **{k: v for k, v in bounds.items() if v is not None},
     }
     return opts.model_copy(update=update)
+
+
+async def calibrate(opts: BenchOptions, out_dir: Path, run_point: RunPoint) -> Calibration:
+    """One warm-up and CALIBRATION_REQUESTS sequential requests; the start rate is 1 / their median E2E."""
+    sub = out_dir / "calibration"
+    single = opts.model_copy(update={
+        "sweep": None, "search": None, "listen": None, "output_dir": str(sub), "rate": None,
+        "concurrency": 1, "number": CALIBRATION_REQUESTS, "duration": None, "warmup": max(1, opts.warmup),
+    })  # fmt: skip
+    outcome, _ = await run_point(single, sub)
+    e2e = [v for r in outcome.measured if r.ok and (v := r.e2e_s) is not None]
+    p50 = percentiles(e2e, (50,))[0] if e2e else None
+    start = float(f"{1 / p50:.3g}") if p50 else None
+    return Calibration(str(sub), len(outcome.measured), len(e2e), p50, start)
 
 
 def _label(dimension: str, value: float) -> str:
@@ -184,14 +237,19 @@ async def run_capacity(opts: BenchOptions, out_dir: Path, run_point: RunPoint) -
         "slos": [s.name for s in opts.parsed_slos()],
         "fluidity_prefill_deadline_s": opts.fluidity_prefill_deadline,
         "fluidity_decode_deadline_s": opts.fluidity_decode_deadline,
+        "fluidity_mode": opts.fluidity_mode,
     }
     started = time.monotonic()
     points: list[CapacityPoint] = []
+    bounds: dict[str, float | None] = {}
 
     async def measure(dimension: str, value: float) -> CapacityPoint:
         sub = out_dir / _label(dimension, value)
-        outcome, _ = await run_point(_point_options(opts, dimension, value, sub), sub)
+        point_opts = _point_options(opts, dimension, value, sub, **bounds)
+        outcome, _ = await run_point(point_opts, sub)
         point = point_from(outcome, dimension, value, sub, opts.fluid_index)
+        point.duration_s, point.drain_timeout_s = point_opts.duration, point_opts.drain_timeout
+        point.wall_s = outcome.wall_s
         if opts.search is not None:
             point.passed = point_passes(point, opts)
         points.append(point)
@@ -209,7 +267,20 @@ async def run_capacity(opts: BenchOptions, out_dir: Path, run_point: RunPoint) -
     cap = Capacity(opts.search, "rate", points, criterion, tolerance=opts.search_tolerance)
     lo: float | None = None
     hi: float | None = None
-    rate = opts.search_start
+    start = opts.search_start
+    single_e2e: float | None = None
+    if start is None:
+        cap.calibration = await calibrate(opts, out_dir, run_point)
+        start, single_e2e = cap.calibration.start_rate, cap.calibration.e2e_p50_s
+        if start is None:
+            cap.stopped_by = "calibration_failed"
+            cap.wall_s = time.monotonic() - started
+            return cap
+    start = min(start, opts.search_max_rate)
+    duration = opts.duration or max(SEARCH_POINT_S, POINT_E2E_MULTIPLE * (single_e2e or 0.0))
+    bounds.update(duration=duration, drain_timeout=opts.drain_timeout or duration)
+    cap.point_duration_s, cap.point_drain_timeout_s = bounds["duration"], bounds["drain_timeout"]
+    rate = start
 
     def budget_left() -> str | None:
         if len(points) >= opts.search_max_points:
@@ -218,20 +289,27 @@ async def run_capacity(opts: BenchOptions, out_dir: Path, run_point: RunPoint) -
             return "max_time"
         return None
 
-    while hi is None:
+    # Bracket: double while points pass, halve while they fail, until one of each was seen.
+    while lo is None or hi is None:
         if (why := budget_left()) is not None:
             cap.stopped_by = why
             break
         if (await measure("rate", rate)).passed:
             lo = rate
+            if hi is not None:
+                break
             if rate >= opts.search_max_rate:
                 cap.stopped_by = "max_rate"
                 break
             rate = min(rate * 2, opts.search_max_rate)
         else:
             hi = rate
-    if lo is None and hi is not None:
-        cap.stopped_by = "first_point_failed"
+            if lo is not None:
+                break
+            if rate <= start / 2**MAX_HALVINGS:
+                cap.stopped_by = "no_passing_rate"
+                break
+            rate /= 2
     while lo is not None and hi is not None and (hi - lo) > opts.search_tolerance * lo:
         if (why := budget_left()) is not None:
             cap.stopped_by = why
@@ -247,11 +325,13 @@ async def run_capacity(opts: BenchOptions, out_dir: Path, run_point: RunPoint) -
 
 
 def write_capacity(cap: Capacity, out_dir: Path, *, plots_enabled: bool = True) -> list[Path]:
-    """capacity.json and, with matplotlib, capacity.png; returns the paths written."""
+    """capacity.json, report.md and, with matplotlib, capacity.png; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "capacity.json"
     path.write_text(json.dumps(cap.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    written = [path]
+    report = out_dir / "report.md"
+    report.write_text(render_report(cap), encoding="utf-8")
+    written = [path, report]
     if plots_enabled and (png := _plot(cap, out_dir / "capacity.png")) is not None:
         written.append(png)
     return written
@@ -301,7 +381,7 @@ def _plot(cap: Capacity, path: Path) -> Path | None:
             ax.set_title(f"{metric.upper()} vs throughput ({cap.dimension} labelled)")
             ax.legend(fontsize=8)
         if cap.result_rate is not None:
-            fig.suptitle(f"{cap.mode} capacity: {cap.result_rate:.4g} req/s")
+            fig.suptitle(f"{cap.mode} capacity: {headline_rate(cap)}")
         fig.tight_layout()
         fig.savefig(path, dpi=80)
     finally:
@@ -331,9 +411,50 @@ def table_lines(cap: Capacity) -> list[str]:
     if cap.mode != "sweep":
         name = "fluid token generation rate" if cap.mode == "fluid" else "SLO capacity"
         lo, hi = cap.bracket
-        found = "not found" if cap.result_rate is None else f"{cap.result_rate:.4g} req/s"
+        c = cap.calibration
+        start = (
+            f"; start {c.start_rate:.4g} req/s = 1 / single-stream E2E {f(c.e2e_p50_s, 1e3, '.0f')} ms"
+            if c is not None and c.start_rate is not None
+            else ""
+        )
         lines.append(
-            f"{name}: {found} (highest pass {f(lo, fmt='.4g')}, lowest fail {f(hi, fmt='.4g')}, "
-            f"tolerance {cap.tolerance:.0%}, {len(cap.points)} points in {cap.wall_s:.0f}s, {cap.stopped_by})"
+            f"{name}: {headline_rate(cap)} (highest pass {f(lo, fmt='.4g')}, lowest fail {f(hi, fmt='.4g')}, "
+            f"tolerance {cap.tolerance:.0%}, {len(cap.points)} points in {cap.wall_s:.0f}s, {cap.stopped_by}"
+            f"{start})"
         )
     return lines
+
+
+def render_report(cap: Capacity) -> str:
+    """report.md of a sweep or search: the headline, how it was searched, and every point."""
+    title = {"fluid": "fluid token generation rate", "slo": "SLO capacity"}.get(cap.mode, "capacity sweep")
+    out = [f"# tokwatch bench: {title}", ""]
+    if cap.mode != "sweep":
+        out += [f"**{headline_rate(cap)}**", ""]
+        if cap.lower_bound:
+            out += [
+                "No point failed the criterion, so the capacity was not reached: it is at least this rate "
+                f"(stopped by {cap.stopped_by}; raise --search-max-rate, --search-max-points or "
+                "--search-max-time to look higher).",
+                "",
+            ]
+        c = cap.calibration
+        if c is not None:
+            e2e = "-" if c.e2e_p50_s is None else f"{c.e2e_p50_s * 1e3:.0f} ms"
+            out.append(f"- start: 1 / single-stream E2E p50 {e2e} ({c.ok}/{c.requests} ok) = "
+                       f"{'-' if c.start_rate is None else f'{c.start_rate:.4g} req/s'}")  # fmt: skip
+        if cap.point_duration_s is not None:
+            out.append(f"- each point: {cap.point_duration_s:g} s of arrivals, requests still running "
+                       f"{cap.point_drain_timeout_s:g} s later abandoned (failed)")  # fmt: skip
+        out += [f"- criterion: {json.dumps(cap.criterion)}", ""]
+    out += ["```", *table_lines(cap), "```", ""]
+    return "\n".join(out)
+
+
+def headline_rate(cap: Capacity) -> str:
+    """`12.5 req/s`, `>= 40 req/s (lower bound: no point failed)` or `not found`."""
+    if cap.result_rate is None:
+        return "not found"
+    if cap.lower_bound:
+        return f">= {cap.result_rate:.4g} req/s (lower bound: no point failed)"
+    return f"{cap.result_rate:.4g} req/s"

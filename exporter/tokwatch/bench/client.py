@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokwatch import status as status_mod
 from tokwatch import timing
-from tokwatch.bench.fluidity import fluidity_index
+from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor
+from tokwatch.measurement import StampLateness
 from tokwatch.probes import probe_class
 from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.redact import Redactor
@@ -75,10 +75,11 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Deadlines:
-    """fluidity-index deadlines in seconds."""
+    """fluidity-index deadlines in seconds, and how a late token is counted (tokwatch.bench.fluidity)."""
 
     prefill_s: float
     decode_s: float
+    mode: FluidityMode = "etalon"
 
 
 def _runaway_limit(max_tokens: int) -> int:
@@ -95,9 +96,12 @@ async def execute(
     run_t0: float,
     deadlines: Deadlines,
     redactor: Redactor,
-    stalls: StallMonitor | None = None,
+    stalls: StampLateness | None = None,
+    on_answer: Callable[[float], None] | None = None,
 ) -> RequestRecord:
-    """Send the request, stream the answer, fill `record`; never raises except on cancellation."""
+    """Send the request, stream the answer, fill `record`; never raises except on cancellation.
+
+    `on_answer(t)` is told of every byte the server sent (headers, then each read) after it was stamped."""
     max_tokens = record.max_tokens or 1
     body = target.body(messages, max_tokens, record.fixed_output)
     collector = StreamCollector()
@@ -113,6 +117,8 @@ async def execute(
             sent_at = resp.sent_at
             record.sent_at_s = sent_at - run_t0
             record.http_status = resp.status
+            if on_answer is not None:
+                on_answer(time.perf_counter())
             headers = resp.headers
             record.server_request_id = headers.get("x-sim-request-id") or headers.get("x-request-id")
             if not 200 <= resp.status < 300:
@@ -122,6 +128,8 @@ async def execute(
                     return _fail(record, failure, redactor, run_t0)
             limit = _runaway_limit(max_tokens)
             async for t, data in resp.chunks():
+                if on_answer is not None:
+                    on_answer(t)
                 collector.add(parser.feed(data, t))
                 if collector.client_tokens > limit:
                     runaway = True
@@ -141,7 +149,10 @@ async def execute(
     record.completed_at_s = end - run_t0
     record.merged_reads = collector.merged_reads
     if stalls is not None:
-        record.max_stall_s = stalls.max_stall(sent_at, end)
+        record.max_stall_s = stalls.loop.max_stall(sent_at, end)
+        # What a stall could have done to the stamps the request's figures use: every token's and the last
+        # byte's (a stall between them moves none; with the receive watcher, only its own lateness counts).
+        record.stamp_lateness_s = max(stalls.lateness([*(d.t for d in collector.deltas), end]))
     _fill_figures(record, collector, sent_at, end, deadlines)
     if runaway or (record.generated_tokens > max_tokens and record.tokens_source != "client_estimate"):
         record.status = Status.DEGRADED
@@ -191,9 +202,11 @@ def _fill_figures(
         prompt = c.usage.prompt_tokens
         record.cached_tokens = c.usage.cached_tokens
     elif c.ollama is not None:
-        prompt = c.ollama.prompt_eval_count
-    elif c.timings is not None:
-        prompt = c.timings.prompt_n
+        prompt = c.ollama.prompt_eval_count  # Ollama reports no cached count
+    elif c.timings is not None and c.timings.prompt_n is not None:
+        prompt = c.timings.prompt_n + (c.timings.cache_n or 0)  # prompt_n leaves the cached tokens out
+    if record.cached_tokens is None and c.timings is not None:
+        record.cached_tokens = c.timings.cache_n  # llama-server without usage.prompt_tokens_details
     record.prompt_tokens = prompt
     record.reply_text = c.text
     record.e2e_s = end - sent_at
@@ -207,6 +220,6 @@ def _fill_figures(
     record.decode_tokens_per_s = timing.client_stream_tps(events, n)
     if record.ttft_s is not None:
         record.fluidity_index = fluidity_index(
-            record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s
+            record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s, deadlines.mode
         )
 

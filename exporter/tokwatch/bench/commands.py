@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from tokwatch.argtypes import http_url, listen_address
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import (
     DEFAULT_GATE,
@@ -24,9 +25,12 @@ from tokwatch.bench.compare import (
     parse_gate,
     regressions,
     render_table,
+    shape_lines,
 )
 from tokwatch.bench.compare_store import load_runs
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
+from tokwatch.bench.fluidity import FLUIDITY_MODES
+from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
@@ -47,6 +51,7 @@ _VALUE_FLAGS = (
     "search_max_rate", "search_tolerance", "search_max_points", "search_max_time", "fluid_index",
     "fluid_fraction",
     "min_turns", "dataset_offset", "tokenizer", "extra_body",
+    "fluidity_mode", "max_error_rate", "unresponsive_timeout", "drain_timeout",
 )  # fmt: skip
 
 
@@ -56,7 +61,8 @@ def add_commands(subparsers: Any) -> None:
         "bench",
         help="benchmark an endpoint: load generator, latency percentiles, SLOs, report",
         description="Benchmark one endpoint. Exit codes: 0 complete and all SLOs met, 1 an SLO missed, "
-        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded. "
+        "2 bad input, 3 run incomplete (interrupted or stopped early), 4 no request succeeded, 5 more than "
+        "--max-error-rate of the requests failed. "
         "`tokwatch bench compare RUN_A RUN_B` compares two runs instead, each a result directory or (with "
         "--config) a stored run id or `store:ID` (exit 1 when B is "
         "worse than A beyond --threshold on a gated figure).",
@@ -80,6 +86,12 @@ def add_commands(subparsers: Any) -> None:
     )
     c.add_argument("--resamples", type=int, default=400, help="bootstrap resamples (400)")
     c.add_argument("--format", choices=["table", "json"], default="table")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs under different load shapes (loop, concurrency/rate, arrivals, token lengths, "
+        "prompt-cache share) anyway; the output says how they differ",
+    )
     t = p.add_argument_group("target")
     t.add_argument("--endpoint", help="endpoint name from --config")
     t.add_argument(
@@ -88,7 +100,7 @@ def add_commands(subparsers: Any) -> None:
         help="tokwatch.yml defining --endpoint; its store (storage:) also receives the run. Without "
         "--config nothing is stored. With compare: the store that stored run ids are read from",
     )
-    t.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000/v1")
+    t.add_argument("--url", type=http_url, help="base URL, e.g. http://127.0.0.1:8000/v1")
     t.add_argument("--kind", choices=list(PROBES), help="API dialect")
     t.add_argument("--model", help="model name (default: the endpoint's)")
     t.add_argument("--api-key-env", help="environment variable holding the API key (with --url)")
@@ -103,7 +115,14 @@ def add_commands(subparsers: Any) -> None:
     ld.add_argument("--number", type=int, help="measured requests (conversations with --multi-turn)")
     ld.add_argument("--duration", help="measured duration, e.g. 60s; in-flight requests finish")
     ld.add_argument("--warmup", type=int, help="requests sent first and excluded from figures")
-    ld.add_argument("--seed", type=int, help="seed for arrivals and workload (0)")
+    ld.add_argument("--seed", type=int, help="seed for arrivals, lengths and the request mix (0)")
+    ld.add_argument(
+        "--repeat-prompts",
+        action="store_true",
+        default=None,
+        help="prompt text from --seed alone, the same every run (a server's prefix cache will answer "
+        "repeats); by default each run draws fresh prompts",
+    )
     ld.add_argument("--workers", type=int, help="client processes sharing the load (1)")
     ld.add_argument(
         "--receive-watcher",
@@ -134,6 +153,12 @@ def add_commands(subparsers: Any) -> None:
     f.add_argument("--slo", action="append", default=[], help="e.g. ttft:p99<=0.5 (repeatable)")
     f.add_argument("--fluidity-prefill-deadline", help="fluidity-index prefill deadline (1s)")
     f.add_argument("--fluidity-decode-deadline", help="fluidity-index decode deadline (50ms)")
+    f.add_argument(
+        "--fluidity-mode",
+        choices=FLUIDITY_MODES,
+        help="late tokens count as etalon's code does (missed deadlines, default) or as seed 004's text "
+        "(one miss per late token)",
+    )
     c = p.add_argument_group("capacity (one run per load point; capacity.json and capacity.png)")
     c.add_argument("--sweep", help="rate=1,2,4,8 or concurrency=1,4,16,64: one run per value")
     c.add_argument(
@@ -141,7 +166,11 @@ def add_commands(subparsers: Any) -> None:
         choices=("fluid", "slo"),
         help="highest rate that stays fluid (seed 004) or meets every --slo: bracket, then bisect",
     )
-    c.add_argument("--search-start", type=float, help="first rate tried, req/s (1)")
+    c.add_argument(
+        "--search-start",
+        type=float,
+        help="first rate tried, req/s (default: 1 / the median E2E of 4 sequential requests)",
+    )
     c.add_argument("--search-max-rate", type=float, help="highest rate tried, req/s (1000)")
     c.add_argument("--search-tolerance", type=float, help="stop when the bracket is within this share (0.1)")
     c.add_argument("--search-max-points", type=int, help="at most this many runs (16)")
@@ -151,8 +180,12 @@ def add_commands(subparsers: Any) -> None:
     o = p.add_argument_group("outputs")
     o.add_argument("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)")
     o.add_argument("--live-interval", help="seconds between live lines (5)")
-    o.add_argument("--listen", help="HOST:PORT serving live Prometheus metrics during the run")
-    o.add_argument("--metrics-url", help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)")
+    o.add_argument(
+        "--listen", type=listen_address, help="HOST:PORT serving live Prometheus metrics during the run"
+    )
+    o.add_argument(
+        "--metrics-url", type=http_url, help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)"
+    )
     o.add_argument("--no-server-metrics", dest="server_metrics", action="store_false", default=None)
     o.add_argument("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff")
     o.add_argument("--fail-fast", type=int, help="stop after N failures before any success (5)")
@@ -160,6 +193,21 @@ def add_commands(subparsers: Any) -> None:
         "--max-consecutive-failures",
         type=int,
         help="after a success, stop when N requests in a row fail (50); exit 3",
+    )
+    o.add_argument(
+        "--max-error-rate",
+        type=float,
+        help="a run whose failed share of measured requests is above this fails: exit 5 (0.05; 1 = never)",
+    )
+    o.add_argument(
+        "--unresponsive-timeout",
+        help="stop the run when the server has answered nothing for this long while requests waited, "
+        "after its first answer (30s); exit 3",
+    )
+    o.add_argument(
+        "--drain-timeout",
+        help="with --duration: abandon requests still running this long after it (counted as failed; "
+        "default: wait for them)",
     )
     o.add_argument(
         "--no-store",
@@ -182,7 +230,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         value = getattr(args, name, None)
         if value is not None:
             values[name] = value
-    for name in ("fixed_output", "multi_turn", "server_metrics"):
+    for name in ("fixed_output", "multi_turn", "server_metrics", "repeat_prompts"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "mirror_metrics", None):
@@ -211,10 +259,12 @@ def run_compare(
     seed: int,
     as_json: bool,
     config: str | None = None,
+    force: bool = False,
 ) -> tuple[int, str]:
     """The `bench compare` command: (exit code, text); 0 no gated regression, 1 regression.
 
-    A run is a result directory or, with `config` (a tokwatch.yml), a run stored in its store."""
+    A run is a result directory or, with `config` (a tokwatch.yml), a run stored in its store. Runs under
+    different load shapes (tokwatch.bench.load_shape) are refused (CompareError) unless `force`."""
     gated = parse_gate(gate)
     a, b = load_runs([path_a, path_b], config)
     for run in (a, b):
@@ -226,6 +276,12 @@ def run_compare(
                 f"{run.name}: gated figure {', '.join(lost)} not stored for this run (stored before schema "
                 "SQLite v5 / PostgreSQL v6): compare its result directory, or gate on other figures"
             )
+    differ, notes = shape_lines(a, b)
+    if differ and not force:
+        raise CompareError(
+            "the runs ran under different loads, so their figures do not compare: " + "; ".join(differ)
+            + ". Rerun one of them under the other's load, or give --force to compare anyway"
+        )
     rows = compare(a, b, threshold=threshold, gate=gated, resamples=resamples, seed=seed)
     code = 1 if regressions(rows) else 0
     if as_json:
@@ -233,11 +289,13 @@ def run_compare(
             "a": _run_doc(a),
             "b": _run_doc(b),
             "threshold": threshold,
+            "load_shape_differences": differ,
+            "notes": notes,
             "rows": [r.to_dict() for r in rows],
             "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],
         }
         return code, json.dumps(doc, indent=2)
-    return code, render_table(a, b, rows, threshold)
+    return code, render_table(a, b, rows, threshold, differ)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -262,6 +320,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             seed=args.seed or 0,
             as_json=args.format == "json",
             config=args.config,
+            force=args.force,
         )
     except (CompareError, ValueError) as exc:
         print(f"tokwatch bench compare: {exc}", file=sys.stderr)
@@ -400,9 +459,14 @@ def print_result(outcome: BenchOutcome, out_dir: str, console: Console) -> None:
         return "-" if v is None else f"{v * 1e3:.1f}ms"
 
     state = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
+    if outcome.complete and outcome.too_many_failures:
+        state = "FAILED (too many failed requests)"
     console.print(f"run {state}: {req['ok']}/{req['total']} ok in {outcome.wall_s:.1f}s", highlight=False)
     if outcome.message:
         console.print(f"  {outcome.message}", highlight=False)
+    for check in run_checks(outcome):
+        if check.verdict in ("WARN", "FAIL"):
+            console.print(f"  {check.line()}", highlight=False, soft_wrap=True)
     console.print(
         f"  TTFT p50 {ms('ttft', 'p50')} p99 {ms('ttft', 'p99')} | TBT p50 {ms('tbt', 'p50')} "
         f"p99 {ms('tbt', 'p99')} | E2E p99 {ms('e2e', 'p99')}",

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tokwatch.bench import arrays
+from tokwatch.bench.load_shape import LoadShape, cache_notes, differences, shape_of
 
 # figure -> (jsonl key, list of values per request?, higher is better?)
 FIGURES: dict[str, tuple[str, bool, bool]] = {
@@ -51,6 +52,7 @@ class Run:
     values: dict[str, list[list[float]]]
     generated_tokens_per_s: float | None
     missing: tuple[str, ...] = ()  # figures the run's source does not hold (stored before they were)
+    shape: LoadShape | None = None  # the load it ran under (None: its summary is not readable)
 
     def count(self) -> int:
         """Requests in the run's figures."""
@@ -131,7 +133,17 @@ def load_run(path: str | Path) -> Run:
             throughput = overall.get("generated_tokens_per_s")
         except (json.JSONDecodeError, AttributeError):
             raise CompareError(f"{thr_path}: not the JSON `tokwatch bench` writes") from None
-    return Run(root.name, values, throughput if isinstance(throughput, int | float) else None)
+    return Run(root.name, values, throughput if isinstance(throughput, int | float) else None,
+               shape=_shape(root / "summary.json"))  # fmt: skip
+
+
+def _shape(path: Path) -> LoadShape | None:
+    """The run's load shape from its summary.json (None when absent or unreadable: noted, not fatal)."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return shape_of(summary) if isinstance(summary, dict) else None
 
 
 def parse_gate(items: Sequence[str]) -> list[tuple[str, str]]:
@@ -211,7 +223,17 @@ def regressions(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r.gated and r.worse]
 
 
-def render_table(a: Run, b: Run, rows: Sequence[Row], threshold: float) -> str:
+def shape_lines(a: Run, b: Run) -> tuple[list[str], list[str]]:
+    """(how the two runs' loads differ, notes): a verdict needs the first list empty."""
+    if a.shape is None or b.shape is None:
+        unknown = ", ".join(run.name for run in (a, b) if run.shape is None)
+        return [], [f"load shape not recorded for {unknown} (no readable summary.json): not checked"]
+    return differences(a.shape, b.shape), cache_notes(a.shape, b.shape)
+
+
+def render_table(
+    a: Run, b: Run, rows: Sequence[Row], threshold: float, shape_differences: Sequence[str] = ()
+) -> str:
     """A Markdown table (seconds shown as ms), the throughput line and the verdict."""
     lines = [
         f"A: {a.name} ({a.count()} requests)   B: {b.name} ({b.count()} requests)   "
@@ -226,6 +248,11 @@ def render_table(a: Run, b: Run, rows: Sequence[Row], threshold: float) -> str:
         for label, run in (("A", a), ("B", b))
         if run.missing
     ]
+    notes += shape_lines(a, b)[1]
+    if shape_differences:
+        notes += ["THE RUNS DIFFER IN LOAD SHAPE (compared with --force): their figures do not compare", *(
+            f"  {d}" for d in shape_differences
+        )]  # fmt: skip
     if notes:
         lines[1:1] = notes
     for r in rows:
@@ -248,7 +275,7 @@ def render_table(a: Run, b: Run, rows: Sequence[Row], threshold: float) -> str:
     bad = regressions(rows)
     lines += [
         "",
-        "verdict: "
+        ("verdict (the load shapes differ, see above): " if shape_differences else "verdict: ")
         + (
             "B is worse than A on " + ", ".join(f"{r.figure} {r.stat}" for r in bad)
             if bad

@@ -13,10 +13,12 @@ The store is only read: compare never migrates. A database at an older schema is
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from tokwatch.bench.compare import FIGURES, CompareError, Run, load_run
+from tokwatch.bench.load_shape import LoadShape, shape_of
 from tokwatch.config import Config, load_config
 from tokwatch.storage.base import Store
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
@@ -65,7 +67,17 @@ def run_from_rows(run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> Run:
         values,
         run.generated_tokens_per_s,
         LATER_FIGURES if old_rows else (),
+        _shape(run.summary),
     )
+
+
+def _shape(summary: str) -> LoadShape | None:
+    """The stored run's load shape from its summary.json text (None when unreadable: noted, not fatal)."""
+    try:
+        doc = json.loads(summary)
+    except (TypeError, json.JSONDecodeError):
+        return None
+    return shape_of(doc) if isinstance(doc, dict) else None
 
 
 def _open_config(path: str) -> Config:

@@ -9,10 +9,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tokwatch.bench.arrivals import ArrivalKind
+from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
+from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
 from tokwatch.bench.workload import LengthRange, WorkloadError
 from tokwatch.kinds import Kind
-from tokwatch.setting_values import duration_fields, parse_listen
+from tokwatch.setting_values import check_http_url, duration_fields, parse_listen
 from tokwatch.strict_yaml import (
     ConfigError,
     StrictModel,
@@ -47,6 +49,9 @@ class BenchOptions(StrictModel):
     duration: float | None = Field(None, gt=0)
     warmup: int = Field(0, ge=0)
     seed: int = 0
+    # Prompts drawn from the seed alone (the same text every run); by default each run salts its own.
+    repeat_prompts: bool = False
+    prompt_salt: str | None = None  # set for each run from its run id (tokwatch.bench.prompt_salt)
     # workload
     input_tokens: str = "128"
     output_tokens: str = "128"
@@ -64,6 +69,7 @@ class BenchOptions(StrictModel):
     # figures
     fluidity_prefill_deadline: float = Field(1.0, gt=0)
     fluidity_decode_deadline: float = Field(0.05, gt=0)
+    fluidity_mode: FluidityMode = "etalon"  # how a late token counts (tokwatch.bench.fluidity)
     slos: tuple[str | dict[str, Any], ...] = ()
     # outputs and live view
     output_dir: str | None = None
@@ -77,7 +83,8 @@ class BenchOptions(StrictModel):
     # capacity (tokwatch.bench.capacity): a sweep over load points, or a search for the highest good rate
     sweep: str | None = None  # "rate=1,2,4" or "concurrency=1,4,16"
     search: Literal["fluid", "slo"] | None = None
-    search_start: float = Field(1.0, gt=0, allow_inf_nan=False)  # first rate tried (req/s)
+    # first rate tried (req/s); None: 1 / median E2E of a few sequential requests (tokwatch.bench.capacity)
+    search_start: float | None = Field(None, gt=0, allow_inf_nan=False)
     search_max_rate: float = Field(1000.0, gt=0, allow_inf_nan=False)
     # bisect until (lowest fail - highest pass) <= this x highest pass
     search_tolerance: float = Field(0.1, gt=0, lt=1)
@@ -88,13 +95,25 @@ class BenchOptions(StrictModel):
     fluid_fraction: float = Field(0.99, gt=0, le=1)
     # After the first success: stop when this many requests in a row fail (a dead or broken server).
     max_consecutive_failures: int = Field(50, ge=1)
+    # A larger failed share of the measured requests fails the run (exit 5, FAIL health check).
+    max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)
+    # After the first answer: no byte from the server for this long while requests wait stops the run.
+    unresponsive_timeout: float = Field(DEFAULT_UNRESPONSIVE_S, gt=0)
+    # With duration: requests still in flight this long after it are abandoned (counted as failed).
+    drain_timeout: float | None = Field(None, gt=0)
     workers: int = Field(1, ge=1, le=64)
     # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
     # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
     receive_watcher: Literal["auto", "on", "off"] = "auto"
 
     _dur = duration_fields(
-        "timeout", "duration", "fluidity_prefill_deadline", "fluidity_decode_deadline", "search_max_time"
+        "timeout",
+        "duration",
+        "fluidity_prefill_deadline",
+        "fluidity_decode_deadline",
+        "search_max_time",
+        "unresponsive_timeout",
+        "drain_timeout",
     )
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
@@ -118,6 +137,11 @@ class BenchOptions(StrictModel):
         if not isinstance(v, dict):
             raise ValueError("must be a JSON object, e.g. '{\"top_k\": 20}'")
         return v
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return v if v is None else check_http_url(v)
 
     @field_validator("listen")
     @classmethod
@@ -225,6 +249,12 @@ def load_bench_file(path: str | Path) -> tuple[dict[str, Any], Any]:
 
 def build_options(values: dict[str, Any], *, source: str = "options", doc: Any = None) -> BenchOptions:
     """Validate option values; raises ConfigError with `source:line: field: message` lines."""
+    if "prompt_salt" in values:
+        line = line_of(doc, ("prompt_salt",)) if doc is not None else None
+        raise ConfigError(
+            f"{source}{f':{line}' if line else ''}: prompt_salt: set by tokwatch for each run; "
+            "use repeat_prompts (with seed) for prompts that repeat"
+        )
     try:
         opts = BenchOptions.model_validate(values)
     except ValidationError as exc:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.stats import median, percentile
 
@@ -17,7 +18,7 @@ LENGTH_TOLERANCE = 0.2
 # Tokens a chat template adds to every request (role markers, special tokens, a default system prompt such as
 # SmolLM2's or Qwen's): 10-50 per request (seed 003), so a correct 128-token prompt is counted as 140-180.
 TEMPLATE_ALLOWANCE_TOKENS = 64
-STALL_LIMIT_S = 0.005  # a request that streamed while the client's loop stalled this long is disturbed
+STALL_LIMIT_S = 0.005  # a request with a stamp a client stall could have delayed this long is disturbed
 DISTURBED_SHARE_FAIL = 0.05  # above this share of requests, the run's client timings are not trusted
 
 
@@ -38,12 +39,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     """Every check that applies to this run."""
     checks: list[Check] = []
     measured = outcome.measured
-    completion = "complete" if outcome.complete else f"INCOMPLETE ({outcome.stop_reason})"
-    checks.append(
-        Check(
-            "run", "PASS" if outcome.complete else "FAIL", f"{completion}; {len(measured)} measured requests"
-        )
-    )
+    checks.append(_run_check(outcome))
     sends = sorted(r.sent_at_s for r in measured)
     dispatches = sorted(r.dispatched_at_s for r in measured)
     planned = sorted(r.intended_at_s for r in measured if r.intended_at_s is not None)
@@ -82,7 +78,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
                 f"(limit p99 {LAG_P99_LIMIT_S * 1e3:.0f} ms; higher means the client could not keep pace)",
             )
         )
-    checks.extend(_client_timing(measured))
+    checks.extend(_client_timing(measured, outcome.client.get("receive_stamps") == "watcher_thread"))
     queues = [r.queue_time_s for r in measured]
     if queues and max(queues) > 0:
         checks.append(
@@ -94,6 +90,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             )
         )
     checks.extend(_prompt_length(measured))
+    checks.extend(_prompt_cache(outcome))
     fixed = [r for r in measured if r.ok and r.fixed_output and r.max_tokens]
     if fixed:
         exact = sum(1 for r in fixed if r.generated_tokens == r.max_tokens)
@@ -113,7 +110,10 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
             key = r.status.value + (f" ({r.error_class})" if r.error_class else "")
             by[key] = by.get(key, 0) + 1
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
-        checks.append(Check("errors", "WARN", f"{len(errored)}/{len(measured)} failed: {detail}"))
+        verdict: Literal["WARN", "FAIL"] = "FAIL" if outcome.too_many_failures else "WARN"
+        checks.append(
+            Check("errors", verdict, f"{len(errored)}/{len(measured)} failed{_limit(outcome)}: {detail}")
+        )
     elif measured:
         checks.append(Check("errors", "PASS", "no failed requests"))
     else:
@@ -121,30 +121,99 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
     return checks
 
 
-def _client_timing(measured: Sequence[RequestRecord]) -> list[Check]:
-    """Measured facts about the client itself: loop stalls while requests streamed, and merged reads."""
+def _limit(outcome: BenchOutcome) -> str:
+    """` (12.5 %, above --max-error-rate 5 %)` or the share alone."""
+    share, limit = outcome.failure_share, outcome.max_error_rate
+    if share is None:
+        return ""
+    if limit is None:
+        return f" ({share:.1%})"
+    side = "above" if outcome.too_many_failures else "within"
+    return f" ({share:.1%}, {side} --max-error-rate {limit:.0%})"
+
+
+def _run_check(outcome: BenchOutcome) -> Check:
+    """FAIL for a run that stopped early or whose requests failed beyond --max-error-rate."""
+    n = len(outcome.measured)
+    if not outcome.complete:
+        return Check("run", "FAIL", f"INCOMPLETE ({outcome.stop_reason}); {n} measured requests")
+    failed = sum(1 for r in outcome.measured if not r.ok)
+    if n and failed == n:  # nothing succeeded: the run measured nothing about the server
+        return Check("run", "FAIL", f"complete; {n} measured requests, 0 succeeded")
+    if outcome.too_many_failures:
+        return Check("run", "FAIL", f"complete, but {failed}/{n} requests failed{_limit(outcome)}")
+    return Check("run", "PASS", f"complete; {n} measured requests, {failed} failed{_limit(outcome)}")
+
+
+def _prompt_cache(outcome: BenchOutcome) -> list[Check]:
+    """Prompt tokens the server answered from its cache beyond conversation history and chat template."""
+    fig = cache_figures(outcome.records)
+    if not fig["requests"]:
+        return []
+    repeated = bool(outcome.options.get("repeat_prompts"))
+    prompts = "repeated (--repeat-prompts)" if repeated else "fresh for this run"
+    if not fig["requests_reporting_cached_tokens"]:
+        return [
+            Check(
+                "prompt cache",
+                "INFO",
+                f"the server reported no cached prompt tokens (Ollama never does; vLLM and SGLang only when "
+                f"enabled): cache reuse cannot be checked; prompts were {prompts}",
+            )
+        ]
+    share = fig["cached_outside_history_share"] or 0.0
+    counts = (
+        f"{fig['cached_tokens']}/{fig['prompt_tokens']} prompt tokens cached ({fig['cached_share']:.1%}), "
+        f"{fig['cached_outside_history_tokens']} ({share:.1%}) beyond conversation history and chat template "
+        f"(limit {OUTSIDE_HISTORY_WARN:.0%}); prompts were {prompts}"
+    )
+    if share > OUTSIDE_HISTORY_WARN:
+        why = "" if repeated else " (prompts repeat within the run, or the server reuses more than a prefix)"
+        detail = f"{counts}: the server answered them from its prefix cache, so TTFT measures cache hits{why}"
+        return [Check("prompt cache", "WARN", detail)]
+    return [Check("prompt cache", "PASS", counts)]
+
+
+def _client_timing(measured: Sequence[RequestRecord], watcher: bool = False) -> list[Check]:
+    """Measured facts about the client itself: how late a client stall could have made the stamps the
+    requests' figures use, the loop's stalls themselves, and merged reads.
+
+    A stall counts only where it could have moved a stamp that was used (docs/methodology.md,
+    "Disturbance"): one between two tokens moves neither, and with the receive watcher (`watcher`) a loop
+    stall delays the reading, not the stamp, so only the watcher's own lateness counts."""
     watched = [r for r in measured if r.max_stall_s is not None]
     if not watched:
         return []
+    late = [r for r in watched if _stamp_lateness(r) >= STALL_LIMIT_S]
     stalled = [r for r in watched if (r.max_stall_s or 0.0) >= STALL_LIMIT_S]
-    share = len(stalled) / len(watched)
-    worst = max(r.max_stall_s or 0.0 for r in watched)
+    share = len(late) / len(watched)
+    worst = max(_stamp_lateness(r) for r in watched)
+    worst_stall = max(r.max_stall_s or 0.0 for r in watched)
     merged = sum(r.merged_reads or 0 for r in measured)
     with_merged = sum(1 for r in measured if r.merged_reads)
     verdict: Literal["PASS", "WARN", "FAIL"] = (
-        "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if stalled else "PASS"
+        "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if late else "PASS"
     )
+    stamps = "the receive watcher thread" if watcher else "the event loop"
     return [
         Check(
             "client timing",
             verdict,
-            f"{len(stalled)}/{len(watched)} requests streamed while the client's event loop stalled "
+            f"{len(late)}/{len(watched)} requests have a stamp a client stall could have delayed "
             f">= {STALL_LIMIT_S * 1e3:.0f} ms (worst {worst * 1e3:.1f} ms; FAIL above "
             f"{DISTURBED_SHARE_FAIL:.0%} of requests: their TTFT/TBT carry the client's own lateness); "
-            f"{merged} merged reads in {with_merged} requests (several chunks in one read: client lateness, "
-            "or batching by the server or a proxy)",
+            f"stamps taken by {stamps}; the event loop stalled >= {STALL_LIMIT_S * 1e3:.0f} ms while "
+            f"{len(stalled)} requests streamed (worst {worst_stall * 1e3:.1f} ms"
+            + ("; a loop stall delays the reading, not the watcher's stamps)" if watcher else ")")
+            + f"; {merged} merged reads in {with_merged} requests (several chunks in one read: client "
+            "lateness, or batching by the server or a proxy)",
         )
     ]
+
+
+def _stamp_lateness(r: RequestRecord) -> float:
+    """The request's stamp lateness bound; a record without one counts its loop's largest stall."""
+    return r.stamp_lateness_s if r.stamp_lateness_s is not None else r.max_stall_s or 0.0
 
 
 def render(checks: list[Check]) -> str:

@@ -9,8 +9,10 @@ from typing import Any
 
 from tokwatch.bench import conversations
 from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
+from tokwatch.bench.prompt_cache import cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
+from tokwatch.bench.stop_policy import failure_share, too_many_failures
 from tokwatch.result import RunResult
 
 SCHEMA_VERSION = 1
@@ -24,6 +26,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad options, config, bench file or dataset; nothing was sent
     INCOMPLETE = 3  # stopped early (Ctrl-C, server ignoring max_tokens); partial results written
     FAILED = 4  # no request succeeded (unreachable, auth failure, every request failing)
+    ERRORS = 5  # run complete, but more than --max-error-rate of its requests failed
 
 
 @dataclass(slots=True)
@@ -46,6 +49,17 @@ class BenchOutcome:
     client: dict[str, Any] = field(default_factory=dict)  # the benchmark client's own CPU cost
     perf_t0: float = 0.0  # time.perf_counter() at the run start: `*_at_s` + perf_t0 is absolute
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # key of the run in the store
+    max_error_rate: float | None = None  # --max-error-rate; None: failures never fail the run
+
+    @property
+    def failure_share(self) -> float | None:
+        """Failed share of the measured requests (None without any)."""
+        return failure_share(self.measured)
+
+    @property
+    def too_many_failures(self) -> bool:
+        """More than --max-error-rate of the measured requests failed."""
+        return too_many_failures(self.failure_share, self.max_error_rate)
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -85,11 +99,14 @@ class BenchOutcome:
                 "errored": len(measured) - len(ok),
                 "warmup_excluded": len(self.records) - len(measured),
                 "error_rate": (len(measured) - len(ok)) / len(measured) if measured else None,
+                "max_error_rate": self.max_error_rate,
+                "error_rate_exceeded": self.too_many_failures,
                 "by_status": error_counts(self.records),
             },
             "requested_rate_per_s": self.requested_rate,
             "achieved_send_rate_per_s": (len(sends) - 1) / span if span > 0 else None,
             "metrics": all_summaries(self.records),
+            "prompt_cache": cache_figures(self.records),
             "goodput": goodput(self.slos, self.records, self.wall_s),
             "server": self.server,
             # perf_counter_origin_s: the run's t0, so `*_at_s` + origin compares with another process's
@@ -118,6 +135,8 @@ class BenchOutcome:
             return ExitCode.FAILED
         if not self.complete:
             return ExitCode.INCOMPLETE
+        if self.too_many_failures:
+            return ExitCode.ERRORS
         return ExitCode.OK if evaluate(self.slos, self.records)["all_slos_met"] else ExitCode.SLO_FAILED
 
     def records_for_store(self, endpoint: str, instance: str = "") -> list[RunResult]:

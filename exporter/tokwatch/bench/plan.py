@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import RANDOM_MULTI_TURN, BenchOptions
 from tokwatch.bench.datasets import load_conversations, load_prompts
+from tokwatch.bench.prompt_salt import PromptSalt, SaltedConversations, SaltedPrompts
 from tokwatch.bench.tokens import token_counter
 from tokwatch.bench.workload import (
     Conversation,
     LengthRange,
-    RequestSpec,
     SyntheticConversations,
     SyntheticWorkload,
 )
@@ -74,29 +74,32 @@ def resolve_target(opts: BenchOptions) -> Resolved:
 
 def build_workload(
     opts: BenchOptions,
-) -> tuple[SyntheticWorkload | list[RequestSpec] | None, Sequence[Conversation] | None]:
-    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn).
+) -> tuple[SyntheticWorkload | SaltedPrompts | None, Sequence[Conversation] | None]:
+    """The request source (synthetic or single-turn dataset) or the conversations (multi-turn), their text
+    fresh for the run's `prompt_salt` (tokwatch.bench.prompt_salt).
 
     Raises WorkloadError naming the file and line of a bad dataset entry, or a tokenizer that cannot load.
     """
     counter = token_counter(opts.tokenizer)
+    salt = PromptSalt(opts.prompt_salt, opts.seed, counter)
     if opts.dataset == RANDOM_MULTI_TURN:
         assert opts.max_turns is not None  # checked by BenchOptions
         turns = LengthRange(opts.min_turns, opts.max_turns)
         return None, SyntheticConversations(
             opts.input_range, opts.output_range, turns, opts.seed,
             fixed_output=opts.fixed_output, counter=counter, offset=opts.dataset_offset,
+            salt=opts.prompt_salt,
         )  # fmt: skip
     if opts.dataset is not None and opts.multi_turn:
-        return None, load_conversations(
+        return None, SaltedConversations(load_conversations(
             opts.dataset, opts.output_range, opts.seed, opts.max_turns,
             counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
-        )  # fmt: skip
+        ), salt)  # fmt: skip
     if opts.dataset is not None:
-        return load_prompts(
+        return SaltedPrompts(load_prompts(
             opts.dataset, opts.output_range, opts.seed,
             counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
-        ), None  # fmt: skip
+        ), salt), None  # fmt: skip
     return (
         SyntheticWorkload(
             opts.input_range,
@@ -106,6 +109,7 @@ def build_workload(
             reasoning_tokens=opts.reasoning_range,
             fixed_output=opts.fixed_output,
             counter=counter,
+            salt=opts.prompt_salt,
         ),
         None,
     )

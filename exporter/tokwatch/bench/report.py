@@ -44,6 +44,23 @@ def _pct(value: Any) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
 
+def _prompt_cache(cache: dict[str, Any], opts: dict[str, Any]) -> list[str]:
+    """What the server's prefix cache served (summary `prompt_cache`)."""
+    salt = opts.get("prompt_salt")
+    prompts = f"fresh for this run (salt {salt})" if salt else "repeated (--repeat-prompts)"
+    out = ["", "## Prompt cache", "", f"- prompts: {prompts}"]
+    if not cache["requests_reporting_cached_tokens"]:
+        return [*out, "- the server reported no cached prompt tokens"]
+    return [
+        *out,
+        f"- cached: {cache['cached_tokens']} of {cache['prompt_tokens']} prompt tokens "
+        f"({_pct(cache['cached_share'])}), over {cache['requests_reporting_cached_tokens']} requests",
+        f"- beyond conversation history ({cache['history_tokens']} tokens) and chat template "
+        f"({cache['template_tokens']} tokens): {cache['cached_outside_history_tokens']} "
+        f"({_pct(cache['cached_outside_history_share'])})",
+    ]
+
+
 def _conversations(multi: dict[str, Any], traces: dict[str, Any] | None) -> list[str]:
     """Seed 003's multi-turn figures: per request, then per conversation (trace)."""
     out = [
@@ -114,6 +131,8 @@ def render(
         out.append(
             f"| {key} | {span:.1f} | {_fmt(w['requests_per_s'])} | {_fmt(w['tokens_per_s'], digits=1)} |"
         )
+    if summary.get("prompt_cache"):
+        out += _prompt_cache(summary["prompt_cache"], opts)
     if summary.get("multi_turn"):
         out += _conversations(summary["multi_turn"], traces)
     errors = {k: v for k, v in req["by_status"].items() if v and k != "ok"}

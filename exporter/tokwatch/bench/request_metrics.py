@@ -83,6 +83,9 @@ class RequestRecord:
     decode_tokens_per_s: float | None = None  # timing.client_stream_tps: first-to-last token window
     merged_reads: int | None = None  # socket reads that carried two or more content chunks
     max_stall_s: float | None = None  # the client loop's largest stall while this request streamed
+    # The most a stall could have delayed a stamp the request's figures use (tokens, last byte): the loop's
+    # lateness at those stamps, or with the receive watcher the smaller of it and the watcher's own.
+    stamp_lateness_s: float | None = None
     # Multi-turn (seed 003): user turns carried in the prompt (turn + 1), the conversation's user turns,
     # tokens of the prompt the previous turn already sent (its prompt plus the model's reply; server-counted
     # when reported, else client-counted), and the client pause before this turn (trace replay `wait_s`;

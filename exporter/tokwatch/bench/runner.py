@@ -4,8 +4,10 @@ Latency starts at the actual send. Before it, an open-loop request may be late a
 arrival (scheduling lag: the client could not keep pace) and may wait for a `max_concurrency` slot
 (queue time); both are recorded separately. Stopping: `number` and/or `duration` stop new sends and let
 in-flight requests finish (soft exit): for conversations, no new conversation starts after the deadline but
-those in flight run all their remaining turns (seed 003). Cancellation (Ctrl-C) cancels in-flight requests
-and the run is returned marked incomplete.
+those in flight run all their remaining turns (seed 003); with `drain_timeout`, requests still running that
+long after the duration are abandoned and count as failed. A server that answers nothing for
+`unresponsive_timeout` while requests wait stops the run (`unresponsive`), its requests in flight abandoned.
+Cancellation (Ctrl-C) cancels in-flight requests, which are dropped, and the run is returned incomplete.
 """
 
 from __future__ import annotations
@@ -20,19 +22,26 @@ from dataclasses import dataclass, field
 from tokwatch.bench.arrivals import arrival_offsets, sleep_until
 from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.prompt_salt import SaltedPrompts
 from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.stop_policy import Silence, check_period
 from tokwatch.bench.tokens import count_messages, token_counter
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor, collector_out_of_the_way
+from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, collector_out_of_the_way
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 
-RequestSource = SyntheticWorkload | list[RequestSpec]
+RequestSource = SyntheticWorkload | SaltedPrompts | list[RequestSpec]
 OnRecord = Callable[[RequestRecord], None]
 _IMMEDIATE_STOP = frozenset({Status.AUTH_FAILURE, Status.UNREACHABLE})
 # Pause after a connection error, doubling per consecutive one (closed loops; an open loop keeps its clock).
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0
+# Why the run stopped waiting for requests in flight (their error_class) and what their message says.
+ABANDONED = {
+    "unresponsive": "abandoned: the server answered nothing for --unresponsive-timeout",
+    "drain_timeout": "abandoned: still running --drain-timeout after the measured duration ended",
+}
 
 
 class _Stop(Exception):
@@ -89,7 +98,9 @@ class BenchRunner:
         self._on_record = on_record
         self._on_start = on_start
         self._redactor = Redactor([target.api_key])
-        self._deadlines = Deadlines(options.fluidity_prefill_deadline, options.fluidity_decode_deadline)
+        self._deadlines = Deadlines(
+            options.fluidity_prefill_deadline, options.fluidity_decode_deadline, options.fluidity_mode
+        )
         self._ids = itertools.count(worker[0], worker[1])
         self._worker = worker
         self._counter = token_counter(options.tokenizer)
@@ -100,8 +111,12 @@ class BenchRunner:
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
         self._sleeper: asyncio.Future[None] | None = None  # the open loop waiting for its next send time
-        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter.
+        self.silence = Silence(time.perf_counter())
+        self._abandon: str | None = None  # set when the run gives up on its requests in flight (ABANDONED)
+        # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter: the
+        # loop's heartbeat, and with a receive watcher a thread's, since the watcher stamps off the loop.
         self.stalls = StallMonitor()
+        self.stamps = StampLateness(self.stalls, ThreadHeartbeat() if http.watcher is not None else None)
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -111,7 +126,7 @@ class BenchRunner:
     def _next_spec(self) -> RequestSpec:
         if self._dataset_cycle is not None:
             return next(self._dataset_cycle)
-        assert isinstance(self._requests, SyntheticWorkload)
+        assert isinstance(self._requests, SyntheticWorkload | SaltedPrompts)
         return self._requests.next_request()
 
     def _new_record(self, spec: RequestSpec | None, warmup: bool, category: str = "dataset") -> RequestRecord:
@@ -134,6 +149,7 @@ class BenchRunner:
     ) -> RequestRecord:
         state = self.state
         state.in_flight += 1
+        self.silence.sent(time.perf_counter())
         if self._on_start is not None:
             self._on_start(record)
         try:
@@ -145,10 +161,16 @@ class BenchRunner:
                 run_t0=state.t0,
                 deadlines=self._deadlines,
                 redactor=self._redactor,
-                stalls=self.stalls,
+                stalls=self.stamps,
+                on_answer=self.silence.answered,
             )
+        except asyncio.CancelledError:
+            if self._abandon is not None:  # the run gave up waiting for it: a failure, not a lost request
+                self._record_abandoned(record, self._abandon)
+            raise
         finally:
             state.in_flight -= 1
+            self.silence.finished(record.http_status is not None)
         if record.prompt_tokens is None and record.ok:
             record.prompt_tokens = count_messages(messages, self._counter)  # the server reported none
         state.records.append(record)
@@ -185,6 +207,15 @@ class BenchRunner:
                 "failing",
                 f"{state.consecutive_failures} requests in a row failed after earlier successes; {last}",
             )
+
+    def _record_abandoned(self, record: RequestRecord, why: str) -> None:
+        record.status = Status.TIMEOUT
+        record.error_class = why
+        record.error_message = ABANDONED[why]
+        record.completed_at_s = self._now_s()
+        self.state.records.append(record)
+        if self._on_record is not None:
+            self._on_record(record)
 
     async def _paused(self) -> None:
         """Wait out the back-off after connection errors (at once when the run is stopped)."""
@@ -239,8 +270,55 @@ class BenchRunner:
 
     async def run(self) -> RunState:
         """Warm-up, then the measured phase; returns the state (records, stop reason)."""
-        with self.stalls.watching(), collector_out_of_the_way():
-            return await self._run()
+        with self.stamps.watching(), collector_out_of_the_way():
+            work = asyncio.create_task(self._run(), name="bench-phases")
+            watchdog = asyncio.create_task(self._watchdog(work), name="bench-watchdog")
+            try:
+                await asyncio.wait({work})
+            except asyncio.CancelledError:  # the caller's (Ctrl-C): requests in flight are dropped
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+                raise
+            finally:
+                watchdog.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watchdog
+            if work.cancelled():  # the watchdog gave up on requests in flight; they are recorded
+                return self.state
+            return work.result()
+
+    async def _watchdog(self, work: asyncio.Task[RunState]) -> None:
+        """Stop the run when the server went silent; abandon requests still running past the drain limit."""
+        limit = self.options.unresponsive_timeout
+        while not work.done():
+            await asyncio.sleep(check_period(limit))
+            now = time.perf_counter()
+            quiet = self.silence.silent_for(now)
+            if quiet >= limit:
+                self._stop(
+                    "unresponsive",
+                    f"the server answered nothing for {quiet:.1f} s while requests waited "
+                    f"(--unresponsive-timeout {limit:g}s); requests in flight were abandoned (failed)",
+                )
+                self._give_up("unresponsive", work)
+                return
+            drain_end = self._drain_end()
+            if drain_end is not None and now - self.state.t0 >= drain_end:
+                self._give_up("drain_timeout", work)
+                return
+
+    def _drain_end(self) -> float | None:
+        """Seconds since t0 after which requests still in flight are abandoned (with drain_timeout)."""
+        _, end = self._budget()
+        if end is None or self.options.drain_timeout is None or self.state.measure_start is None:
+            return None
+        return end + self.options.drain_timeout
+
+    def _give_up(self, why: str, work: asyncio.Task[RunState]) -> None:
+        self._abandon = why
+        self._stopping.set()
+        work.cancel()
 
     async def _run(self) -> RunState:
         try:
@@ -270,7 +348,9 @@ class BenchRunner:
         async def worker() -> None:
             while next(counter) < n and not self._stopping.is_set():
                 if self._conversations is not None:
-                    conv = self._conversations[0]
+                    # The last one (of an endless sequence, one no run reaches): the warm-up must not put
+                    # the first measured turn into the server's prefix cache.
+                    conv = self._conversations[len(self._conversations) - 1]
                     record = self._new_record(None, True, "dataset")
                     record.max_tokens = conv.turns[0].max_tokens
                     messages: tuple[Message, ...] = (

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.plan import build_workload, resolve_target
+from tokwatch.bench.prompt_salt import run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
@@ -54,6 +56,8 @@ async def run_bench(
     Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
     """
     console = console or Console(stderr=True)
+    run_id = uuid.uuid4().hex
+    opts = opts.model_copy(update={"prompt_salt": run_salt(run_id, opts.repeat_prompts)})
     resolved = resolve_target(opts)
     target = resolved.target
     slos = opts.parsed_slos()
@@ -138,7 +142,7 @@ async def run_bench(
         setup = _client_setup(runner, http)
     if state.end_s is None:
         state.end_s = time.perf_counter() - state.t0
-    outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch)
+    outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
     if worker_cpu:
         outcome.client = _cpu_figures(outcome.client["cpu_s"] + sum(worker_cpu), state, opts.watch_receives)
     outcome.client.update(setup)
@@ -154,6 +158,7 @@ def _outcome(
     started_unix: float,
     interrupted: bool,
     watch: ServerWatch | None,
+    run_id: str,
 ) -> BenchOutcome:
     wall = state.end_s if state.end_s is not None else time.perf_counter() - state.t0
     reason = "interrupted" if interrupted else (state.stop_reason or "finished")
@@ -174,6 +179,8 @@ def _outcome(
         metrics_before=watch.before_text if watch else None,
         metrics_after=watch.after_text if watch else None,
         perf_t0=state.t0,
+        max_error_rate=opts.max_error_rate,
+        run_id=run_id,
     )
     outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
     return outcome

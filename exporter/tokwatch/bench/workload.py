@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import sys
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
@@ -94,19 +95,23 @@ class SyntheticWorkload:
     reasoning_tokens: LengthRange = field(default_factory=lambda: LengthRange(*REASONING_THINK_RANGE))
     fixed_output: bool = True
     counter: TokenCounter = field(default_factory=CharEstimate)  # exact lengths with --tokenizer
+    salt: str | None = None  # the run's prompt salt (tokwatch.bench.prompt_salt); None: text from the seed
     _rng: random.Random = field(init=False)
+    _text_rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reasoning_ratio <= 1.0:
             raise WorkloadError("--reasoning-ratio must be between 0 and 1")
         self._rng = random.Random(self.seed)
+        # Words from their own stream: the lengths and the mix are the seed's whatever the salt.
+        self._text_rng = random.Random(_text_key(self.seed, self.salt, "text"))
 
     def next_request(self) -> RequestSpec:
-        """The next request; the sequence is fixed by the seed."""
+        """The next request; lengths and mix are fixed by the seed, the words by seed and salt."""
         rng = self._rng
         reasoning = self.reasoning_ratio > 0 and rng.random() < self.reasoning_ratio
         n_in = self.input_tokens.sample(rng)
-        prompt = self.counter.text_of(n_in, rng)
+        prompt = self.counter.text_of(n_in, self._text_rng)
         if reasoning:
             # The think phase length is the model's choice; the budget covers think plus answer.
             budget = self.reasoning_tokens.sample(rng) + self.output_tokens.sample(rng)
@@ -126,27 +131,14 @@ class SyntheticWorkload:
         )
 
 
-class SyntheticConversations(Sequence[Conversation]):
-    """Seed 003's random_multi_turn: [min_turns, max_turns] user turns of `input_tokens` random words each.
+class EndlessConversations(Sequence[Conversation]):
+    """Conversations built on demand, without end: item i is `conversation(i)`; a slice stops at 2**20."""
 
-    Conversation k is built from the seed and k alone, so the sequence is endless and the same in every run
-    with the same seed; `offset` skips the first conversations (--dataset-offset).
-    """
+    offset = 0  # items skipped at the start (--dataset-offset)
 
-    def __init__(
-        self,
-        input_tokens: LengthRange,
-        output_tokens: LengthRange,
-        turns: LengthRange,
-        seed: int,
-        *,
-        fixed_output: bool = True,
-        counter: TokenCounter | None = None,
-        offset: int = 0,
-    ) -> None:
-        self.input_tokens, self.output_tokens, self.turns = input_tokens, output_tokens, turns
-        self.seed, self.fixed_output, self.offset = seed, fixed_output, offset
-        self.counter = counter or CharEstimate()
+    @abstractmethod
+    def conversation(self, index: int) -> Conversation:
+        """Conversation `index` (0-based, after the offset)."""
 
     def __len__(self) -> int:
         return sys.maxsize - self.offset
@@ -159,20 +151,57 @@ class SyntheticConversations(Sequence[Conversation]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(min(len(self), 1 << 20)))]
         if index < 0:
-            raise IndexError("synthetic conversations are endless: no negative index")
+            raise IndexError("these conversations are endless: no negative index")
+        return self.conversation(index)
+
+
+class SyntheticConversations(EndlessConversations):
+    """Seed 003's random_multi_turn: [min_turns, max_turns] user turns of `input_tokens` random words each.
+
+    Conversation k is built from the seed and k alone, so the sequence is endless and its lengths the same in
+    every run with the same seed; the words also depend on `salt` (the run's; None: the seed alone);
+    `offset` skips the first conversations (--dataset-offset).
+    """
+
+    def __init__(
+        self,
+        input_tokens: LengthRange,
+        output_tokens: LengthRange,
+        turns: LengthRange,
+        seed: int,
+        *,
+        fixed_output: bool = True,
+        counter: TokenCounter | None = None,
+        offset: int = 0,
+        salt: str | None = None,
+    ) -> None:
+        self.input_tokens, self.output_tokens, self.turns = input_tokens, output_tokens, turns
+        self.seed, self.fixed_output, self.offset = seed, fixed_output, offset
+        self.counter = counter or CharEstimate()
+        self.salt = salt
+
+    def conversation(self, index: int) -> Conversation:
+        """Conversation `index` after the offset, from the seed, its position and the salt."""
         k = index + self.offset
         rng = random.Random(f"{self.seed}:conversation:{k}")
+        words = random.Random(_text_key(self.seed, self.salt, "conversation", k, "text"))
         turns = []
         for _ in range(self.turns.sample(rng)):
             n = self.input_tokens.sample(rng)
-            text = self.counter.text_of(n, rng)
+            text = self.counter.text_of(n, words)
             turns.append(Turn(text, self.output_tokens.sample(rng), self.fixed_output, tokens=n))
         return Conversation(k, tuple(turns))
+
+
+def _text_key(seed: int, salt: str | None, *parts: object) -> str:
+    """RNG key of synthetic words: the seed's alone without a salt, the run's own with one."""
+    return ":".join(str(p) for p in (seed, *(() if salt is None else (salt,)), *parts))
 
 
 __all__ = [
     "Category",
     "Conversation",
+    "EndlessConversations",
     "LengthRange",
     "Message",
     "RequestSpec",

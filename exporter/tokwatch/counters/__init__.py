@@ -4,6 +4,7 @@
 - `OllamaSignals` (ollama.py): per Ollama endpoint; reloads from run results, VRAM share from /api/ps.
 - `ServerCollector` (collector.py): one per registry; exports `tokwatch_server_*` from the states.
 - `ServerCounterWindow` (window.py): the probe's `CounterWindow` (counter-delta decode tok/s).
+- `ServerWatchers` (watchers.py): the app's scrapers and pollers, kept in step with the config.
 """
 
 from tokwatch.counters.collector import ServerCollector

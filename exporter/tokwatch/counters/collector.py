@@ -49,7 +49,16 @@ _GAUGES: tuple[tuple[str, str, str], ...] = (
 
 
 class ServerCollector(Collector):
-    """Exports the server-side figures of every registered endpoint."""
+    """Exports the server-side figures of every registered endpoint, one part per endpoint. Sample::
+
+        tokwatch_server_up{endpoint="a",gpu="3090"} 1.0
+        tokwatch_server_scrape_errors_total{endpoint="a",gpu="3090"} 0.0
+        tokwatch_server_scrape_duration_seconds{endpoint="a",gpu="3090"} 0.02
+        tokwatch_server_decode_tokens_per_second{endpoint="a",gpu="3090"} 200.0
+        tokwatch_server_requests_running{endpoint="a",gpu="3090"} 2.0
+        tokwatch_server_kv_cache_usage_ratio{endpoint="a",gpu="3090"} 0.5
+        tokwatch_server_preemptions_total{endpoint="a",gpu="3090"} 3.0
+    """
 
     def __init__(self, states: Iterable[ServerState] = ()) -> None:
         self._states: dict[str, ServerState] = {s.endpoint: s for s in states}

@@ -13,7 +13,7 @@ from tokwatch.result import RunResult
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings, ProbeSettings
     from tokwatch.http import HttpClient
-    from tokwatch.measurement import StallMonitor
+    from tokwatch.measurement import StallMonitor, StampLateness
 
 
 class ProbeLog:
@@ -69,6 +69,9 @@ class ProbeContext:
     instance: str = ""
     counters: CounterWindow | None = None
     stalls: StallMonitor | None = None  # the measurement loop's heartbeat (None: disturbance not checked)
+    # How late the client's stamps can be: the loop's heartbeat and, when the client stamps with a receive
+    # watcher, that thread's (None: figures carry no error bound).
+    stamps: StampLateness | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
 

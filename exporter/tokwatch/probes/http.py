@@ -10,9 +10,10 @@ from typing import Any, ClassVar, Literal
 
 from tokwatch import status as status_mod
 from tokwatch.config import server_root
+from tokwatch.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
 from tokwatch.request_options import merge_body, unique_prefix
-from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.result import RunResult, Status, TimingSource, TokenEvent
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.framing import decode_utf8
@@ -23,11 +24,10 @@ from tokwatch.timing import (
     itl,
     llamacpp_engine_tps,
     output_itl,
-    select_source,
+    select_within_tolerance,
     token_events,
     total_tokens,
     tpot,
-    trusted_candidates,
     ttft,
     ttot,
 )
@@ -242,7 +242,6 @@ class HttpProbe(Probe):
             result.merged_reads = col.merged_reads
         if ctx.stalls is not None:
             result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
-            result.timing_disturbed = result.max_stall_s >= ctx.settings.disturbance_threshold
         after = await _snapshot(ctx, counters)
         measurement = _measure(ctx, counters, before, after)
         self._fill(ctx, result, col, sent_at, end, measurement)
@@ -269,6 +268,7 @@ class HttpProbe(Probe):
             result.prompt_tokens = col.usage.prompt_tokens
         result.finish_reason = col.finish_reason
         result.e2e_s = end - sent_at
+        bounds = _bounds(ctx, events, sent_at, end, result.e2e_s, n)
         candidates = self.server_candidates(col, result)
         if measurement is not None and measurement.tokens_per_second is not None:
             candidates[TimingSource.VLLM_METRICS] = measurement.tokens_per_second
@@ -285,16 +285,36 @@ class HttpProbe(Probe):
         if cw is not None:
             candidates[TimingSource.CLIENT_WALL] = cw
         result.candidates = candidates
-        if result.timing_disturbed:
-            stall_ms = (result.max_stall_s or 0.0) * 1e3
-            ctx.log(f"timing disturbed: the measurement loop stalled {stall_ms:.1f} ms")
-        chosen = select_source(
-            trusted_candidates(candidates, disturbed=result.timing_disturbed),
+        tolerance = ctx.settings.tolerance
+        tps_bounds = bounds.tps() if bounds is not None else {}
+        chosen, set_aside = select_within_tolerance(
+            candidates,
             ctx.settings.timing_preference,
+            tps_bounds,
+            tolerance.tokens_per_second,
             counters_shared=bool(measurement and measurement.shared),
             shared_policy=ctx.settings.shared_server_window,
         )
+        for source, bound in tps_bounds.items():
+            if source in candidates and bound > tolerance.tokens_per_second:
+                ctx.log(
+                    f"timing source {source}: a client stall bounds its error at {bound:.2%} "
+                    f"(tolerance {tolerance.tokens_per_second:.2%})"
+                )
+        if set_aside:  # no server figure to fall back on: the run keeps it, but it is no window sample
+            result.set_aside["tokens_per_second"] = CLIENT_STALL
         result.source, result.tokens_per_second = chosen.source, chosen.tokens_per_second
+        if chosen.source is not None and bounds is not None:
+            result.tps_error_ratio = tps_bounds.get(chosen.source, 0.0)
+        if bounds is not None:
+            judge_latencies(result, bounds, tolerance)
+        result.timing_disturbed = bool(result.set_aside)
+        if result.timing_disturbed:
+            stall_ms = (result.max_stall_s or 0.0) * 1e3
+            ctx.log(
+                f"set aside ({', '.join(result.set_aside)}): the exporter's own lateness bounds their error "
+                f"above the tolerance (the measurement loop stalled up to {stall_ms:.1f} ms)"
+            )
         result.server_shared = chosen.server_shared
         for source, why in chosen.skipped.items():
             ctx.log(f"timing source {source} skipped: {why}")
@@ -311,6 +331,16 @@ class HttpProbe(Probe):
         )
         if verdict is not None:
             status_mod.apply(result, verdict, ctx.log.redact)
+
+
+def _bounds(
+    ctx: ProbeContext, events: Sequence[TokenEvent], sent_at: float, end: float, e2e_s: float, n: int
+) -> FigureBounds | None:
+    """Error bounds of the run's client figures from the lateness of the stamps they use (None: unwatched)."""
+    if ctx.stamps is None:
+        return None
+    late = ctx.stamps.lateness([*(sent_at + e.t for e in events), end])
+    return figure_bounds(events, e2e_s, n, late[:-1], late[-1])
 
 
 def _text_bytes(col: StreamCollector) -> int:

@@ -1,14 +1,15 @@
 """What the status page shows, assembled from the store: tiles, the comparison strip, an endpoint's history.
 
-Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges
-(on-demand and disturbed runs left out unless `schedule.window_includes` names them).
+Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges and
+`tokwatch report` (`tokwatch.window_rule`: on-demand runs and set-aside tok/s figures left out unless
+`schedule.window_includes` names them), through the same `window_figures`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.config import Config, EndpointSettings
@@ -16,6 +17,7 @@ from tokwatch.stats import median
 from tokwatch.storage.base import LastRun, RunPoint, Store
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
 from tokwatch.window import FleetRanking, WindowFigures, rank_fleet, window_label
+from tokwatch.window_rule import WindowRule
 
 SPARK_RUNS = 48  # runs on a tile's sparkline
 HEADLINE_LOOKBACK = 8 * SPARK_RUNS  # first page of older runs searched for a headline during a long incident
@@ -27,7 +29,7 @@ MAX_INCIDENTS = 50
 @dataclass(frozen=True, slots=True)
 class Tile:
     """One endpoint's tile: current status, 24 h figures, recent runs (oldest first) and the headline: the
-    newest ok run among the runs the window figures take (scheduled, undisturbed, unless
+    newest ok run whose tok/s the window figures take (scheduled, not set aside, unless
     `schedule.window_includes` names more), however old."""
 
     endpoint: EndpointSettings
@@ -92,16 +94,16 @@ class EndpointPage:
 async def build_overview(store: Store, config: Config, now: float | None = None) -> Overview:
     """Query the store for every endpoint of the (whole-fleet) config."""
     now = time.time() if now is None else now
-    include = frozenset(config.schedule.window_includes)
+    rule = WindowRule.of(config.schedule.window_includes)
     names = [e.name for e in config.endpoints]
     # Concurrent: PostgreSQL answers them on separate pooled connections (SQLite serialises them anyway).
     day, week, last, recent = await asyncio.gather(
-        window_figures(store, now, window_s=WINDOW_S, endpoints=names, include=include),
-        window_figures(store, now, window_s=FLEET_WINDOW_S, endpoints=names, include=include),
+        window_figures(store, now, rule=rule, window_s=WINDOW_S, endpoints=names),
+        window_figures(store, now, rule=rule, window_s=FLEET_WINDOW_S, endpoints=names),
         store.last_runs(0.0),
-        store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, include=include),
+        store.recent_runs(now - FLEET_WINDOW_S, SPARK_RUNS, rule=rule),
     )
-    headlines = {name: _newest_ok(runs) for name, runs in recent.items()}
+    headlines = {name: _newest_ok(runs, rule) for name, runs in recent.items()}
 
     def look_further(name: str) -> bool:
         """Runs that count in the last 7 days but none ok: an incident longer than the sparkline. No run at
@@ -114,14 +116,14 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
 
     older = [e.name for e in config.endpoints if look_further(e.name)]
     if older:
-        found = await asyncio.gather(*(_headline_before(store, name, include) for name in older))
+        found = await asyncio.gather(*(_headline_before(store, name, rule) for name in older))
         headlines.update(zip(older, found, strict=True))
     tiles = [
         Tile(
             e,
             last.get(e.name),
             day.get(e.name),
-            list(reversed(recent.get(e.name, []))),
+            _plotted(reversed(recent.get(e.name, [])), rule),
             headlines.get(e.name),
         )
         for e in config.endpoints
@@ -136,33 +138,42 @@ async def build_endpoint_page(
 ) -> EndpointPage:
     """Daily figures over HISTORY_DAYS, the last LAST_RUNS runs and the incidents of one endpoint."""
     now = time.time() if now is None else now
-    include = frozenset(config.schedule.window_includes)
+    rule = WindowRule.of(config.schedule.window_includes)
     since = day_start(now) - (HISTORY_DAYS - 1) * DAY_S
     history, latest = await asyncio.gather(
-        store.recent_runs(since, None, endpoint=endpoint.name, include=include),
+        store.recent_runs(since, None, endpoint=endpoint.name, rule=rule),
         store.recent_runs(0.0, LAST_RUNS, endpoint=endpoint.name),
     )
     oldest_first = list(reversed(history.get(endpoint.name, [])))
     return EndpointPage(
         now,
         endpoint,
-        daily(oldest_first, since, now),
+        daily(oldest_first, since, now, rule),
         latest.get(endpoint.name, []),
         incidents(oldest_first)[-MAX_INCIDENTS:][::-1],
     )
 
 
-def _newest_ok(runs_newest_first: Sequence[RunPoint]) -> RunPoint | None:
-    return next((r for r in runs_newest_first if r.status == "ok" and r.tokens_per_second is not None), None)
+def _plotted(runs: Iterable[RunPoint], rule: WindowRule) -> list[RunPoint]:
+    """Counted runs as the sparkline draws them: an ok run whose tok/s the rule set aside is an ok run
+    without a figure (no failure tick, and no point the median does not hold either)."""
+    return [
+        r._replace(tokens_per_second=None) if r.status == "ok" and rule.sample(r) is None else r for r in runs
+    ]
 
 
-async def _headline_before(store: Store, name: str, include: frozenset[str]) -> RunPoint | None:
+def _newest_ok(runs_newest_first: Sequence[RunPoint], rule: WindowRule) -> RunPoint | None:
+    """The newest run that gives the window figures a tok/s sample (runs already counted by `rule`)."""
+    return next((r for r in runs_newest_first if rule.sample(r) is not None), None)
+
+
+async def _headline_before(store: Store, name: str, rule: WindowRule) -> RunPoint | None:
     """The newest ok run under the window rule at any age: pages of growing size until one is found or the
     history ends, so a long incident costs a few index range scans and a healthy endpoint none."""
     limit = HEADLINE_LOOKBACK
     while True:
-        runs = (await store.recent_runs(0.0, limit, endpoint=name, include=include)).get(name, [])
-        found = _newest_ok(runs)
+        runs = (await store.recent_runs(0.0, limit, endpoint=name, rule=rule)).get(name, [])
+        found = _newest_ok(runs, rule)
         if found is not None or len(runs) < limit:
             return found
         limit *= 8
@@ -173,8 +184,9 @@ def day_start(t: float) -> float:
     return float(int(t // DAY_S) * DAY_S)
 
 
-def daily(runs: Sequence[RunPoint], since: float, now: float) -> list[Day]:
-    """One Day per UTC day from `since` to `now` (days without runs included), from runs oldest first."""
+def daily(runs: Sequence[RunPoint], since: float, now: float, rule: WindowRule) -> list[Day]:
+    """One Day per UTC day from `since` to `now` (days without runs included), from runs oldest first that
+    `rule` counts; the median over its samples."""
     first, last = day_start(since), day_start(now)
     buckets: dict[float, list[RunPoint]] = {}
     for r in runs:
@@ -183,8 +195,8 @@ def daily(runs: Sequence[RunPoint], since: float, now: float) -> list[Day]:
     start = first
     while start <= last:
         rs = buckets.get(start, [])
-        ok = [r.tokens_per_second for r in rs if r.status == "ok" and r.tokens_per_second is not None]
-        out.append(Day(start, len(rs), sum(r.status == "ok" for r in rs), median(ok) if ok else None))
+        tps = [v for r in rs if (v := rule.sample(r)) is not None]
+        out.append(Day(start, len(rs), sum(r.status == "ok" for r in rs), median(tps) if tps else None))
         start += DAY_S
     return out
 

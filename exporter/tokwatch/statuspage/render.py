@@ -101,6 +101,22 @@ def _figures(day: WindowFigures | None) -> str:
     )
 
 
+def _set_aside(day: WindowFigures | None) -> str:
+    """How many of the 24 h runs had client-timed figures set aside, and why (nothing when none had)."""
+    if day is None or not day.disturbed_runs:
+        return ""
+    tps = f"; tok/s of {day.tps_set_aside} left out of the median" if day.tps_set_aside else ""
+    why = (
+        "the exporter ran late (a busy host or a CPU limit): figures it could have moved beyond their "
+        "tolerance are set aside, the runs' status and uptime count"
+    )
+    return (
+        f'<p class="set-aside muted" title="{why}" data-runs="{day.disturbed_runs}" '
+        f'data-tps="{day.tps_set_aside}">{day.disturbed_runs} of {day.runs} runs\' client timing set '
+        f"aside: host busy{tps}</p>"
+    )
+
+
 def _tile(tile: Tile, now: float) -> str:
     ep, last, ok = tile.endpoint, tile.last, tile.headline
     if ok is not None and ok.tokens_per_second is not None:
@@ -110,6 +126,8 @@ def _tile(tile: Tile, now: float) -> str:
             f'<br><small class="muted src" title="{_utc(ok.time)}">last ok run · {source} · '
             f"{ago(now, ok.time)}</small></div>"
         )
+    elif tile.day is not None and tile.day.tps_set_aside:
+        headline = '<div class="headline none">tok/s set aside: host busy</div>'
     else:
         headline = '<div class="headline none">no ok run yet</div>'
     seen = (
@@ -121,7 +139,7 @@ def _tile(tile: Tile, now: float) -> str:
         f'<article class="tile" data-endpoint="{_e(ep.name)}" data-status="{_e(tile.status or "none")}">'
         f'<header><a class="name" href="{endpoint_href(ep.name)}">{_e(ep.name)}</a>'
         f"{_pill(tile.status)}</header>"
-        f"{_chips(ep)}{headline}{_figures(tile.day)}{svg.sparkline(tile.spark)}"
+        f"{_chips(ep)}{headline}{_figures(tile.day)}{_set_aside(tile.day)}{svg.sparkline(tile.spark)}"
         f'<small class="muted">{seen}</small></article>'
     )
 
@@ -172,9 +190,13 @@ def methodology(config: Config) -> str:
         f"the same runs (band: green below {CV_TIGHT * 100:.0f} %, amber {CV_TIGHT * 100:.0f} to "
         f"{CV_TYPICAL * 100:.0f} %, red above), the stddev in tok/s beside it. Uptime: ok runs / runs. "
         f"The sparkline shows the last {SPARK_RUNS} runs: the line breaks at a non-ok run, drawn as a red "
-        "dashed tick. The comparison ranks endpoints by their 7-day median. On-demand (<code>/probe</code>) "
-        f"and timing-disturbed runs count in the headline and these figures: {_e(includes)} "
-        "(schedule.window_includes); the status pill is the newest run of any kind.</p>"
+        "dashed tick. The comparison ranks endpoints by their 7-day median. A figure the exporter's own "
+        "lateness could have moved beyond its tolerance (tok/s "
+        f"{p.tolerance.tokens_per_second:.1%}; latencies the larger of {p.tolerance.latency:.0%} and "
+        f"{p.tolerance.latency_floor * 1e3:g} ms) is set aside; the run's status and uptime always count. "
+        "On-demand (<code>/probe</code>) runs and set-aside tok/s figures count in the headline and these "
+        f"figures: {_e(includes)} (schedule.window_includes); the status pill is the newest run of any "
+        "kind.</p>"
         "<p>Statuses: OK, TIMEOUT, RATE LIMITED (HTTP 429), PROVIDER ERROR (5xx, malformed or implausible "
         "answers), AUTH FAILURE (401/403), UNREACHABLE (no response), DEGRADED (answered, but short or "
         "without usable timing). Full definitions: docs/methodology.md.</p></footer>"
@@ -234,7 +256,9 @@ def _duration(s: float) -> str:
 
 
 def _run_row(r: RunPoint) -> str:
-    flags = " <small title='timing could have been disturbed'>disturbed</small>" if r.timing_disturbed else ""
+    figures = r.set_aside.replace(",", ", ") if r.set_aside else "client timing"
+    title = "a client stall bounds the error of these figures above their tolerance"
+    flags = f" <small title='{title}'>set aside: {_e(figures)}</small>" if r.timing_disturbed else ""
     error = ": ".join(x for x in (r.error_class, r.error_message) if x)
     return (
         f'<tr><td class="t">{_utc(r.time)}</td><td>{_e(r.triggered_by)}</td><td>{_pill(r.status)}{flags}</td>'

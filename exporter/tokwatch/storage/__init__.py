@@ -1,7 +1,8 @@
 """Storage: every run in PostgreSQL/TimescaleDB or an embedded SQLite file, with a durable outbox.
 
 Entry points for the exporter: `open_store`, `make_writer` (a `RunWriter`), `WindowCache` (read by
-`tokwatch.metrics.WindowCollector`) and `StorageCollector`; the CLI commands are in tokwatch.store_commands.
+`tokwatch.metrics.window.WindowCollector`) and `StorageCollector`; the CLI commands are in
+tokwatch.store_commands.
 """
 
 from tokwatch.storage.base import EndpointSpec, LastRun, Store, WindowStats

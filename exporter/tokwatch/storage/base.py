@@ -10,11 +10,9 @@ from typing import Any, NamedTuple
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
+from tokwatch.window_rule import WindowRule
 
 HOUR_S = 3600.0
-# Runs window figures leave out unless asked to include them (`schedule.window_includes`).
-WindowIncludes = frozenset[str]
-WINDOW_INCLUDABLE = frozenset({"on_demand", "timing_disturbed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +34,8 @@ class WindowStats:
     median: float | None
     mean: float | None
     stddev: float | None
+    disturbed_runs: int = 0  # counted runs with a client-timed figure set aside (timing_disturbed)
+    tps_set_aside: int = 0  # counted ok runs whose tok/s the rule did not take as a sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,8 @@ RUN_POINT_COLUMNS = (
     "error_message",
     "triggered_by",
     "timing_disturbed",
+    "tps_set_aside",
+    "set_aside",
 )
 
 
@@ -80,13 +82,21 @@ class RunPoint(NamedTuple):
     error_message: str | None
     triggered_by: str
     timing_disturbed: bool
+    tps_set_aside: bool | None = None  # None: stored before figures were judged one by one (window_rule)
+    set_aside: str | None = None  # the figures set aside, comma-separated
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunPoint:
-        """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flag made a bool)."""
+        """From values in RUN_POINT_COLUMNS order (time as unix seconds; SQLite's 0/1 flags made bools)."""
         values = list(row)
-        values[-1] = bool(values[-1])
+        values[_DISTURBED] = bool(values[_DISTURBED])
+        if values[_TPS_SET_ASIDE] is not None:
+            values[_TPS_SET_ASIDE] = bool(values[_TPS_SET_ASIDE])
         return cls._make(values)
+
+
+_DISTURBED = RUN_POINT_COLUMNS.index("timing_disturbed")
+_TPS_SET_ASIDE = RUN_POINT_COLUMNS.index("tps_set_aside")
 
 
 @dataclass(slots=True)
@@ -134,11 +144,10 @@ class Store(ABC):
 
     @abstractmethod
     async def window_stats(
-        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+        self, since: float, until: float, *, rule: WindowRule
     ) -> dict[str, WindowStats]:
-        """Per-endpoint aggregates of runs with since <= time < until, keyed by current endpoint name.
-
-        On-demand (`/probe`) and `timing_disturbed` runs are left out unless named in `include`."""
+        """Per-endpoint aggregates of the runs `rule` counts with since <= time < until, keyed by current
+        endpoint name (tok/s figures over its samples)."""
 
     @abstractmethod
     async def last_runs(self, since: float) -> dict[str, LastRun]:
@@ -151,10 +160,10 @@ class Store(ABC):
         limit: int | None,
         *,
         endpoint: str | None = None,
-        include: WindowIncludes | None = None,
+        rule: WindowRule | None = None,
     ) -> dict[str, list[RunPoint]]:
         """Per endpoint (current name; one `endpoint` if given), its newest `limit` runs (all when None) at or
-        after `since`, newest first. `include` applies the window rule (None: every run)."""
+        after `since`, newest first: the runs `rule` counts (None: every run)."""
 
     @abstractmethod
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:

@@ -11,7 +11,16 @@ from tokwatch.storage.writer import RunWriter
 
 
 class StorageCollector(Collector):
-    """`tokwatch_storage_*`: queue, outbox, writes, errors, oldest unwritten run, database up."""
+    """`tokwatch_storage_*`: queue, outbox, writes, errors, oldest unwritten run, database up. Sample::
+
+        tokwatch_storage_queue_depth 0.0
+        tokwatch_storage_outbox_runs 0.0
+        tokwatch_storage_writes_total 1440.0
+        tokwatch_storage_write_errors_total 0.0
+        tokwatch_storage_dropped_runs_total 0.0
+        tokwatch_storage_oldest_unwritten_age_seconds 0.0
+        tokwatch_storage_up{backend="sqlite"} 1.0
+    """
 
     def __init__(self, writer: RunWriter) -> None:
         self._writer = writer

@@ -27,7 +27,6 @@ from tokwatch.storage.base import (
     MaintenanceReport,
     RunPoint,
     Store,
-    WindowIncludes,
     WindowStats,
 )
 from tokwatch.storage.bench_rows import (
@@ -42,7 +41,7 @@ from tokwatch.storage.errors import (
     StorageError,
     StoreUnavailableError,
 )
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow, window_filter
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow
 from tokwatch.storage.schema import (
     Flavor,
     SchemaStatus,
@@ -51,6 +50,7 @@ from tokwatch.storage.schema import (
     not_ready_message,
     too_new_message,
 )
+from tokwatch.window_rule import WindowRule
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,22 @@ ON CONFLICT (endpoint_id, bucket) DO UPDATE SET
     tps_min = EXCLUDED.tps_min, tps_max = EXCLUDED.tps_max, ttft_median_s = EXCLUDED.ttft_median_s,
     e2e_median_s = EXCLUDED.e2e_median_s
 """
-_WINDOW_SQL = f"""
-SELECT e.name, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {_OK_TPS},
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {_OK_TPS},
-       avg(r.tokens_per_second) {_OK_TPS}, stddev_samp(r.tokens_per_second) {_OK_TPS}
+
+
+def _window_sql(rule: WindowRule) -> str:
+    """One aggregate query over the runs `rule` counts, tok/s figures over its samples."""
+    sample = f"FILTER (WHERE {rule.sample_sql()})"
+    return f"""
+SELECT e.name, count(*), count(*) FILTER (WHERE r.status = 'ok'), count(*) {sample},
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second) {sample},
+       avg(r.tokens_per_second) {sample}, stddev_samp(r.tokens_per_second) {sample},
+       count(*) FILTER (WHERE r.timing_disturbed), count(*) FILTER (WHERE {rule.set_aside_sql()})
 FROM runs r JOIN endpoints e ON e.id = r.endpoint_id
-WHERE r.time >= %s AND r.time < %s /*filter*/
+WHERE r.time >= %s AND r.time < %s {rule.where()}
 GROUP BY e.name
 """
+
+
 _LAST_SQL = """
 SELECT e.name, l.time, l.status, k.time, k.tokens_per_second, k.timing_source
 FROM endpoints e
@@ -593,16 +601,15 @@ class PostgresStore(Store):
     # --- queries -------------------------------------------------------------------------------------
 
     async def window_stats(
-        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+        self, since: float, until: float, *, rule: WindowRule
     ) -> dict[str, WindowStats]:
         """One aggregate query (percentile_cont = numpy's linear median; stddev_samp = n-1 stddev)."""
         await self.ensure_ready()
-        sql = _WINDOW_SQL.replace("/*filter*/", window_filter(include))
+        sql = _window_sql(rule)
         async with self._connection() as conn:
             rows = await (await conn.execute(sql.encode(), (ts(since), ts(until)))).fetchall()
         out = {}
-        for name, runs, ok, samples, med, mean, sd in rows:
-            stddev = (float(sd) if sd is not None else 0.0) if samples else None
+        for name, runs, ok, samples, med, mean, sd, disturbed, set_aside in rows:
             out[name] = WindowStats(
                 name,
                 int(runs),
@@ -610,7 +617,9 @@ class PostgresStore(Store):
                 int(samples),
                 float(med) if med is not None else None,
                 float(mean) if mean is not None else None,
-                stddev,
+                float(sd) if sd is not None else None,  # stddev_samp: NULL below two samples, as on SQLite
+                int(disturbed),
+                int(set_aside),
             )
         return out
 
@@ -630,11 +639,11 @@ class PostgresStore(Store):
         limit: int | None,
         *,
         endpoint: str | None = None,
-        include: WindowIncludes | None = None,
+        rule: WindowRule | None = None,
     ) -> dict[str, list[RunPoint]]:
         """Newest runs per endpoint through a LATERAL join (index scan on (endpoint_id, time))."""
         await self.ensure_ready()
-        sql = _RECENT_SQL.replace("/*filter*/", "" if include is None else window_filter(include))
+        sql = _RECENT_SQL.replace("/*filter*/", "" if rule is None else rule.where())
         params = {"since": ts(since), "limit": limit, "endpoint": endpoint}
         async with self._connection() as conn:
             rows = await (await conn.execute(sql.encode(), params)).fetchall()

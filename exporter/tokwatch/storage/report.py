@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from tokwatch.storage.base import Store
 from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.window import FleetComparison, compare_fleet, window_label
+from tokwatch.window_rule import WindowRule
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,10 @@ class EndpointReport:
     median_since: float | None
     uptime_since: float | None
     runs_since: int
+    # Of runs_24h: runs with a client-timed figure set aside (the exporter ran late: a busy host), and ok
+    # runs whose tok/s was among them (left out of the median, CV and stddev).
+    set_aside_24h: int = 0
+    tps_set_aside_24h: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +48,12 @@ class Report:
     comparison: FleetComparison | None
 
 
-async def build_report(store: Store, now: float, since_s: float) -> Report:
-    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per endpoint."""
+async def build_report(store: Store, now: float, since_s: float, *, rule: WindowRule) -> Report:
+    """Last run, 24 h figures and the `--since` window (median, uptime, fleet comparison) per endpoint; the
+    figures over the runs `rule` counts, as on /metrics and the status page."""
     label = window_label(since_s)
-    day = await window_figures(store, now, window_s=WINDOW_S)
-    period = await window_figures(store, now, window_s=since_s)
+    day = await window_figures(store, now, rule=rule, window_s=WINDOW_S)
+    period = await window_figures(store, now, rule=rule, window_s=since_s)
     last = await store.last_runs(now - since_s)
     names = sorted(set(day) | set(period) | set(last))
     rows = []
@@ -69,6 +75,8 @@ async def build_report(store: Store, now: float, since_s: float) -> Report:
                 median_since=p.median if p else None,
                 uptime_since=p.uptime if p else None,
                 runs_since=p.runs if p else 0,
+                set_aside_24h=d.disturbed_runs if d else 0,
+                tps_set_aside_24h=d.tps_set_aside if d else 0,
             )
         )
     comparison = compare_fleet({n: f.median for n, f in period.items()}, label)
@@ -107,6 +115,7 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
         "stddev",
         "uptime 24h",
         "runs 24h",
+        "set aside 24h",
         f"{report.since} median",
         f"uptime {report.since}",
     ]
@@ -124,11 +133,19 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
                 _num(r.stddev_24h, ".2f"),
                 _pct(r.uptime_24h),
                 str(r.runs_24h),
+                _set_aside(r),
                 _num(r.median_since),
                 _pct(r.uptime_since),
             ]
         )
     return head, body
+
+
+def _set_aside(r: EndpointReport) -> str:
+    """'2 (tok/s 1)': runs with client timing set aside, and how many of them lost their tok/s sample."""
+    if not r.set_aside_24h:
+        return "-" if not r.runs_24h else "0"
+    return f"{r.set_aside_24h}" + (f" (tok/s {r.tps_set_aside_24h})" if r.tps_set_aside_24h else "")
 
 
 def _footer(report: Report) -> str:
@@ -137,7 +154,13 @@ def _footer(report: Report) -> str:
         report.comparison.text() if report.comparison else "comparison: fewer than two endpoints with ok runs"
     )
     where = f"{report.backend} {report.location}, {when}"
-    return f"{line}\nCV bands: <5% tight, 5-15% typical, >15% jittery. {where}"
+    busy = ""
+    if any(r.set_aside_24h for r in report.endpoints):
+        busy = (
+            "\nset aside: runs whose client timing the exporter's own lateness (a busy host) could have "
+            "moved beyond the tolerance; their status and uptime count, a tok/s set aside is not a sample."
+        )
+    return f"{line}\nCV bands: <5% tight, 5-15% typical, >15% jittery. {where}{busy}"
 
 
 def render_table(report: Report) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -45,6 +44,17 @@ class RunRow:
     merged_reads: int | None = None
     send_delay_s: float | None = None
     duration_s: float | None = None  # wall time of the timed run until it completed or failed
+    # Error bounds from the client's own lateness (docs/methodology.md, "Disturbance"): relative for tok/s
+    # (0: a server figure), seconds for the latencies; the figures set aside (comma-separated FIGURES of
+    # tokwatch.error_bounds) and whether tok/s is one (NULL: stored before figures were judged one by one).
+    tps_error_ratio: float | None = None
+    ttft_error_s: float | None = None
+    itl_error_s: float | None = None
+    tpot_error_s: float | None = None
+    ttot_error_s: float | None = None
+    e2e_error_s: float | None = None
+    set_aside: str | None = None
+    tps_set_aside: bool | None = None
 
     @classmethod
     def from_result(
@@ -83,6 +93,14 @@ class RunRow:
             merged_reads=result.merged_reads,
             send_delay_s=result.send_delay_s,
             duration_s=result.duration_s,
+            tps_error_ratio=result.tps_error_ratio,
+            ttft_error_s=result.ttft_error_s,
+            itl_error_s=result.itl_error_s,
+            tpot_error_s=result.tpot_error_s,
+            ttot_error_s=result.ttot_error_s,
+            e2e_error_s=result.e2e_error_s,
+            set_aside=",".join(result.set_aside) or None,
+            tps_set_aside=result.tps_set_aside,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -99,15 +117,3 @@ class RunRow:
 # Column order shared by every backend's INSERT/COPY (endpoint becomes endpoint_id).
 RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RunRow) if f.name != "endpoint")
 
-
-def window_filter(include: Iterable[str]) -> str:
-    """SQL appended to a `runs r` WHERE clause: leave out on-demand and disturbed runs unless included.
-
-    Both backends accept it (`timing_disturbed` is INTEGER 0/1 in SQLite and boolean in PostgreSQL)."""
-    wanted = set(include)
-    sql = ""
-    if "on_demand" not in wanted:
-        sql += " AND r.triggered_by = 'scheduled'"
-    if "timing_disturbed" not in wanted:
-        sql += " AND NOT r.timing_disturbed"
-    return sql

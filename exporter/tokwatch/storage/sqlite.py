@@ -22,7 +22,6 @@ from tokwatch.storage.base import (
     MaintenanceReport,
     RunPoint,
     Store,
-    WindowIncludes,
     WindowStats,
     hour_bucket,
 )
@@ -33,8 +32,9 @@ from tokwatch.storage.bench_rows import (
     BenchRunRow,
 )
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
-from tokwatch.storage.rows import RUN_COLUMNS, RunRow, window_filter
+from tokwatch.storage.rows import RUN_COLUMNS, RunRow
 from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
+from tokwatch.window_rule import WindowRule
 
 T = TypeVar("T")
 
@@ -368,35 +368,41 @@ class SQLiteStore(Store):
     # --- queries -------------------------------------------------------------------------------------
 
     def _window_sync(
-        self, conn: sqlite3.Connection, since: float, until: float, include: WindowIncludes
+        self, conn: sqlite3.Connection, since: float, until: float, rule: WindowRule
     ) -> dict[str, WindowStats]:
         runs: dict[str, int] = defaultdict(int)
         ok: dict[str, int] = defaultdict(int)
+        disturbed: dict[str, int] = defaultdict(int)
+        set_aside: dict[str, int] = defaultdict(int)
         values: dict[str, list[float]] = defaultdict(list)
         cur = conn.execute(
-            "SELECT e.name, r.status, r.tokens_per_second FROM runs r "
-            "JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
-            + window_filter(include),
+            f"SELECT e.name, r.status = 'ok', CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
+            f"r.timing_disturbed, CASE WHEN {rule.set_aside_sql()} THEN 1 ELSE 0 END "
+            "FROM runs r JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
+            + rule.where(),
             (since, until),
         )
-        for name, status, tps in cur:
+        for name, is_ok, sample, is_disturbed, is_set_aside in cur:
             runs[name] += 1
-            if status == "ok":
-                ok[name] += 1
-                if tps is not None:
-                    values[name].append(tps)
+            ok[name] += is_ok
+            disturbed[name] += is_disturbed
+            set_aside[name] += is_set_aside
+            if sample is not None:
+                values[name].append(sample)
         out = {}
         for name, n in runs.items():
             med, mean, sd = tps_aggregates(values[name])
-            out[name] = WindowStats(name, n, ok[name], len(values[name]), med, mean, sd)
+            out[name] = WindowStats(
+                name, n, ok[name], len(values[name]), med, mean, sd, disturbed[name], set_aside[name]
+            )
         return out
 
     async def window_stats(
-        self, since: float, until: float, *, include: WindowIncludes = frozenset()
+        self, since: float, until: float, *, rule: WindowRule
     ) -> dict[str, WindowStats]:
         """Aggregates computed in Python with tokwatch.stats (SQLite has no percentile_cont)."""
         await self.ensure_ready()
-        return await self._run(lambda conn: self._window_sync(conn, since, until, include))
+        return await self._run(lambda conn: self._window_sync(conn, since, until, rule))
 
     def _last_sync(self, conn: sqlite3.Connection, since: float) -> dict[str, LastRun]:
         out = {}
@@ -428,11 +434,11 @@ class SQLiteStore(Store):
         since: float,
         limit: int | None,
         endpoint: str | None,
-        include: WindowIncludes | None,
+        rule: WindowRule | None,
     ) -> dict[str, list[RunPoint]]:
         cols = ", ".join(f"r.{c}" for c in RUN_POINT_COLUMNS)
         sql = f"SELECT {cols} FROM runs r WHERE r.endpoint_id = ? AND r.time >= ?"
-        sql += ("" if include is None else window_filter(include)) + " ORDER BY r.time DESC LIMIT ?"
+        sql += ("" if rule is None else rule.where()) + " ORDER BY r.time DESC LIMIT ?"
         if endpoint is None:
             endpoints = conn.execute("SELECT id, name FROM endpoints").fetchall()
         else:
@@ -449,11 +455,11 @@ class SQLiteStore(Store):
         limit: int | None,
         *,
         endpoint: str | None = None,
-        include: WindowIncludes | None = None,
+        rule: WindowRule | None = None,
     ) -> dict[str, list[RunPoint]]:
         """Newest runs per endpoint (one index range scan per endpoint)."""
         await self.ensure_ready()
-        return await self._run(lambda conn: self._recent_sync(conn, since, limit, endpoint, include))
+        return await self._run(lambda conn: self._recent_sync(conn, since, limit, endpoint, rule))
 
     async def hourly(self, since: float, until: float) -> list[dict[str, object]]:
         """Hourly rollup rows, oldest first."""

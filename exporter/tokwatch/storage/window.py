@@ -1,4 +1,8 @@
-"""Window figures from the store (they survive restarts), and a cache refreshed off the scrape path."""
+"""Window figures from the store (they survive restarts), and a cache refreshed off the scrape path.
+
+`window_figures` is the one path every surface takes to them: the /metrics window gauges (through
+`WindowCache`), the status page and `tokwatch report`, each with the configuration's `WindowRule`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from tokwatch.config import EndpointSettings
-from tokwatch.storage.base import Store, WindowIncludes, WindowStats
+from tokwatch.storage.base import Store, WindowStats
 from tokwatch.window import (
     FleetComparison,
     FleetRanking,
@@ -18,6 +22,7 @@ from tokwatch.window import (
     rank_fleet,
     window_label,
 )
+from tokwatch.window_rule import WindowRule
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,16 @@ def figures_from_stats(stats: WindowStats, window: str) -> WindowFigures:
         cv = stats.stddev / stats.mean
     uptime = stats.ok_runs / stats.runs if stats.runs else None
     return WindowFigures(
-        stats.endpoint, window, stats.runs, stats.ok_runs, stats.median, stats.stddev, cv, uptime
+        stats.endpoint,
+        window,
+        stats.runs,
+        stats.ok_runs,
+        stats.median,
+        stats.stddev,
+        cv,
+        uptime,
+        stats.disturbed_runs,
+        stats.tps_set_aside,
     )
 
 
@@ -41,12 +55,13 @@ async def window_figures(
     store: Store,
     now: float,
     *,
+    rule: WindowRule,
     window_s: float = WINDOW_S,
     endpoints: Sequence[str] | None = None,
-    include: WindowIncludes = frozenset(),
 ) -> dict[str, WindowFigures]:
-    """Per endpoint: median, sample stddev, CV of ok-run tok/s, uptime, runs and ok runs in the window."""
-    stats = await store.window_stats(now - window_s, now, include=include)
+    """Per endpoint: median, sample stddev, CV of ok-run tok/s, uptime, runs and ok runs in the window, over
+    the runs `rule` counts."""
+    stats = await store.window_stats(now - window_s, now, rule=rule)
     label = window_label(window_s)
     wanted = set(endpoints) if endpoints is not None else None
     return {
@@ -60,12 +75,12 @@ async def fleet_comparison(
     store: Store,
     now: float,
     *,
+    rule: WindowRule,
     window_s: float = FLEET_WINDOW_S,
     endpoints: Sequence[str] | None = None,
-    include: WindowIncludes = frozenset(),
 ) -> FleetComparison | None:
     """Seed 000's comparison strip: the 7-day median decides fastest and slowest."""
-    ranking = await fleet_ranking(store, now, window_s=window_s, endpoints=endpoints, include=include)
+    ranking = await fleet_ranking(store, now, rule=rule, window_s=window_s, endpoints=endpoints)
     return ranking.extremes
 
 
@@ -73,12 +88,12 @@ async def fleet_ranking(
     store: Store,
     now: float,
     *,
+    rule: WindowRule,
     window_s: float = FLEET_WINDOW_S,
     endpoints: Sequence[str] | None = None,
-    include: WindowIncludes = frozenset(),
 ) -> FleetRanking:
     """Every endpoint with an ok run in the window, by median tok/s, fastest first."""
-    figures = await window_figures(store, now, window_s=window_s, endpoints=endpoints, include=include)
+    figures = await window_figures(store, now, rule=rule, window_s=window_s, endpoints=endpoints)
     return rank_fleet({n: f.median for n, f in figures.items()}, window_label(window_s))
 
 
@@ -89,14 +104,14 @@ class WindowCache:
         self,
         store: Store,
         *,
+        rule: WindowRule,
         window_s: float = WINDOW_S,
         fleet_window_s: float = FLEET_WINDOW_S,
         refresh_interval_s: float = 30.0,
         clock: Callable[[], float] = time.time,
-        include: WindowIncludes = frozenset(),
     ) -> None:
         self._store = store
-        self._include = include
+        self._rule = rule
         self._window_s = window_s
         self._fleet_window_s = fleet_window_s
         self._interval = refresh_interval_s
@@ -109,10 +124,16 @@ class WindowCache:
         self.refresh_errors = 0
 
     def configure(
-        self, endpoints: Sequence[EndpointSettings], fleet: Sequence[EndpointSettings] | None = None
+        self,
+        endpoints: Sequence[EndpointSettings],
+        fleet: Sequence[EndpointSettings] | None = None,
+        rule: WindowRule | None = None,
     ) -> None:
         """Export only these endpoints, each with its static `labels:`; compare the `fleet` (default: the
-        same endpoints; a sharded replica passes every endpoint of the fleet, read from the shared store)."""
+        same endpoints; a sharded replica passes every endpoint of the fleet, read from the shared store);
+        count the runs `rule` counts (default: unchanged). Applies from the next refresh."""
+        if rule is not None:
+            self._rule = rule
         self._endpoints = [e.name for e in endpoints]
         self._fleet = [e.name for e in fleet] if fleet is not None else None
         self._static = {e.name: dict(e.labels) for e in endpoints}
@@ -126,14 +147,14 @@ class WindowCache:
         now = self._clock()
         try:
             figures = await window_figures(
-                self._store, now, window_s=self._window_s, endpoints=self._endpoints, include=self._include
+                self._store, now, rule=self._rule, window_s=self._window_s, endpoints=self._endpoints
             )
             ranking = await fleet_ranking(
                 self._store,
                 now,
+                rule=self._rule,
                 window_s=self._fleet_window_s,
                 endpoints=self._fleet if self._fleet is not None else self._endpoints,
-                include=self._include,
             )
         except Exception as exc:
             self.refresh_errors += 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokwatch.config import EndpointSettings
+from tokwatch.log_throttle import BurstLog
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
 from tokwatch.storage.base import EndpointSpec, Store
@@ -36,6 +37,8 @@ CHECK_INTERVAL_S = 15.0
 # interval, whichever is shorter"; the exporter passes `resume_bound(interval)`).
 RESUME_WITHIN_S = 30.0
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 10.0  # back-off after a failed attempt: doubling from min to max
+# Dropped runs are logged once per burst with their count, this long after the burst's last drop.
+DROP_BURST_QUIET_S = 1.0
 
 
 def resume_bound(interval_s: float) -> float:
@@ -130,6 +133,15 @@ class RunWriter:
         self._up = False
         self._failing = False
         self._outbox_failing = False
+        self._outbox_error = ""
+        self._drops = BurstLog(log, logging.ERROR, self._dropped_line, quiet_s=DROP_BURST_QUIET_S)
+
+    def _dropped_line(self, count: int, seconds: float) -> str:
+        return (
+            f"storage: {count} run(s) dropped in {seconds:.1f}s: the outbox cannot be written "
+            f"({self._outbox_error}) and {self._queue_size} runs (queue_size) already wait in memory; "
+            "counted in tokwatch_storage_dropped_runs"
+        )
 
     @property
     def backend(self) -> str:
@@ -216,13 +228,14 @@ class RunWriter:
         keep, lost = rest[:room], len(rest) - min(room, len(rest))
         self._unsaved.extend(keep)
         self._dropped += lost
-        if not self._outbox_failing or lost:
+        self._outbox_error = str(exc)
+        if not self._outbox_failing:
             log.error(
-                "storage: %s; %d run(s) held in memory until the database takes them%s",
+                "storage: %s; %d run(s) held in memory until the database takes them",
                 exc,
                 len(self._unsaved),
-                f", {lost} dropped (queue_size {self._queue_size})" if lost else "",
             )
+        self._drops.add(lost)  # one line per burst of drops, with the count
         self._outbox_failing = True
         self._wake.set()
 
@@ -283,6 +296,7 @@ class RunWriter:
         self._queue.clear()
         if leftover:
             await asyncio.to_thread(self._make_durable_sync, leftover)
+        self._drops.flush()
         if self._unsaved:
             self._dropped += len(self._unsaved)
             log.error(

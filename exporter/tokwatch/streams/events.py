@@ -58,9 +58,10 @@ class LlamaTimings:
     t: float
     predicted_n: int | None
     predicted_ms: float | None
-    prompt_n: int | None
+    prompt_n: int | None  # prompt tokens evaluated (llama-server leaves the cached ones out)
     prompt_ms: float | None
     predicted_per_second: float | None = None
+    cache_n: int | None = None  # prompt tokens reused from the slot's cache
 
 
 @dataclass(frozen=True, slots=True)

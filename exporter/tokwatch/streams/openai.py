@@ -46,6 +46,7 @@ def _timings(d: Any, t: float) -> LlamaTimings | None:
         int_field(d, "prompt_n"),
         float_field(d, "prompt_ms"),
         float_field(d, "predicted_per_second"),
+        int_field(d, "cache_n"),
     )
 
 

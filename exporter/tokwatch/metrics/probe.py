@@ -1,4 +1,4 @@
-"""Prometheus collectors for probe results: in-memory state, read (never computed with I/O) at scrape time.
+"""Per-run metrics: what each endpoint's timed probe runs measured, from memory, and `/probe`'s answer.
 
 Names, types and labels are the contract in docs/metrics.md.
 """
@@ -6,8 +6,7 @@ Names, types and labels are the contract in docs/metrics.md.
 from __future__ import annotations
 
 import bisect
-import platform
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,15 +18,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tokwatch import __version__
-from tokwatch.result import CLIENT_SOURCES, RunResult, Status
+from tokwatch.result import RunResult, Status
 
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings
-    from tokwatch.scheduler import SchedulerStats
-    from tokwatch.window import WindowFigures, WindowSnapshot
-
-_FLEET = "__fleet__"  # the window collector's part that is not an endpoint
 
 # Buckets suited to LLM serving: TTFT spans ~10 ms (warm, local) to a minute (cold, overloaded); per-token
 # gaps span a few ms (fast batched decode) to a second (stalls, preemption). 10-12 buckets each, dense where
@@ -93,6 +87,7 @@ class EndpointState:
     settings: EndpointSettings
     runs: dict[Status, int] = field(default_factory=lambda: dict.fromkeys(Status, 0))
     disturbed: int = 0  # timed runs flagged timing_disturbed
+    set_aside: dict[tuple[str, str], int] = field(default_factory=dict)  # (figure, reason) -> runs
     last: RunResult | None = None
     last_ok: RunResult | None = None
     # The reasoning-phase histograms appear on first observation: for a model that does not reason they
@@ -117,7 +112,22 @@ class LabelSet:
 
 
 class ProbeMetrics(Collector):
-    """Probe results per endpoint; `record()` is called after every scheduled run."""
+    """Probe results per endpoint; `record()` is called after every timed run. One part per endpoint.
+
+    Sample (`endpoint` plus the union of static labels on every family)::
+
+        tokwatch_endpoint_info{endpoint="a",gpu="3090",kind="openai",model="m1"} 1.0
+        tokwatch_probe_runs_total{endpoint="a",gpu="3090",status="ok"} 4.0
+        tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090"} 1.0
+        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",figure="itl",reason="client_stall"} 1.0
+        tokwatch_probe_success{endpoint="a",gpu="3090"} 1.0
+        tokwatch_probe_status{endpoint="a",gpu="3090",status="ok"} 1.0
+        tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090"} 0.2
+        tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090"} 1.7000072e+09
+        tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",source="engine"} 96.0
+        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",le="0.25"} 3.0
+        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090"} 12.0
+    """
 
     def __init__(self) -> None:
         self._states: dict[str, EndpointState] = {}
@@ -149,11 +159,13 @@ class ProbeMetrics(Collector):
         state.last = result
         if result.timing_disturbed:
             state.disturbed += 1
-        # A disturbed run's client-side figures are off by the stall: they feed no histogram, and its tok/s
-        # becomes the exported "last ok" figure only when it came from the server (docs/methodology.md).
-        if result.ok and not (result.timing_disturbed and result.source in CLIENT_SOURCES):
+        for key in result.set_aside.items():
+            state.set_aside[key] = state.set_aside.get(key, 0) + 1
+        # A figure a client stall could have moved beyond its tolerance feeds no histogram, and a tok/s set
+        # aside does not become the exported "last ok" figure (docs/methodology.md, "Disturbance").
+        if result.ok and not result.tps_set_aside:
             state.last_ok = result
-        if result.status in (Status.OK, Status.DEGRADED) and not result.timing_disturbed:
+        if result.status in (Status.OK, Status.DEGRADED):
             _observe(state, result)
 
     def describe(self) -> Iterable[Metric]:
@@ -198,10 +210,20 @@ class ProbeMetrics(Collector):
                 )
             fams.counter(
                 "tokwatch_probe_timing_disturbed_total",
-                "Timed runs whose timing the exporter's own lateness could have shifted (timing_disturbed).",
+                "Timed runs with a client-timed figure set aside (timing_disturbed).",
                 lv,
                 state.disturbed,
             )
+            # Per figure from its first set-aside run on (six figures per endpoint from zero would weigh on
+            # /metrics at fleet size; the run counter above is there from the start).
+            for (figure, reason), n in sorted(state.set_aside.items()):
+                fams.counter(
+                    "tokwatch_probe_figures_set_aside_total",
+                    "Client-timed figures set aside: a client stall bounds their error above the tolerance.",
+                    lv,
+                    n,
+                    extra={"figure": figure, "reason": reason},
+                )
             if state.last is not None:
                 last_run_families(fams, lv, state.last, include_tps=False)
                 fams.gauge(
@@ -226,6 +248,7 @@ class ProbeMetrics(Collector):
                         ok.tokens_per_second,
                         extra={"source": ok.source.value},
                     )
+                    _tps_error(fams, lv, ok)
                 fams.gauge(
                     "tokwatch_probe_server_shared",
                     "1 if the last ok run's server-counter window saw other requests.",
@@ -239,19 +262,34 @@ class ProbeMetrics(Collector):
 
 
 def _observe(state: EndpointState, r: RunResult) -> None:
-    def feed(name: str, values: Iterable[float]) -> None:
+    """Every latency figure of the run that was not set aside."""
+
+    def feed(name: str, figure: str, values: Iterable[float]) -> None:
+        if figure in r.set_aside:
+            return
         hist = state.hist.get(name)
         for v in values:
             if hist is None:
                 hist = state.hist[name] = _Histogram(HISTOGRAMS[name][0])
             hist.observe(v)
 
-    feed("tokwatch_ttft_seconds", () if r.ttft_s is None else (r.ttft_s,))
-    feed("tokwatch_inter_token_latency_seconds", r.itl_s)
-    feed("tokwatch_output_inter_token_latency_seconds", r.output_itl_s)
-    feed("tokwatch_time_per_output_token_seconds", () if r.tpot_s is None else (r.tpot_s,))
-    feed("tokwatch_e2e_latency_seconds", () if r.e2e_s is None else (r.e2e_s,))
-    feed("tokwatch_ttot_seconds", () if r.ttot_s is None else (r.ttot_s,))
+    feed("tokwatch_ttft_seconds", "ttft", () if r.ttft_s is None else (r.ttft_s,))
+    feed("tokwatch_inter_token_latency_seconds", "itl", r.itl_s)
+    feed("tokwatch_output_inter_token_latency_seconds", "itl", r.output_itl_s)
+    feed("tokwatch_time_per_output_token_seconds", "tpot", () if r.tpot_s is None else (r.tpot_s,))
+    feed("tokwatch_e2e_latency_seconds", "e2e", () if r.e2e_s is None else (r.e2e_s,))
+    feed("tokwatch_ttot_seconds", "ttot", () if r.ttot_s is None else (r.ttot_s,))
+
+
+def _tps_error(fams: _Families, lv: Sequence[str], r: RunResult) -> None:
+    """The bound beside a run's exported tok/s (when the run was watched for stalls)."""
+    if r.tps_error_ratio is not None:
+        fams.gauge(
+            "tokwatch_probe_decode_tokens_per_second_error_ratio",
+            "Bound on the relative error the client's lateness can put in that tok/s (0: a server figure).",
+            lv,
+            r.tps_error_ratio,
+        )
 
 
 class _Families:
@@ -307,6 +345,13 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_e2e_seconds", "End-to-end latency of the run.", lv, r.e2e_s)
     if r.ttft_s is not None:
         fams.gauge("tokwatch_probe_ttft_seconds", "Time to first token of the run.", lv, r.ttft_s)
+    if r.ttft_s is not None and r.ttft_error_s is not None:
+        fams.gauge(
+            "tokwatch_probe_ttft_error_seconds",
+            "Bound on the error the client's lateness can have put in that TTFT.",
+            lv,
+            r.ttft_error_s,
+        )
     if r.ttot_s is not None:
         fams.gauge("tokwatch_probe_ttot_seconds", "Reasoning-to-output gap (TTOT) of the run.", lv, r.ttot_s)
     if r.output_tokens is not None:
@@ -316,7 +361,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
     if r.max_stall_s is not None:
         fams.gauge(
             "tokwatch_probe_max_stall_seconds",
-            "Largest measurement-loop stall while the run streamed (timing_disturbed at the threshold).",
+            "Largest measurement-loop stall while the run streamed.",
             lv,
             r.max_stall_s,
         )
@@ -329,6 +374,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             r.tokens_per_second,
             extra={"source": r.source.value},
         )
+        _tps_error(fams, lv, r)
 
 
 def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metric]:
@@ -343,203 +389,3 @@ def probe_result_families(result: RunResult, ep: EndpointSettings) -> list[Metri
         fam.samples = [s._replace(labels={**s.labels, "trigger": "on_demand"}) for s in fam.samples]
     return out
 
-
-_WINDOW_FAMILIES = (
-    ("tokwatch_window_decode_tokens_per_second_median", "Median tok/s of ok runs in the window.", "median"),
-    ("tokwatch_window_decode_tokens_per_second_stddev", "Sample stddev of ok-run tok/s.", "stddev"),
-    ("tokwatch_window_decode_tokens_per_second_cv_ratio", "Coefficient of variation (stddev / mean).", "cv"),
-    ("tokwatch_window_uptime_ratio", "ok runs / all runs in the window.", "uptime"),
-    ("tokwatch_window_runs", "Runs in the window.", "runs"),
-    ("tokwatch_window_ok_runs", "ok runs in the window.", "ok_runs"),
-)
-
-
-class WindowCollector(Collector):
-    """`tokwatch_window_*` per endpoint and the fleet ratio, from the store cache or the memory window."""
-
-    def __init__(
-        self, snapshot: Callable[[], WindowSnapshot], *, export_fleet: bool | Callable[[], bool] = True
-    ) -> None:
-        self._snapshot = snapshot
-        # One replica of a sharded fleet exports the fleet figures, the others do not; which one can change
-        # while running (a replica takes over while a lower one is down), hence a callable.
-        if callable(export_fleet):
-            self._export_fleet = export_fleet
-        else:
-            always = bool(export_fleet)
-            self._export_fleet = lambda: always
-        self._parts_snapshot: WindowSnapshot | None = None  # the one `parts()` saw, for `collect_part`
-        self._parts_static: tuple[str, ...] | None = None
-
-    def describe(self) -> Iterable[Metric]:
-        """Families depend on config; nothing up front."""
-        return []
-
-    def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
-        """One part per endpoint, revised when its figures change, and one for the fleet comparison."""
-        snap = self._parts_snapshot = self._snapshot()
-        static = self._parts_static = _static_names(snap)
-        for name, fig in snap.figures.items():
-            yield name, (fig, static, tuple(sorted(snap.static_labels.get(name, {}).items())))
-        if self._export_fleet():
-            yield _FLEET, (snap.fleet, snap.ranking)
-
-    def collect_part(self, key: Hashable) -> Iterator[Metric]:
-        """One endpoint's window figures, or the fleet comparison (from the snapshot `parts()` saw)."""
-        snap = self._parts_snapshot or self._snapshot()
-        if key == _FLEET:
-            yield from self._fleet(snap)
-            return
-        fig = snap.figures.get(str(key))
-        yield from self._figures(snap, [fig] if fig is not None else [], self._parts_static)
-
-    def collect(self) -> Iterator[Metric]:
-        """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
-        snap = self._snapshot()
-        yield from self._figures(snap, list(snap.figures.values()))
-        if self._export_fleet():
-            yield from self._fleet(snap)
-
-    def _figures(
-        self, snap: WindowSnapshot, figures: Sequence[WindowFigures], static: Sequence[str] | None = None
-    ) -> Iterator[Metric]:
-        static_names = list(static) if static is not None else _static_names(snap)
-        label_names = ["endpoint", *static_names, "window"]
-        for name, doc, attr in _WINDOW_FAMILIES:
-            family = GaugeMetricFamily(name, doc, labels=label_names)
-            for fig in figures:
-                value = getattr(fig, attr)
-                if value is None:
-                    continue
-                own = snap.static_labels.get(fig.endpoint, {})
-                values = [fig.endpoint, *(own.get(k, "") for k in static_names), fig.window]
-                family.add_metric(values, value)
-            yield family
-
-    @staticmethod
-    def _fleet(snap: WindowSnapshot) -> Iterator[Metric]:
-        fleet = GaugeMetricFamily(
-            "tokwatch_fleet_fastest_vs_slowest_ratio",
-            "Median tok/s of the fastest endpoint over that of the slowest (ok runs).",
-            labels=["fastest", "slowest", "window"],
-        )
-        if snap.fleet is not None:
-            fleet.add_metric([snap.fleet.fastest, snap.fleet.slowest, snap.fleet.window], snap.fleet.ratio)
-        yield fleet
-        medians = GaugeMetricFamily(
-            "tokwatch_fleet_median_tokens_per_second",
-            "Median tok/s of ok runs over the comparison window, per ranked endpoint.",
-            labels=["endpoint", "window"],
-        )
-        rank = GaugeMetricFamily(
-            "tokwatch_fleet_rank",
-            "Place in the comparison ranking by median tok/s (1 = fastest).",
-            labels=["endpoint", "window"],
-        )
-        faster = GaugeMetricFamily(
-            "tokwatch_fleet_faster_than_next_ratio",
-            "Median tok/s of an endpoint over that of the next slower one in the ranking.",
-            labels=["endpoint", "next", "window"],
-        )
-        if snap.ranking is not None:
-            window = snap.ranking.window
-            for i, (name, median) in enumerate(snap.ranking.ranked, start=1):
-                medians.add_metric([name, window], median)
-                rank.add_metric([name, window], float(i))
-            for pair in snap.ranking.neighbours():
-                faster.add_metric([pair.fastest, pair.slowest, window], pair.ratio)
-        yield from (medians, rank, faster)
-
-
-def _static_names(snap: WindowSnapshot) -> tuple[str, ...]:
-    return tuple(sorted({k for labels in snap.static_labels.values() for k in labels}))
-
-
-@dataclass
-class ExporterStatus:
-    """The exporter's own health figures, updated by the app and scheduler."""
-
-    interval_s: float = 0.0
-    reload_ok: bool = False
-    reload_success_ts: float = 0.0
-    lag_s: float = 0.0
-    last_round_ts: float = 0.0
-    next_round_ts: float = 0.0
-
-
-class ExporterCollector(Collector):
-    """Self-metrics: build info, config reload, scheduler lag, probes in flight."""
-
-    def __init__(
-        self,
-        status: ExporterStatus,
-        in_flight: Callable[[], int],
-        scheduler: Callable[[], SchedulerStats | None] = lambda: None,
-    ) -> None:
-        self._s = status
-        self._in_flight = in_flight
-        self._scheduler = scheduler
-
-    def describe(self) -> Iterable[Metric]:
-        """Static set, but described lazily like the others."""
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        """Families from the status object."""
-        s = self._s
-        info = GaugeMetricFamily(
-            "tokwatch_build_info", "Build information; always 1.", labels=["version", "python"]
-        )
-        info.add_metric([__version__, platform.python_version()], 1.0)
-        yield info
-        yield GaugeMetricFamily(
-            "tokwatch_config_last_reload_successful",
-            "1 if the last configuration (re)load succeeded.",
-            value=float(s.reload_ok),
-        )
-        yield GaugeMetricFamily(
-            "tokwatch_config_last_reload_success_timestamp_seconds",
-            "When the configuration was last loaded successfully.",
-            value=s.reload_success_ts,
-        )
-        yield GaugeMetricFamily(
-            "tokwatch_scheduler_interval_seconds", "Configured probe interval.", value=s.interval_s
-        )
-        yield GaugeMetricFamily(
-            "tokwatch_scheduler_lag_seconds",
-            "How late the last round started against its planned time.",
-            value=s.lag_s,
-        )
-        yield GaugeMetricFamily(
-            "tokwatch_scheduler_last_round_timestamp_seconds",
-            "When the last round started.",
-            value=s.last_round_ts,
-        )
-        yield GaugeMetricFamily(
-            "tokwatch_scheduler_next_round_timestamp_seconds",
-            "When the next round is planned.",
-            value=s.next_round_ts,
-        )
-        yield GaugeMetricFamily(
-            "tokwatch_probes_in_flight", "Probes running now.", value=float(self._in_flight())
-        )
-        stats = self._scheduler()
-        if stats is not None:
-            yield CounterMetricFamily(
-                "tokwatch_scheduler_rounds", "Scheduled rounds completed.", value=stats.rounds
-            )
-            yield CounterMetricFamily(
-                "tokwatch_scheduler_skipped_rounds",
-                "Planned rounds not run because the previous round overran them.",
-                value=stats.skipped_slots,
-            )
-            yield CounterMetricFamily(
-                "tokwatch_scheduler_crashes",
-                "Times the scheduler loop failed and was restarted.",
-                value=stats.crashes,
-            )
-            yield GaugeMetricFamily(
-                "tokwatch_scheduler_up",
-                "1 while the scheduler runs, 0 while it restarts after a crash (/-/ready answers 503).",
-                value=float(stats.running),
-            )
