@@ -196,6 +196,11 @@ class ThreadHeartbeat:
                 self._monitor.record(now, now - planned)
 
     @property
+    def period_s(self) -> float:
+        """The heartbeat's period (s)."""
+        return self._monitor.period_s
+
+    @property
     def beats(self) -> int:
         """Heartbeats so far (for tests and diagnostics)."""
         return self._monitor.beats

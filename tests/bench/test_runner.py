@@ -124,8 +124,10 @@ async def test_the_client_block_says_what_ran_beside_the_requests(tmp_path, stre
     for outcome in (closed, opened):
         assert outcome.client["stall_heartbeat_s"] == 0.002 and outcome.client["gc_freeze_every_s"] == 1.0
     assert opened.client["receive_stamps"] == "event_loop" and opened.client["receive_watcher_nice"] is None
+    assert opened.client["watcher_heartbeat_s"] is None
     if closed.client["receive_stamps"] == "watcher_thread":  # Linux
         assert closed.client["receive_watcher_nice"] in (-10, 0)  # raised where the OS allows it
+        assert closed.client["watcher_heartbeat_s"] == 0.002
 
 
 async def test_unreachable_url(tmp_path):

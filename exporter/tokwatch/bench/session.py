@@ -204,6 +204,8 @@ def _client_setup(runner: BenchRunner, http: HttpClient) -> dict[str, Any]:
     return {
         "stall_heartbeat_s": runner.stalls.period_s,
         "receive_watcher_nice": watcher.nice if watcher is not None else None,
+        # the watcher's stamps are bounded by a heartbeat thread of their own (methodology "Disturbance")
+        "watcher_heartbeat_s": runner.stamps.watcher.period_s if runner.stamps.watcher is not None else None,
         "gc_freeze_every_s": FREEZE_EVERY_S,
     }
 
