@@ -103,8 +103,12 @@ class RefServer:
         gap_s: float = 0.02,
         tokens: int = 128,
         model: str = "ref",
+        max_connections: int | None = None,
     ) -> None:
         self.ttft_s, self.gap_s, self.tokens, self.model = ttft_s, gap_s, tokens, model
+        # A thread per connection: a client that falls behind opens ever more of them, and thousands of
+        # threads would take the machine down with the run. At the cap, new connections wait in the backlog.
+        self._slots = threading.BoundedSemaphore(max_connections) if max_connections else None
         self.offset_ns, self.offset_width_ns = clock_offset_ns()
         self._listener = socket.create_server((host, port), backlog=1024)
         # Inherited by accepted sockets; also switches on the kernel's receive timestamping.
@@ -130,11 +134,15 @@ class RefServer:
         for index in itertools.count():
             if self._stop.is_set():
                 return
+            if self._slots is not None and not self._slots.acquire(timeout=0.2):
+                continue
             try:
                 sock, _ = self._listener.accept()
             except TimeoutError:
+                self._release()
                 continue
             except OSError:
+                self._release()
                 return  # listener closed
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -200,6 +208,11 @@ class RefServer:
                 self._conns.pop(index, None)
             with contextlib.suppress(OSError):
                 sock.close()
+            self._release()
+
+    def _release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
 
     def _recv(self, sock: socket.socket) -> tuple[bytes, int | None]:
         """One read, and the kernel's receive time (CLOCK_REALTIME ns) of the last segment it read from."""
@@ -353,13 +366,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=128, help="tokens when the request has no max_tokens")
     ap.add_argument("--model", default="ref")
     ap.add_argument("--truth-log", type=Path, help="JSONL file written on exit")
+    ap.add_argument("--max-connections", type=int, help="open connections at most (more wait in the backlog)")
     ap.add_argument(
         "--switch-interval", type=float, default=0.0002, help="sys.setswitchinterval: a due write waits less"
     )
     args = ap.parse_args(argv)
     sys.setswitchinterval(args.switch_interval)
     server = RefServer(
-        args.host, args.port, ttft_s=args.ttft, gap_s=args.gap, tokens=args.tokens, model=args.model
+        args.host,
+        args.port,
+        ttft_s=args.ttft,
+        gap_s=args.gap,
+        tokens=args.tokens,
+        model=args.model,
+        max_connections=args.max_connections,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -67,10 +68,10 @@ def load_average() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def start_refserver(args: argparse.Namespace) -> tuple[subprocess.Popen[str], int]:
-    """The reference server in its own process; returns it and its port."""
+def start_refserver(args: argparse.Namespace, *extra: str) -> tuple[subprocess.Popen[str], int]:
+    """The reference server in its own process (`extra`: more of its arguments); returns it and its port."""
     cmd = [sys.executable, str(REFSERVER), "--port", "0", "--ttft", str(args.ttft), "--gap", str(args.gap)]
-    cmd += ["--tokens", str(args.tokens)]
+    cmd += ["--tokens", str(args.tokens), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # the server prints its port once it listens
@@ -104,6 +105,7 @@ def run_bench(port: int, point: Point, args: argparse.Namespace, out: Path) -> N
     cmd += ["--concurrency", str(point.concurrency), "--number", str(number), "--workers", str(point.workers)]
     cmd += ["--input-tokens", str(args.input_tokens), "--output-tokens", str(args.tokens)]
     cmd += ["--warmup", str(args.warmup), "--timeout", "120s", "--output-dir", str(out)]
+    cmd += shlex.split(args.bench_args)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.bench_timeout, check=False)
     if done.returncode not in (0, 1):  # 1: an SLO missed (none are given, but not a failure to measure)
         raise SystemExit(f"tokwatch bench failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -212,13 +214,17 @@ def main() -> int:
     ap.add_argument("--input-tokens", type=int, default=128)
     ap.add_argument("--bench-timeout", type=float, default=600.0, help="seconds per bench run")
     ap.add_argument("--keep", type=Path, help="write each point's joined rows (seconds) here as JSONL")
+    ap.add_argument(
+        "--bench-args", default="", help="more `tokwatch bench` arguments, e.g. '--receive-watcher off'"
+    )
     args = ap.parse_args()
     print(f"load average before: {load_average()}  ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
     head = (
         "| point | joined | true TTFT p50 | TTFT err p1 / p50 / p99 / max | \\|err\\| p99 "
-        "| send-stamp err p1 / p50 / p99 | recv lag p50 / p99 | send delay p50 / p99 | client |"
+        "| send-stamp err p1 / p50 / p99 | recv lag p50 / p99 | send delay p50 / p99 | client CPU ms/req "
+        "| client |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     with tempfile.TemporaryDirectory() as tmp:
         for point in parse_points(args.points):
             started = time.monotonic()
@@ -231,6 +237,7 @@ def main() -> int:
                 f"| {r['send_err_p1']:.3f} / {r['send_err_p50']:.3f} / {r['send_err_p99']:.3f} "
                 f"| {r['recv_lag_p50']:.2f} / {r['recv_lag_p99']:.2f} "
                 f"| {r['send_delay_p50']:.2f} / {r['send_delay_p99']:.2f} "
+                f"| {(c.get('cpu_per_request_s') or float('nan')) * 1e3:.2f} "
                 f"| {c.get('event_loop')}, {c.get('receive_stamps')} |"
             )
             print(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -373,3 +374,90 @@ async def test_without_the_watcher_a_busy_loop_stamps_late() -> None:
     """The reference behaviour the watcher fixes: every part gets the time the loop read it."""
     pieces, _, unblocked, _ = await _pieces_while_busy(watch=False)
     assert pieces and all(t >= unblocked for t, _ in pieces)
+
+
+async def _raw_server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> asyncio.Server:
+    """A raw HTTP/1.1 server on this loop: `handle` gets the connection once the request head was read."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        await handle(reader, writer)
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+def _http_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def test_a_stream_wakes_its_reader_in_batches_and_keeps_every_read_stamp(client: HttpClient) -> None:
+    """Forty parts 2 ms apart: each comes out as its own piece with its own stamp, in fewer wake-ups."""
+    written: list[float] = []
+
+    async def handle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for i in range(40):
+            await asyncio.sleep(0.002)
+            written.append(time.perf_counter())
+            writer.write(_http_chunk(b"part-%02d" % i))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    server = await _raw_server(handle)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            pieces = [(t, data) async for t, data in resp.chunks()]
+    assert b"".join(d for _, d in pieces) == b"".join(b"part-%02d" % i for i in range(40))
+    stamps = [t for t, _ in pieces]
+    assert stamps == sorted(stamps) and len(set(stamps)) >= 20  # reads kept apart, not one stamp for all
+    for (t, data), w in zip(pieces, written, strict=False):
+        assert data.startswith(b"part-") and t >= w  # never before the part was written
+    assert resp.wakeups < len(pieces)
+
+
+async def test_a_piece_followed_by_silence_reaches_the_reader_before_the_deadline(client: HttpClient) -> None:
+    """A server that sends an error event and then holds the connection: the reader sees the event (within
+    FLUSH_S) instead of waiting for more reads or the deadline."""
+    release = asyncio.Event()
+
+    async def handle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_http_chunk(b'data: {"error": {"message": "overloaded"}}\n\n'))
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(release.wait(), 30)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    server = await _raw_server(handle)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=20) as resp:
+            async for _, data in resp.chunks():
+                assert b"overloaded" in data
+                assert not release.is_set()  # it came out while the server still held the stream
+                release.set()
+
+
+async def test_bytes_before_a_reset_come_out_before_the_failure(client: HttpClient) -> None:
+    """Data then an abrupt close (no end of the chunked body): the data is yielded, then the reset raised."""
+
+    async def handle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_http_chunk(SSE) + _http_chunk(SSE))
+        await writer.drain()
+        writer.close()
+
+    server = await _raw_server(handle)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        got: list[bytes] = []
+        with pytest.raises(TransportError) as err:
+            async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=10) as resp:
+                async for _, data in resp.chunks():
+                    got.append(data)
+    assert b"".join(got) == SSE + SSE
+    assert err.value.kind == "reset" and err.value.phase == "body"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 import time
@@ -15,7 +16,15 @@ from tests.bench.processes import sim_process
 from tokwatch import rxwatch
 from tokwatch.app import App
 from tokwatch.config import load_config_text
-from tokwatch.measurement import MeasurementLoop, StallMonitor, StampLateness, ThreadHeartbeat
+from tokwatch.measurement import (
+    FREEZE_EVERY_S,
+    YOUNG_COLLECTION_THRESHOLD,
+    MeasurementLoop,
+    StallMonitor,
+    StampLateness,
+    ThreadHeartbeat,
+    collector_out_of_the_way,
+)
 from tokwatch.result import RunResult, TimingSource
 
 
@@ -298,3 +307,15 @@ async def test_a_server_figure_is_never_set_aside_for_a_client_stall(app: App) -
     assert app.exposition.get_sample_value("tokwatch_probe_decode_tokens_per_second", labels) is not None
     assert _window(app, "lc", "decode_tokens_per_second_median") == result.tokens_per_second
     assert _window(app, "lc", "decode_tokens_per_second_set_aside_runs") == 0
+
+
+async def test_the_collector_is_kept_out_of_the_way_and_restored() -> None:
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with collector_out_of_the_way():
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD
+        kept = [[i] for i in range(1000)]  # objects a run keeps, as its records
+        await asyncio.sleep(FREEZE_EVERY_S + 0.2)
+        assert gc.get_freeze_count() >= len(kept)  # frozen out of every later collection's walk
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() <= frozen  # unfrozen at the end: collectable again
+    assert kept

@@ -14,13 +14,14 @@ them into run statuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -38,6 +39,11 @@ TransportKind = Literal["connect", "dns", "tls", "timeout", "reset", "too_large"
 Phase = Literal["connect", "response", "body"]
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# When the coroutine reading a body is woken (StreamResponse.arrived): after this many reads or bytes it has
+# not seen, and at the latest this long after the first of them. Stamps are taken per read regardless.
+BATCH_READS = 16
+BATCH_BYTES = 32 * 1024
+FLUSH_S = 0.05
 _DISCONNECT_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 
 
@@ -254,11 +260,16 @@ class _StampingHandler(ResponseHandler):
     _fd: int | None = None
     _tracked: aiohttp.StreamReader | None = None
     _marks: deque[tuple[int, float]] | None = None
+    _reader: StreamResponse | None = None  # the open response reading the tracked body, told of each read
+    _resume_held = False  # resume_reading() calls are being gathered into one (see taking)
+    _resume_due = False
 
-    def track(self, content: aiohttp.StreamReader) -> deque[tuple[int, float]]:
-        """Record, for every read from now on, (body bytes fed so far, stamp) of the response `content`.
+    def track(self, content: aiohttp.StreamReader, reader: StreamResponse) -> deque[tuple[int, float]]:
+        """Record, for every read from now on, (body bytes fed so far, stamp) of the response `content`, and
+        tell `reader` after each one.
 
         Body bytes fed before this call came with the headers' read(s): they get the latest read's stamp."""
+        self._reader = reader
         if content is self._tracked and self._marks is not None:
             return self._marks  # recording since the response's first read
         self._tracked = content
@@ -267,10 +278,13 @@ class _StampingHandler(ResponseHandler):
             self._marks.append((content.total_bytes, self.last_rx))
         return self._marks
 
-    def untrack(self) -> None:
-        """Stop recording marks (the response is done with this connection)."""
-        self._tracked = None
-        self._marks = None
+    def untrack(self, content: aiohttp.StreamReader) -> None:
+        """Stop recording marks of `content` (its response is done with this connection, which may already
+        carry the next response: that one's marks stay)."""
+        if content is self._tracked:
+            self._tracked = None
+            self._marks = None
+            self._reader = None
 
     def opened(self, opener: _Attempt | None) -> None:
         """Called by the connector's protocol factory: the TCP connect is done, a TLS handshake not begun."""
@@ -317,11 +331,37 @@ class _StampingHandler(ResponseHandler):
         super().resume_writing()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        """Unregister before the fd number can be reused."""
+        """Unregister before the fd number can be reused; the open response takes the bytes that arrived
+        before aiohttp fails an unfinished body, then learns that it ended."""
         if self.watcher is not None and self._fd is not None:
             self.watcher.forget(self._fd)
             self._fd = None
+        reader = self._reader
+        if reader is not None:
+            reader.settle()
         super().connection_lost(exc)
+        if reader is not None:
+            reader.wake()
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        """aiohttp's reader asks this after every chunk it hands out; while a response takes all it holds at
+        once (`taking`), the calls are gathered into one at the end, which leaves the same state."""
+        if self._resume_held:
+            self._resume_due = True
+            return
+        super().resume_reading(resume_parser)
+
+    @contextlib.contextmanager
+    def taking(self) -> Iterator[None]:
+        """Gather the reader's resume_reading() calls made inside the block into one after it."""
+        self._resume_held, self._resume_due = True, False
+        try:
+            yield
+        finally:
+            self._resume_held = False
+            if self._resume_due:
+                self._resume_due = False
+                super().resume_reading()
 
     def data_received(self, data: bytes) -> None:
         """Stamp, then hand the bytes to aiohttp (piece by piece when the receive watcher split the read)."""
@@ -344,12 +384,14 @@ class _StampingHandler(ResponseHandler):
         # coroutine waiting for the headers runs (under load that is several reads later).
         payload = getattr(self, "_payload", None)
         if isinstance(payload, aiohttp.StreamReader) and payload is not self._tracked:
-            self._tracked, self._marks = payload, deque()
+            self._tracked, self._marks, self._reader = payload, deque(), None
             self.response_started = (payload, stamp)  # once per response, not per read
         if self._tracked is not None and self._marks is not None:
             fed = self._tracked.total_bytes
             if not self._marks or fed > self._marks[-1][0]:
                 self._marks.append((fed, stamp))
+            if self._reader is not None:
+                self._reader.arrived()
 
 
 class _StampingConnector(aiohttp.TCPConnector):
@@ -376,11 +418,17 @@ class StreamResponse:
     `sent_at` is the request's last byte handed to the socket (see `HttpClient.stream`). Each body piece
     carries the `perf_counter()` taken in the connection protocol's `data_received` (`_StampingHandler`),
     i.e. when the event loop that owns the socket ran that read, not when the reading coroutine resumed:
-    parsing queued between the two does not shift it, and bytes merged into one `readany()` keep their own
-    reads' stamps. A busy or stalled loop does delay `data_received` itself, so bytes that arrived meanwhile
-    are stamped late by up to the stall, unless a receive watcher thread (`tokwatch.rxwatch`, the bench's
-    closed loops) stamped them at the kernel's notice. Probes avoid that by owning their loop, and runs that
-    overlapped a stall are flagged (docs/methodology.md, "Measurement isolation" and "Disturbance").
+    parsing queued between the two does not shift it, and bytes merged into one read of the body keep their
+    own reads' stamps. A busy or stalled loop does delay `data_received` itself, so bytes that arrived
+    meanwhile are stamped late by up to the stall, unless a receive watcher thread (`tokwatch.rxwatch`, the
+    bench's closed loops) stamped them at the kernel's notice. Probes avoid that by owning their loop, and
+    runs that overlapped a stall are flagged (docs/methodology.md, "Measurement isolation" and
+    "Disturbance").
+
+    Since every piece keeps its own stamp, the reading coroutine need not wake for every read: it is woken
+    for a batch (see `arrived`), at the end of the body, on a failure, or `FLUSH_S` after the first piece it
+    has not seen, so a stream costs a few wake-ups instead of one per token. Pieces come out one by one in
+    arrival order either way; what arrived before a failure (a reset, the deadline) comes out before it.
 
     Network phases (docs/methodology.md, "Network phases"): `connection` is how the connection that carried
     the request was opened, `reused` says whether it was already open (its set-up then happened for an
@@ -398,6 +446,7 @@ class StreamResponse:
         reused: bool = False,
     ) -> None:
         self._resp = resp
+        self._content = resp.content
         self._max_bytes = max_bytes
         self.status: int = resp.status
         self.headers: Mapping[str, str] = resp.headers
@@ -407,8 +456,15 @@ class StreamResponse:
         self.first_byte_at: float | None = None
         self.last_byte_at: float | None = None
         self.bytes_received = 0
+        self._loop = asyncio.get_running_loop()
         # One timer per response instead of one per read: it fails the body stream at the deadline.
-        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+        self._timer = self._loop.call_at(deadline, self._expire)
+        self._pending: deque[tuple[float, bytes]] = deque()  # pieces taken from the body, not yet yielded
+        self._taken = 0  # body bytes moved into `_pending` so far
+        self._waiter: asyncio.Future[None] | None = None  # the reading coroutine, while it waits
+        self._unseen_reads = 0  # reads since it started waiting
+        self.wakeups = 0  # times it was woken for more of the body (diagnostics and tests)
+        self._flush: asyncio.TimerHandle | None = None
         proto = resp.connection.protocol if resp.connection is not None else None
         self._proto = proto if isinstance(proto, _StampingHandler) else None
         # A body that arrived whole with the headers has already handed its connection back to the pool (where
@@ -421,8 +477,9 @@ class StreamResponse:
         started = opened.response_started if opened is not None else None
         reader, stamp = started if started is not None else (None, None)
         self.response_at: float | None = stamp if reader is resp.content else None
-        # Per-read marks, so bytes merged into one `readany()` keep the times of the reads that brought them.
-        self._marks = self._proto.track(resp.content) if self._proto is not None else None
+        # Per-read marks, so bytes merged into one read of the body keep the times of the reads that brought
+        # them; from now on the protocol also tells this response of every read (`arrived`).
+        self._marks = self._proto.track(self._content, self) if self._proto is not None else None
 
     @property
     def processing_s(self) -> float | None:
@@ -430,15 +487,84 @@ class StreamResponse:
         return None if self.response_at is None else max(0.0, self.response_at - self.sent_at)
 
     def _expire(self) -> None:
-        self._resp.content.set_exception(TransportError("timeout", "body", "timed out reading the response"))
+        self.settle()
+        self._content.set_exception(TransportError("timeout", "body", "timed out reading the response"))
+        self.wake()
 
     def detach(self) -> None:
-        """Stop the timer and let go of the connection (before it returns to the pool)."""
+        """Stop the timers and let go of the connection (before it returns to the pool)."""
         self._timer.cancel()
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
         if self._proto is not None:
-            self._proto.untrack()
+            self._proto.untrack(self._content)
         self._proto = None
         self._marks = None
+
+    def arrived(self) -> None:
+        """A read fed this body (the protocol calls this after it): wake the reading coroutine when it is
+        waiting and a batch is due (end of body, a failure, BATCH_READS reads or BATCH_BYTES bytes it has
+        not seen); else make sure it wakes FLUSH_S after the first of them at the latest."""
+        if self._waiter is None:
+            return  # the coroutine is busy with earlier pieces and takes these when it is done
+        self._unseen_reads += 1
+        content = self._content
+        if (
+            content.is_eof()
+            or content.exception() is not None
+            or self._unseen_reads >= BATCH_READS
+            or content.total_bytes - self._taken >= BATCH_BYTES
+        ):
+            self.wake()
+        elif self._flush is None:
+            self._flush = self._loop.call_at(self._loop.time() + FLUSH_S, self.wake)
+
+    def wake(self) -> None:
+        """Wake the reading coroutine, if it waits."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def settle(self) -> None:
+        """Move the bytes aiohttp's body reader holds into the pending pieces, each with its read's stamp
+        (before a failure is set on the reader, so they come out first)."""
+        content = self._content
+        if content.total_bytes > self._taken and content.exception() is None:
+            if self._proto is not None:
+                with self._proto.taking():
+                    data = content.read_nowait(-1)
+            else:
+                data = content.read_nowait(-1)
+            if data:
+                self._pending.extend(self._pieces(data, self._taken))
+                self._taken += len(data)
+
+    async def _next_batch(self) -> None:
+        """Fill `_pending` (waiting for a batch if nothing is there); leaves it empty at the end of the body,
+        raises the body's failure once every byte that arrived before it was taken."""
+        content = self._content
+        while True:
+            self.settle()
+            if self._taken > self._max_bytes:
+                raise TransportError("too_large", "body", f"response body exceeds {self._max_bytes} bytes")
+            if self._pending:
+                return
+            exc = content.exception()
+            if exc is not None:
+                raise exc
+            if content.is_eof():
+                return
+            self._unseen_reads = 0
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+            self.wakeups += 1
 
     async def chunks(self) -> AsyncIterator[tuple[float, bytes]]:
         """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
@@ -447,27 +573,26 @@ class StreamResponse:
             raise TransportError(
                 "too_large", "body", f"Content-Length {length} exceeds {self._max_bytes} bytes"
             )
-        content = self._resp.content
+        pending = self._pending
         while True:
-            try:
-                data = await content.readany()
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise _wrap(exc, _Attempt(connected=True), "body") from exc
-            if not data:
-                return
-            if self.bytes_received + len(data) > self._max_bytes:
-                raise TransportError("too_large", "body", f"response body exceeds {self._max_bytes} bytes")
-            for t, piece in self._pieces(data):
-                if self.first_byte_at is None:
-                    self.first_byte_at = t
-                self.last_byte_at = t
-                self.bytes_received += len(piece)
-                yield t, piece
+            if not pending:
+                try:
+                    await self._next_batch()
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    raise _wrap(exc, _Attempt(connected=True), "body") from exc
+                if not pending:
+                    return
+            t, piece = pending.popleft()
+            if self.first_byte_at is None:
+                self.first_byte_at = t
+            self.last_byte_at = t
+            self.bytes_received += len(piece)
+            yield t, piece
 
-    def _pieces(self, data: bytes) -> list[tuple[float, bytes]]:
-        """Split `data` (body bytes from `bytes_received` on) at the reads that delivered them, each piece
-        with its read's stamp; without marks, all of it gets the latest read's stamp (or the headers')."""
-        start, end = self.bytes_received, self.bytes_received + len(data)
+    def _pieces(self, data: bytes, start: int) -> list[tuple[float, bytes]]:
+        """Split `data` (body bytes from offset `start` on) at the reads that delivered them, each piece with
+        its read's stamp; without marks, all of it gets the latest read's stamp (or the headers')."""
+        end = start + len(data)
         latest = self._proto.last_rx if self._proto is not None else None
         fallback = latest if latest is not None else self.headers_at
         marks = self._marks
@@ -478,10 +603,10 @@ class StreamResponse:
         while marks and pos < end:
             fed, t = marks[0]
             if fed <= pos:
-                marks.popleft()  # bytes already yielded
+                marks.popleft()  # bytes already taken
                 continue
             cut = min(fed, end)
-            out.append((t, data[pos - start : cut - start]))
+            out.append((t, data[pos - start : cut - start] if pos > start or cut < end else data))
             pos = cut
             if fed <= end:
                 marks.popleft()

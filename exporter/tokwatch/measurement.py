@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import gc
 import sys
 import threading
 import time
@@ -44,7 +45,8 @@ class StallMonitor:
         self._ends: deque[float] = deque()  # perf_counter when each kept stall ended, ascending
         self._sizes: deque[float] = deque()
         self._users = 0
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._planned = 0.0  # perf_counter when the armed beat is due
         self.beats = 0
         self.largest_s = 0.0  # largest stall ever seen (self-metric)
 
@@ -52,24 +54,26 @@ class StallMonitor:
     def watching(self) -> Iterator[None]:
         """Keep the heartbeat running for the duration of the block (call on the monitored loop)."""
         self._users += 1
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._beat(), name="tokwatch-stall-monitor")
+        if self._timer is None:
+            self._arm(asyncio.get_running_loop(), time.perf_counter())
         try:
             yield
         finally:
             self._users -= 1
-            if self._users == 0 and self._task is not None:
-                self._task.cancel()
-                self._task = None
+            if self._users == 0 and self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
-    async def _beat(self) -> None:
-        period = self.period_s
-        while True:
-            planned = time.perf_counter() + period
-            await asyncio.sleep(period)
-            now = time.perf_counter()
-            self.beats += 1
-            self.record(now, now - planned)
+    def _arm(self, loop: asyncio.AbstractEventLoop, now: float) -> None:
+        # A timer callback, not a task sleeping in a loop: a beat costs one timer, no future or task step.
+        self._planned = now + self.period_s
+        self._timer = loop.call_later(self.period_s, self._beat, loop)
+
+    def _beat(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = time.perf_counter()
+        self.beats += 1
+        self.record(now, now - self._planned)
+        self._arm(loop, now)
 
     def record(self, ended_at: float, late_s: float) -> None:
         """Keep one observed lateness (ended at `ended_at`, perf_counter seconds) if above the floor."""
@@ -192,6 +196,11 @@ class ThreadHeartbeat:
                 self._monitor.record(now, now - planned)
 
     @property
+    def period_s(self) -> float:
+        """The heartbeat's period (s)."""
+        return self._monitor.period_s
+
+    @property
     def beats(self) -> int:
         """Heartbeats so far (for tests and diagnostics)."""
         return self._monitor.beats
@@ -223,6 +232,44 @@ class StampLateness:
         if self.watcher is None:
             return own
         return [min(a, b) for a, b in zip(own, self.watcher.lateness(stamps), strict=True)]
+
+
+# While a bench run measures: objects older than this are frozen out of the garbage collector's view, and the
+# youngest generation is collected after this many new container objects instead of 700 (docs/methodology.md,
+# "Measurement isolation").
+FREEZE_EVERY_S = 1.0
+YOUNG_COLLECTION_THRESHOLD = 10_000
+
+
+@contextlib.contextmanager
+def collector_out_of_the_way() -> Iterator[None]:
+    """Keep the garbage collector's pauses short while the block runs on this event loop.
+
+    A collection holds the interpreter lock for as long as it walks its objects, and every request a run
+    keeps (its record and per-token lists) would be walked again by each full collection: tens of ms at a few
+    thousand requests, during which no read is stamped, not even by the receive watcher. So every second the
+    objects alive by then are frozen (`gc.freeze`, never walked again) and the youngest generation is
+    collected less often; what a collection walks stays what the last second created. At the end everything
+    is unfrozen (reference cycles frozen while still in use are collected after the run) and the thresholds
+    restored."""
+    loop = asyncio.get_running_loop()
+    previous = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, previous[1], previous[2])
+    gc.freeze()
+    timer: asyncio.TimerHandle | None = None
+
+    def freeze() -> None:
+        nonlocal timer
+        gc.freeze()
+        timer = loop.call_later(FREEZE_EVERY_S, freeze)
+
+    timer = loop.call_later(FREEZE_EVERY_S, freeze)
+    try:
+        yield
+    finally:
+        timer.cancel()
+        gc.set_threshold(*previous)
+        gc.unfreeze()
 
 
 class MeasurementLoop:

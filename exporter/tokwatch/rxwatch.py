@@ -51,6 +51,7 @@ class ReceiveWatcher:
         self._thread = threading.Thread(target=self._run, name="tokwatch-rxwatch", daemon=True)
         self._previous_switch: float | None = None
         self.records = 0  # arrival records taken (for tests and diagnostics)
+        self.nice: int | None = None  # the thread's scheduling priority once it runs (_NICE when allowed)
         self.improved_reads = 0  # reads stamped earlier than the loop could have
 
     def start(self) -> None:
@@ -123,8 +124,11 @@ class ReceiveWatcher:
     def _run(self) -> None:
         # Ahead of the loop thread and the server under test when cores are short (needs CAP_SYS_NICE,
         # e.g. root; without it the thread keeps the default priority).
+        tid = threading.get_native_id()
         with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+            os.setpriority(os.PRIO_PROCESS, tid, _NICE)
+        with contextlib.suppress(OSError, AttributeError):
+            self.nice = os.getpriority(os.PRIO_PROCESS, tid)
         buf = array.array("i", [0])
         while not self._stop.is_set():
             try:

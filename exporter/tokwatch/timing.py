@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Literal, Protocol
 
 from tokwatch.result import SERVER_SOURCES, Phase, TimingSource, TokenEvent
@@ -43,8 +44,12 @@ def apportion(total: int, weights: Sequence[int], *, at_least_one: bool = True) 
     if n == 0:
         return []
     total = max(total, 0)
+    if n == 1:
+        return [total]
     base = 1 if at_least_one and total >= n else 0
     rest = total - base * n
+    if rest == 0:
+        return [base] * n  # nothing left to split by weight (one token per chunk, the common stream)
     w = [max(x, 0) for x in weights]
     wsum = sum(w)
     if wsum == 0:
@@ -74,23 +79,42 @@ def token_events(
     if all(d.chunk_tokens is not None for d in deltas):
         counts = [int(d.chunk_tokens or 0) for d in deltas]
         source = "chunk_usage"
-    else:
-        groups = _chunk_groups(deltas)
-        if total_tokens is not None and total_tokens >= len(groups):
-            per_chunk = apportion(total_tokens, [sum(deltas[i].chars for i in g) for g in groups])
+    elif all(a.chunk != b.chunk for a, b in pairwise(deltas)):
+        # One delta per chunk (no chunk spans both phases), the common stream: a chunk's share is its
+        # delta's count, as `chunk_token_counts` would find one group at a time.
+        if total_tokens is not None and total_tokens >= len(deltas):
+            counts = apportion(total_tokens, [d.chars for d in deltas])
             source = total_source
         else:
-            per_chunk = [1] * len(groups)
+            counts = [1] * len(deltas)
             source = "client_estimate"
-        counts = []
-        for g, k in zip(groups, per_chunk, strict=True):
-            counts.extend(apportion(k, [deltas[i].chars for i in g], at_least_one=False))
+    else:
+        counts, source = chunk_token_counts(deltas, total_tokens, total_source)
     events = [
         TokenEvent(t=d.t - sent_at, tokens=k, phase=d.phase, chars=d.chars)
         for d, k in zip(deltas, counts, strict=True)
         if k > 0  # a chunk the server says carried no new token (text held back by the detokenizer)
     ]
     return events, source
+
+
+def chunk_token_counts(
+    deltas: Sequence[DeltaLike], total_tokens: int | None, total_source: Literal["usage", "engine"]
+) -> tuple[list[int], TokensSource]:
+    """Tokens per delta without per-chunk server counts: the total split among chunks by text length (one
+    token per chunk without a usable total), then each chunk's share among its phase parts."""
+    source: TokensSource
+    groups = _chunk_groups(deltas)
+    if total_tokens is not None and total_tokens >= len(groups):
+        per_chunk = apportion(total_tokens, [sum(deltas[i].chars for i in g) for g in groups])
+        source = total_source
+    else:
+        per_chunk = [1] * len(groups)
+        source = "client_estimate"
+    counts: list[int] = []
+    for g, k in zip(groups, per_chunk, strict=True):
+        counts.extend(apportion(k, [deltas[i].chars for i in g], at_least_one=False))
+    return counts, source
 
 
 def _chunk_groups(deltas: Sequence[DeltaLike]) -> list[list[int]]:
@@ -116,6 +140,8 @@ def ttft(events: Sequence[TokenEvent]) -> float | None:
 
 def _gaps(events: Sequence[TokenEvent]) -> list[float]:
     """Per-token gaps: a chunk of k tokens gives its gap from the previous chunk then k-1 zeros."""
+    if all(e.tokens == 1 for e in events):
+        return [b.t - a.t for a, b in pairwise(events)]
     out: list[float] = []
     for i, e in enumerate(events):
         if i:

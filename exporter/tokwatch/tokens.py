@@ -44,7 +44,8 @@ def estimate_tokens(text: str) -> int:
 
 def synthetic_prompt(tokens: int, rng: random.Random) -> str:
     """About `tokens` tokens of filler text; random words so a prefix cache cannot serve it whole."""
-    return " ".join(rng.choice(WORDS) for _ in range(max(1, tokens)))
+    choice = rng.choice
+    return " ".join([choice(WORDS) for _ in range(max(1, tokens))])
 
 
 class CharEstimate:

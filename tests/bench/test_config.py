@@ -102,3 +102,10 @@ def test_dataset_flags_become_options(tmp_path):
 def test_bad_dataset_flags_are_usage_errors(flags, message):
     with pytest.raises(ConfigError, match=message):
         options_from_args(_parse(["--url", "http://127.0.0.1:1/v1", "--model", "m", *flags]))
+
+
+def test_receive_watcher_auto_leaves_a_single_stream_on_its_loop():
+    base = ["--url", "http://127.0.0.1:1/v1", "--model", "m", "--number", "4"]
+    assert not options_from_args(_parse([*base, "--concurrency", "1"])).watch_receives
+    assert options_from_args(_parse([*base, "--concurrency", "2"])).watch_receives
+    assert options_from_args(_parse([*base, "--concurrency", "1", "--receive-watcher", "on"])).watch_receives

@@ -111,6 +111,25 @@ async def test_auth_failure_stops_at_once(tmp_path, stream_server):
     assert json.loads((out_dir / "slo_results.json").read_text())["complete"] is False
 
 
+async def test_a_stop_wakes_the_open_loop_waiting_for_its_next_send(tmp_path, stream_server):
+    stream_server.status = 401
+    outcome, _ = await _bench(tmp_path, stream_server.url, rate=0.1, arrivals="constant", number=3)
+    assert outcome.stop_reason == "auth_failure" and len(outcome.records) == 1
+    assert outcome.wall_s < 10.0  # the second send was planned 10 s in: the run did not wait for it
+
+
+async def test_the_client_block_says_what_ran_beside_the_requests(tmp_path, stream_server):
+    closed, _ = await _bench(tmp_path / "closed", stream_server.url, concurrency=2, number=4)
+    opened, _ = await _bench(tmp_path / "open", stream_server.url, rate=50, number=4)
+    for outcome in (closed, opened):
+        assert outcome.client["stall_heartbeat_s"] == 0.002 and outcome.client["gc_freeze_every_s"] == 1.0
+    assert opened.client["receive_stamps"] == "event_loop" and opened.client["receive_watcher_nice"] is None
+    assert opened.client["watcher_heartbeat_s"] is None
+    if closed.client["receive_stamps"] == "watcher_thread":  # Linux
+        assert closed.client["receive_watcher_nice"] in (-10, 0)  # raised where the OS allows it
+        assert closed.client["watcher_heartbeat_s"] == 0.002
+
+
 async def test_unreachable_url(tmp_path):
     outcome, out_dir = await _bench(tmp_path, "http://127.0.0.1:9/v1", rate=10, number=5)
     assert outcome.stop_reason == "unreachable" and outcome.exit_code() is ExitCode.FAILED

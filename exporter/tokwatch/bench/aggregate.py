@@ -8,9 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from tokwatch.bench import arrays
+from tokwatch.bench.arrays import Floats
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.result import Status
-from tokwatch.stats import percentile, percentile_sorted
+from tokwatch.stats import percentile
 
 PERCENTILES = (50, 90, 95, 99)
 SEND_METRICS = ("scheduling_lag", "queue_time", "connect")  # client-side, before the latency clock starts
@@ -18,40 +22,54 @@ LAST_WINDOW_S = 30.0
 STEADY_STATE_SKIP = 0.2  # fraction of wall time dropped as ramp-up
 
 
-def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
-    """count, mean, std (population), min, max and p50/p90/p95/p99; figures are None when empty."""
+def summarize(values: Sequence[float] | Floats) -> dict[str, float | int | None]:
+    """count, mean, std (population), min, max and p50/p90/p95/p99; figures are None when empty.
+
+    Sorted once with numpy; the percentiles are `stats.percentile`'s, bit for bit (tokwatch.bench.arrays)."""
     n = len(values)
     out: dict[str, float | int | None] = {"count": n}
     if not n:
         out.update({k: None for k in ("mean", "std", "min", "max", *(f"p{q}" for q in PERCENTILES))})
         return out
-    mean = math.fsum(values) / n
-    out["mean"] = mean
-    out["std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
-    data = sorted(values)  # once: min, max and every percentile read from it
+    data = arrays.as_sorted(values)
+    out["mean"], out["std"] = arrays.mean_and_std(data)
     out["min"] = float(data[0])
     out["max"] = float(data[-1])
-    for q in PERCENTILES:
-        out[f"p{q}"] = percentile_sorted(data, q)
+    for q, value in zip(PERCENTILES, arrays.percentiles_sorted(data, PERCENTILES), strict=True):
+        out[f"p{q}"] = value
     return out
+
+
+def _counted(records: Sequence[RequestRecord], name: str) -> list[RequestRecord]:
+    """The requests whose values of metric `name` count: measured `ok` ones; for the send-side figures every
+    measured one, including those that failed afterwards."""
+    if name in SEND_METRICS:
+        return [r for r in records if not r.warmup]
+    if name not in SCALAR_METRICS and name not in LIST_METRICS:
+        raise KeyError(f"unknown metric {name!r}")
+    return [r for r in records if r.ok and not r.warmup]
 
 
 def metric_values(records: Sequence[RequestRecord], name: str) -> list[float]:
     """All observed values of one metric over the measured (non-warm-up) `ok` requests."""
-    measured = [r for r in records if r.ok and not r.warmup]
+    counted = _counted(records, name)
     if name in LIST_METRICS:
-        return [v for r in measured for v in r.series(name)]
-    if name in SEND_METRICS:
-        # Send-side figures apply to every request, including the ones that failed afterwards.
-        measured = [r for r in records if not r.warmup]
-    if name not in SCALAR_METRICS:
-        raise KeyError(f"unknown metric {name!r}")
-    return [v for r in measured if (v := r.scalar(name)) is not None]
+        return [v for r in counted for v in r.series(name)]
+    return [v for r in counted if (v := r.scalar(name)) is not None]
+
+
+def metric_array(records: Sequence[RequestRecord], name: str) -> Floats:
+    """`metric_values` as a numpy array, built without copying each request's per-token list."""
+    counted = _counted(records, name)
+    if name in LIST_METRICS:
+        attr = f"{name}_s"
+        return arrays.flat(getattr(r, attr) for r in counted)
+    return np.fromiter((v for r in counted if (v := r.scalar(name)) is not None), dtype=np.float64)
 
 
 def all_summaries(records: Sequence[RequestRecord]) -> dict[str, dict[str, float | int | None]]:
     """Summary statistics of every metric."""
-    return {name: summarize(metric_values(records, name)) for name in (*SCALAR_METRICS, *LIST_METRICS)}
+    return {name: summarize(metric_array(records, name)) for name in (*SCALAR_METRICS, *LIST_METRICS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +87,28 @@ class Window:
 
 def window_throughput(records: Sequence[RequestRecord], window: Window) -> dict[str, float | int | None]:
     """Requests completed and tokens received inside the window, per second of the window."""
+    return _window_figures(records, window, _token_times(records))
+
+
+def _token_times(records: Sequence[RequestRecord]) -> Floats:
+    """Receive time of every generated token of the measured requests, ascending (computed once per run)."""
+    times = arrays.flat(r.token_times_s() for r in records if not r.warmup)
+    times.sort()
+    return times
+
+
+def _window_figures(
+    records: Sequence[RequestRecord], window: Window, token_times: Floats
+) -> dict[str, float | int | None]:
     measured = [r for r in records if not r.warmup]
     done = [
         r for r in measured if r.completed_at_s is not None and window.start <= r.completed_at_s <= window.end
     ]
     ok_done = [r for r in done if r.ok]
-    tokens = sum(1 for r in measured for t in r.token_times_s() if window.start <= t <= window.end)
+    # tokens with start <= t <= end, counted on the sorted times
+    first = np.searchsorted(token_times, window.start, side="left")
+    after = np.searchsorted(token_times, window.end, side="right")
+    tokens = max(0, int(after - first))
     length = window.length
     return {
         "window_start_s": window.start,
@@ -92,12 +126,13 @@ def throughput(records: Sequence[RequestRecord], wall_s: float) -> dict[str, Any
     measured = [r for r in records if not r.warmup and r.ok]
     start = min((r.sent_at_s for r in records if not r.warmup), default=0.0)
     overall = Window(start, wall_s)
+    times = _token_times(records)
+    last = Window(max(start, wall_s - LAST_WINDOW_S), wall_s)
+    steady = Window(start + STEADY_STATE_SKIP * overall.length, wall_s)
     out: dict[str, Any] = {
-        "overall": window_throughput(records, overall),
-        "last_30s": window_throughput(records, Window(max(start, wall_s - LAST_WINDOW_S), wall_s)),
-        "steady_state": window_throughput(
-            records, Window(start + STEADY_STATE_SKIP * overall.length, wall_s)
-        ),
+        "overall": _window_figures(records, overall, times),
+        "last_30s": _window_figures(records, last, times),
+        "steady_state": _window_figures(records, steady, times),
     }
     # Usage-based totals: what the server says it generated, over the whole measured span.
     gen = sum(r.generated_tokens for r in measured)

@@ -26,7 +26,6 @@ from tokwatch.redact import Redactor
 from tokwatch.request_options import merge_body
 from tokwatch.result import Status
 from tokwatch.streams.collector import StreamCollector
-from tokwatch.streams.events import TextDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +126,12 @@ async def execute(
                 failure = status_mod.classify_http_status(resp.status, text)
                 if failure is not None:
                     return _fail(record, failure, redactor, run_t0)
-            client_tokens = 0
+            limit = _runaway_limit(max_tokens)
             async for t, data in resp.chunks():
                 if on_answer is not None:
                     on_answer(t)
-                events = parser.feed(data, t)
-                collector.add(events)
-                client_tokens += sum((ev.chunk_tokens or 1) for ev in events if isinstance(ev, TextDelta))
-                if client_tokens > _runaway_limit(max_tokens):
+                collector.add(parser.feed(data, t))
+                if collector.client_tokens > limit:
                     runaway = True
                     break
             # The end is when the last bytes arrived, not when this code got to run again.
@@ -194,8 +191,9 @@ def _fill_figures(
     record.tokens_source = source
     record.chunks = len(events)
     record.finish_reason = c.finish_reason
-    think = timing.total_tokens(events, "think")
+    think = streamed_think = timing.total_tokens(events, "think")
     output = timing.total_tokens(events, "output")
+    n = think + output  # every event is one phase or the other
     if c.usage is not None and c.usage.reasoning_tokens is not None and total is not None:
         think, output = c.usage.reasoning_tokens, max(0, total - c.usage.reasoning_tokens)
     record.think_tokens, record.output_tokens = think, output
@@ -216,8 +214,8 @@ def _fill_figures(
     record.ttot_s = timing.ttot(events)
     record.tbt_s = timing.itl(events)
     record.inter_chunk_s = [b.t - a.t for a, b in itertools.pairwise(events)]
-    record.output_itl_s = timing.output_itl(events)
-    n = timing.total_tokens(events)
+    # Without think tokens the output-phase gaps are the gaps of the whole stream.
+    record.output_itl_s = timing.output_itl(events) if streamed_think else list(record.tbt_s)
     record.tpot_s = timing.tpot(record.e2e_s, record.ttft_s, n)
     record.decode_tokens_per_s = timing.client_stream_tps(events, n)
     if record.ttft_s is not None:

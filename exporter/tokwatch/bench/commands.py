@@ -136,7 +136,8 @@ def add_commands(subparsers: Any) -> None:
     ld.add_argument(
         "--receive-watcher",
         choices=("auto", "on", "off"),
-        help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops)",
+        help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops of 2+ "
+        "streams)",
     )
     sg = p.add_argument_group("one schedule over several machines (docs/bench.md, Past one machine)")
     sg.add_argument("--segment", help="run segment K/N of the schedule (auto/N: K from JOB_COMPLETION_INDEX)")

@@ -7,7 +7,8 @@ A run is a result directory (`request_level_metrics.jsonl`, `throughput.json`) o
 compares the same from its directory and from the store. Confidence intervals come from a request-level
 bootstrap: requests are resampled with replacement (a request's per-token gaps stay
 together, since they are not independent), the statistic is recomputed, and the 2.5th and 97.5th
-percentiles of the resampled statistic bound it. A figure regresses when B is worse than A by more than
+percentiles of the resampled statistic bound it (numpy: `tokwatch.bench.arrays.Groups` finds a resample's
+percentiles without sorting it). A figure regresses when B is worse than A by more than
 the threshold *and* the bootstrap interval of the difference B - A excludes zero, so noise alone does not
 fail a CI job.
 """
@@ -15,14 +16,15 @@ fail a CI job.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tokwatch.bench import arrays
 from tokwatch.bench.load_shape import LoadShape, cache_notes, differences, shape_of
-from tokwatch.stats import percentile
 
 # figure -> (jsonl key, list of values per request?, higher is better?)
 FIGURES: dict[str, tuple[str, bool, bool]] = {
@@ -157,15 +159,6 @@ def parse_gate(items: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _stat(groups: Sequence[Sequence[float]], q: float) -> float | None:
-    flat = [v for g in groups for v in g]
-    return percentile(flat, q) if flat else None
-
-
-def _resample(groups: Sequence[Sequence[float]], rng: random.Random) -> list[Sequence[float]]:
-    return rng.choices(groups, k=len(groups))
-
-
 def compare(
     a: Run,
     b: Run,
@@ -175,38 +168,54 @@ def compare(
     resamples: int = 400,
     seed: int = 0,
 ) -> list[Row]:
-    """Every figure and statistic of A and B; `worse` per row, `gated` for the rows that decide."""
-    rng = random.Random(seed)
+    """Every figure and statistic of A and B; `worse` per row, `gated` for the rows that decide.
+
+    Each bootstrap resample draws A's and B's requests with replacement (numpy's generator, seeded) and gives
+    every statistic of the figure; percentiles are `stats.percentile`'s (tokwatch.bench.arrays)."""
+    rng = np.random.default_rng(seed)
     gated = set(gate)
+    qs = list(STATS.values())
     rows = []
     for figure, (_, _, higher_better) in FIGURES.items():
-        ga, gb = a.values[figure], b.values[figure]
-        for stat, q in STATS.items():
-            sa, sb = _stat(ga, q), _stat(gb, q)
-            if sa is None or sb is None:
-                rows.append(Row(figure, stat, sa, None, sb, None, None, None, False, (figure, stat) in gated))
-                continue
-            boot_a, boot_b, boot_d = [], [], []
-            for _ in range(resamples):
-                ra, rb = _stat(_resample(ga, rng), q), _stat(_resample(gb, rng), q)
-                if ra is not None and rb is not None:
-                    boot_a.append(ra)
-                    boot_b.append(rb)
-                    boot_d.append(rb - ra)
-            a_ci, b_ci, d_ci = (_interval(x) for x in (boot_a, boot_b, boot_d))
-            change = (sb - sa) / sa if sa else None
+        ga, gb = arrays.Groups(a.values[figure]), arrays.Groups(b.values[figure])
+        sa, sb = ga.percentiles(qs), gb.percentiles(qs)
+        if sa is None or sb is None:
+            for i, stat in enumerate(STATS):
+                rows.append(
+                    Row(
+                        figure, stat, sa[i] if sa else None, None, sb[i] if sb else None,
+                        None, None, None, False, (figure, stat) in gated,
+                    )
+                )  # fmt: skip
+            continue
+        boot_a: list[list[float]] = []
+        boot_b: list[list[float]] = []
+        for _ in range(resamples):
+            ra = ga.resampled(rng.integers(0, ga.count, ga.count), qs)
+            rb = gb.resampled(rng.integers(0, gb.count, gb.count), qs)
+            if ra is not None and rb is not None:
+                boot_a.append(ra)
+                boot_b.append(rb)
+        for i, stat in enumerate(STATS):
+            va, vb = sa[i], sb[i]
+            col_a = [r[i] for r in boot_a]
+            col_b = [r[i] for r in boot_b]
+            a_ci, b_ci = _interval(col_a), _interval(col_b)
+            d_ci = _interval([y - x for x, y in zip(col_a, col_b, strict=True)])
+            change = (vb - va) / va if va else None
             if higher_better:
                 worse = change is not None and -change > threshold and d_ci is not None and d_ci[1] < 0
             else:
                 worse = change is not None and change > threshold and d_ci is not None and d_ci[0] > 0
-            rows.append(Row(figure, stat, sa, a_ci, sb, b_ci, change, d_ci, worse, (figure, stat) in gated))
+            rows.append(Row(figure, stat, va, a_ci, vb, b_ci, change, d_ci, worse, (figure, stat) in gated))
     return rows
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float] | None:
     if not values:
         return None
-    return percentile(values, 2.5), percentile(values, 97.5)
+    low, high = arrays.percentiles_sorted(arrays.as_sorted(values), [2.5, 97.5])
+    return low, high
 
 
 def regressions(rows: Sequence[Row]) -> list[Row]:

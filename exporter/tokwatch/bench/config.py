@@ -261,9 +261,10 @@ class BenchOptions(StrictModel):
 
     @property
     def watch_receives(self) -> bool:
-        """Whether receive stamps come from the watcher thread (see `receive_watcher`)."""
+        """Whether receive stamps come from the watcher thread (see `receive_watcher`): `auto` runs it for
+        closed loops of two or more streams; one stream alone leaves its loop nothing to hold off a read."""
         if self.receive_watcher == "auto":
-            return self.rate is None
+            return self.rate is None and self.closed_loop_workers > 1
         return self.receive_watcher == "on"
 
     @property

@@ -30,6 +30,15 @@ SCALAR_METRICS = (
     "think_tokens",
 )
 LIST_METRICS = ("tbt", "inter_chunk", "output_itl")
+# The attribute of each scalar figure whose name is not the figure's plus `_s`.
+_SCALAR_ATTRS = {
+    "fluidity_index": "fluidity_index",
+    "scheduling_lag": "scheduling_lag_s",
+    "queue_time": "queue_time_s",
+    "prompt_tokens": "prompt_tokens",
+    "output_tokens": "output_tokens",
+    "think_tokens": "think_tokens",
+}
 # Figures where larger is better (SLOs on them use `>=`).
 HIGHER_IS_BETTER = frozenset({"fluidity_index"})
 
@@ -123,15 +132,7 @@ class RequestRecord:
 
     def scalar(self, name: str) -> float | None:
         """The scalar figure `name` (one of SCALAR_METRICS)."""
-        attr = {
-            "fluidity_index": "fluidity_index",
-            "scheduling_lag": "scheduling_lag_s",
-            "queue_time": "queue_time_s",
-            "prompt_tokens": "prompt_tokens",
-            "output_tokens": "output_tokens",
-            "think_tokens": "think_tokens",
-        }.get(name, f"{name}_s")
-        value = getattr(self, attr)
+        value = getattr(self, _SCALAR_ATTRS.get(name) or f"{name}_s")
         return None if value is None else float(value)
 
     def series(self, name: str) -> list[float]:

@@ -30,7 +30,7 @@ from tokwatch.bench.wallclock import StartMissed
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.event_wait import wait_event
 from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat
+from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, collector_out_of_the_way
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 from tokwatch.tokens import count_messages, token_counter
@@ -110,6 +110,7 @@ class BenchRunner:
         self._stopping = asyncio.Event()
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
+        self._sleeper: asyncio.Future[None] | None = None  # the open loop waiting for its next send time
         self.silence = Silence(time.perf_counter())
         self._abandon: str | None = None  # set when the run gives up on its requests in flight (ABANDONED)
         # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter: the
@@ -228,6 +229,28 @@ class BenchRunner:
             self.state.stop_reason = reason
             self.state.message = message
         self._stopping.set()
+        if self._sleeper is not None and not self._sleeper.done():
+            self._sleeper.set_result(None)
+
+    async def _until(self, deadline: float) -> None:
+        """Wait for the planned instant `deadline` (perf_counter), but wake at once when the run is stopped.
+
+        One future and one timer per request (not two tasks and a wait): the open loop pays this per request.
+        The remaining time is recomputed from the clock each pass (as `sleep_until`). Behind schedule it still
+        yields once: a backlog of sends dispatched without a break would hold off every read, and its stamp,
+        until it is cleared."""
+        loop = asyncio.get_running_loop()
+        if deadline <= time.perf_counter():
+            await asyncio.sleep(0)
+            return
+        while (remaining := deadline - time.perf_counter()) > 0 and not self._stopping.is_set():
+            self._sleeper = waiter = loop.create_future()
+            timer = loop.call_later(remaining, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._sleeper = None
 
     def _budget(self) -> tuple[int | None, float | None]:
         """(this segment's measured requests or conversations, measured duration end in s since t0)."""
@@ -250,7 +273,7 @@ class BenchRunner:
 
     async def run(self) -> RunState:
         """Warm-up, then the measured phase; returns the state (records, stop reason)."""
-        with self.stamps.watching():
+        with self.stamps.watching(), collector_out_of_the_way():
             work = asyncio.create_task(self._run(), name="bench-phases")
             watchdog = asyncio.create_task(self._watchdog(work), name="bench-watchdog")
             try:
@@ -396,14 +419,7 @@ class BenchRunner:
                 # Built before the wait, so the send follows the planned instant without this work.
                 spec = self._spec(opts.warmup + i)
                 record = self._new_record(spec, False, request_id=opts.warmup + i)
-                # Wait for the planned instant, but wake at once when the run is stopped.
-                waiter = asyncio.ensure_future(sleep_until(start_abs + offset))
-                stopper = asyncio.ensure_future(self._stopping.wait())
-                try:
-                    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for f in (waiter, stopper):
-                        f.cancel()
+                await self._until(start_abs + offset)
                 if self._stopping.is_set():
                     break
                 record.intended_at_s = intended
@@ -488,6 +504,11 @@ class BenchRunner:
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds` (a back-off, a trace's wait before the next turn); ends early when stopped."""
         await wait_event(self._stopping, seconds)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _system(conv: Conversation) -> tuple[Message, ...]:

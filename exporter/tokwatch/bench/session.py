@@ -27,7 +27,7 @@ from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
 from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.http import HttpClient
-from tokwatch.measurement import loop_name
+from tokwatch.measurement import FREEZE_EVERY_S, loop_name
 from tokwatch.redact import Redactor
 from tokwatch.setting_values import parse_listen
 
@@ -162,6 +162,7 @@ async def run_bench(
                 await asyncio.shield(watch.finish())
         if live_server is not None:
             live_server.shutdown()
+        setup = _client_setup(runner, http)
     if state.end_s is None:
         state.end_s = time.perf_counter() - state.t0
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
@@ -170,6 +171,7 @@ async def run_bench(
         outcome.client = _cpu_figures(parent + sum(worker_cpu), state, opts.watch_receives)
         # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
         outcome.client["cpu_s_parent"], outcome.client["cpu_s_workers"] = parent, list(worker_cpu)
+    outcome.client.update(setup)
     write_run(outcome, out_dir, plots_enabled=opts.plots)
     return outcome, out_dir
 
@@ -220,6 +222,18 @@ def _cpu_figures(cpu: float, state: RunState, watched: bool) -> dict[str, Any]:
         "event_loop": loop_name(asyncio.get_running_loop()),
         "receive_stamps": "watcher_thread" if watched and rxwatch.available() else "event_loop",
         "cpu_per_token_s": cpu / tokens if tokens else None,
+    }
+
+
+def _client_setup(runner: BenchRunner, http: HttpClient) -> dict[str, Any]:
+    """What ran beside the requests to keep the stamps honest (summary.json `client`; docs/bench.md)."""
+    watcher = http.watcher
+    return {
+        "stall_heartbeat_s": runner.stalls.period_s,
+        "receive_watcher_nice": watcher.nice if watcher is not None else None,
+        # the watcher's stamps are bounded by a heartbeat thread of their own (methodology "Disturbance")
+        "watcher_heartbeat_s": runner.stamps.watcher.period_s if runner.stamps.watcher is not None else None,
+        "gc_freeze_every_s": FREEZE_EVERY_S,
     }
 
 

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokwatch.bench.aggregate import SEND_METRICS, metric_values
+from tokwatch.bench import arrays
+from tokwatch.bench.aggregate import SEND_METRICS, metric_array
 from tokwatch.bench.request_metrics import HIGHER_IS_BETTER, LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.stats import percentile
 
@@ -114,8 +115,10 @@ def evaluate(slos: Sequence[Slo], records: Sequence[RequestRecord]) -> dict[str,
     """slo_results.json (seed 002 shape): `all_slos_met` and each objective's observed value."""
     results = []
     for slo in slos:
-        values = metric_values(records, slo.metric)
-        observed = percentile(values, slo.percentile * 100) if values else None
+        values = metric_array(records, slo.metric)
+        observed: float | None = None
+        if len(values):
+            observed = arrays.percentiles_sorted(arrays.as_sorted(values), [slo.percentile * 100])[0]
         results.append(
             {
                 "met": observed is not None and slo.holds(observed),

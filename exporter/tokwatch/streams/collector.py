@@ -31,17 +31,25 @@ class StreamCollector:
     model: str | None = None  # what the answer says produced it
     events: int = 0  # every event parsed: an answer with none was not the protocol spoken
     merged_reads: int = 0  # reads (add() calls) that carried two or more content chunks
+    client_tokens: int = 0  # tokens so far as the client counts them: each delta's chunk_tokens, else 1
 
     def add(self, events: Iterable[StreamEvent]) -> None:
         """Record the events of one read in arrival order (call once per read: merged reads are counted)."""
-        chunks = set()
+        first_chunk: int | None = None
+        merged = False
         for ev in events:
             self.events += 1
             if isinstance(ev, TextDelta):
                 self.deltas.append(ev)
-                chunks.add(ev.chunk)
-                if ev.chunk_tokens is not None:
+                if ev.chunk_tokens is None:
+                    self.client_tokens += 1
+                else:
+                    self.client_tokens += ev.chunk_tokens or 1
                     self.chunk_usage = True
+                if first_chunk is None:
+                    first_chunk = ev.chunk
+                elif ev.chunk != first_chunk:
+                    merged = True
             elif isinstance(ev, Usage):
                 self.usage = ev
             elif isinstance(ev, LlamaTimings):
@@ -55,7 +63,7 @@ class StreamCollector:
                 self.done = True
             elif isinstance(ev, AnswerModel):
                 self.model = ev.name
-        if len(chunks) > 1:
+        if merged:  # one read, two or more content chunks
             self.merged_reads += 1
 
     @property

@@ -10,8 +10,20 @@ from tokwatch.streams.events import StreamProtocolError
 _MAX_ERROR_TEXT = 300
 
 
+# json.loads' own C scanner, called without its Python layers (type checks, whitespace skips): a stream chunk
+# is one JSON document, so a document that starts at 0 and ends at the end is exactly what json.loads gives.
+_scan_once = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, not in the stubs
+
+
 def loads_json(text: str) -> Any:
     """json.loads raising StreamProtocolError('malformed_json') with a short excerpt."""
+    try:
+        obj, end = _scan_once(text, 0)
+    except Exception:  # anything unusual (whitespace first, bad JSON, deep nesting) takes json.loads' path
+        pass
+    else:
+        if end == len(text):
+            return obj
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -77,6 +77,20 @@ def text_deltas(
     t: float, reasoning: str, content: str, think: ThinkTagSplitter, chunk_tokens: int | None, chunk: int
 ) -> list[TextDelta]:
     """One chunk's reasoning and content as deltas per phase; the server's token count shared by chars."""
+    if not reasoning and not think._held and "<" not in content:
+        # The common chunk: plain content, one delta in the splitter's phase (what the general path gives:
+        # one segment, all of the chunk's tokens).
+        if not content:
+            return []
+        n = None if chunk_tokens is None else max(chunk_tokens, 0)
+        return [TextDelta(t, content, think.phase, len(content), n, chunk)]
+    return general_text_deltas(t, reasoning, content, think, chunk_tokens, chunk)
+
+
+def general_text_deltas(
+    t: float, reasoning: str, content: str, think: ThinkTagSplitter, chunk_tokens: int | None, chunk: int
+) -> list[TextDelta]:
+    """`text_deltas` without its fast path (the reference the fast path must equal)."""
     segs: list[tuple[Phase, str, int]] = [("think", reasoning, len(reasoning))] if reasoning else []
     if content:
         segs.extend(think.feed(content))

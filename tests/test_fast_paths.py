@@ -1,0 +1,315 @@
+"""Every shortcut on the per-chunk and per-request path gives exactly what the general path gives.
+
+Each fast path (SSE framing of a whole one-line event, json.loads' scanner called directly, a plain content
+chunk's delta, one delta per chunk in the token counts, one token per chunk in the gaps, the output gaps of a
+stream without think tokens) is compared with the general code on the real captures in tests/data and on
+generated edge cases.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tokwatch import timing
+from tokwatch.bench.client import Deadlines, _fill_figures
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.result import TokenEvent
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import StreamEvent, StreamProtocolError, TextDelta
+from tokwatch.streams.framing import SseDecoder
+from tokwatch.streams.openai import OpenAIStreamParser
+from tokwatch.streams.payload import loads_json
+from tokwatch.streams.think import ThinkTagSplitter, general_text_deltas, text_deltas
+
+SAMPLES = Path(__file__).resolve().parent / "data"
+CAPTURES = ["sse_sample.txt", "sse_sample_no_include_usage.txt"]
+
+
+def _events_of(data: bytes) -> list[bytes]:
+    """A capture cut into its SSE events (what a server writes one read at a time)."""
+    return [part + b"\n\n" for part in data.split(b"\n\n") if part]
+
+
+def _general_parser() -> OpenAIStreamParser:
+    p = OpenAIStreamParser()
+    p._sse.feed = p._sse.feed_lines  # type: ignore[method-assign]  # every read through the line machinery
+    return p
+
+
+def _parse(parser: OpenAIStreamParser, reads: list[bytes]) -> list[StreamEvent]:
+    out: list[StreamEvent] = []
+    for i, data in enumerate(reads):
+        out.extend(parser.feed(data, float(i)))
+    out.extend(parser.close(float(len(reads))))
+    return out
+
+
+# --- SSE framing --------------------------------------------------------------------------------------------
+
+SSE_PIECES = [
+    b'data: {"a": 1}\n\n',
+    b"data: \n\n",
+    b"data:x\n\n",
+    b"data: [DONE]\n\n",
+    b"data: a\r\n\r\n",
+    b"data: a\r\n\n",
+    b"data: two\ndata: lines\n\n",
+    b": ping\n\n",
+    b"event: message\ndata: e\n\n",
+    b"data: caf\xc3\xa9\n\n",
+    b"data: a\rb\n\n",
+    b"data: no end",
+    b"\n\n",
+    b"da",
+    b"ta: split\n",
+    b"\n",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sse_fast_path_equals_the_line_path_on_generated_reads(seed: int) -> None:
+    rng = random.Random(seed)
+    stream = b"".join(rng.choice(SSE_PIECES) for _ in range(30))
+    cuts = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 12))))
+    reads = [stream[a:b] for a, b in itertools.pairwise([0, *cuts, len(stream)])]
+    # whole pieces as reads too, so the fast path is taken often
+    reads += [rng.choice(SSE_PIECES) for _ in range(10)]
+    fast, general = SseDecoder(), SseDecoder()
+    for i, data in enumerate(reads):
+        assert fast.feed(data, float(i)) == general.feed_lines(data, float(i)), (seed, i, data)
+    assert fast.close(99.0) == general.close(99.0)
+
+
+def test_sse_fast_path_keeps_the_utf8_error() -> None:
+    for decoder_feed in (SseDecoder().feed, SseDecoder().feed_lines):
+        with pytest.raises(StreamProtocolError) as err:
+            decoder_feed(b"data: \xff\xfe\n\n", 1.0)
+        assert err.value.error_class == "bad_encoding"
+        assert str(err.value) == "invalid UTF-8 at byte 0 of a 2-byte line"
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_parser_events_are_the_same_by_either_framing_path(name: str) -> None:
+    reads = _events_of((SAMPLES / name).read_bytes())
+    assert _parse(OpenAIStreamParser(), reads) == _parse(_general_parser(), reads)
+    # and whole-capture reads, which take the line path anyway
+    data = (SAMPLES / name).read_bytes()
+    assert _parse(OpenAIStreamParser(), [data]) == _parse(_general_parser(), [data])
+
+
+# --- JSON ---------------------------------------------------------------------------------------------------
+
+JSON_CASES = [
+    '{"a": 1}',
+    ' {"a": 1}',
+    '{"a": 1} ',
+    '{"a": 1}\n',
+    "\ufeff{}",
+    "[1, 2]",
+    "12",
+    "-0.5e3",
+    "NaN",
+    '"text"',
+    "null",
+    "true",
+    "{}",
+    "",
+    "{",
+    '{"a": }',
+    '{"a": 1} x',
+    '{"a": 1}{"b": 2}',
+    '{"s": "\\u00e9\\n"}',
+    '{"deep": ' + "[" * 50 + "]" * 50 + "}",
+]
+
+
+@pytest.mark.parametrize("text", JSON_CASES)
+def test_loads_json_equals_json_loads(text: str) -> None:
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as exc:
+        with pytest.raises(StreamProtocolError) as err:
+            loads_json(text)
+        assert err.value.error_class == "malformed_json"
+        assert str(err.value) == f"invalid JSON ({exc.msg}): {text[:120]!r}"
+        return
+    got = loads_json(text)
+    assert got == expected or (got != got and expected != expected)  # NaN is not equal to itself
+    assert type(got) is type(expected)
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_loads_json_equals_json_loads_on_captures(name: str) -> None:
+    for event in _events_of((SAMPLES / name).read_bytes()):
+        payload = event.decode()[len("data: ") : -2]
+        if payload != "[DONE]":
+            assert loads_json(payload) == json.loads(payload)
+
+
+# --- text deltas --------------------------------------------------------------------------------------------
+
+TEXTS = ["", "tok ", "a<b", "<think>", "hm</think>ok", "<th", "ink>x", "</", "think>", "plain", "é"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_text_deltas_fast_path_equals_the_general_one(seed: int) -> None:
+    rng = random.Random(seed)
+    fast, general = ThinkTagSplitter(), ThinkTagSplitter()
+    for chunk in range(40):
+        reasoning = rng.choice(["", "", "", "why"])
+        content = rng.choice(TEXTS)
+        tokens = rng.choice([None, None, 0, 1, 3, -2])
+        assert text_deltas(1.0, reasoning, content, fast, tokens, chunk) == general_text_deltas(
+            1.0, reasoning, content, general, tokens, chunk
+        ), (seed, chunk)
+        assert (fast.phase, fast._held) == (general.phase, general._held)
+
+
+# --- the collector ------------------------------------------------------------------------------------------
+
+
+def _reference_add(col: dict[str, int], events: list[StreamEvent]) -> None:
+    """The collector's merged-read and client-token accounting as the bench did it before (a set per read)."""
+    chunks = {ev.chunk for ev in events if isinstance(ev, TextDelta)}
+    col["merged"] += len(chunks) > 1
+    col["tokens"] += sum((ev.chunk_tokens or 1) for ev in events if isinstance(ev, TextDelta))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_collector_counts_equal_the_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    col, ref = StreamCollector(), {"merged": 0, "tokens": 0}
+    chunk = 0
+    for _ in range(60):
+        events: list[StreamEvent] = []
+        for _ in range(rng.randint(0, 4)):
+            chunk += rng.randint(0, 1)
+            for phase in rng.sample(["think", "output"], rng.randint(1, 2)):
+                events.append(TextDelta(1.0, "x", phase, 1, rng.choice([None, 0, 2]), chunk))  # type: ignore[arg-type]
+        col.add(events)
+        _reference_add(ref, events)
+        assert (col.merged_reads, col.client_tokens) == (ref["merged"], ref["tokens"])
+
+
+# --- token counts and gaps ----------------------------------------------------------------------------------
+
+
+def _reference_apportion(total: int, weights: list[int], *, at_least_one: bool = True) -> list[int]:
+    """timing.apportion before its shortcuts (one weight; nothing left to split)."""
+    n = len(weights)
+    if n == 0:
+        return []
+    total = max(total, 0)
+    base = 1 if at_least_one and total >= n else 0
+    rest = total - base * n
+    w = [max(x, 0) for x in weights]
+    wsum = sum(w)
+    if wsum == 0:
+        w, wsum = [1] * n, n
+    shares = [rest * x // wsum for x in w]
+    remainders = [rest * x % wsum for x in w]
+    left = rest - sum(shares)
+    for i in sorted(range(n), key=lambda i: (-remainders[i], i))[:left]:
+        shares[i] += 1
+    return [base + s for s in shares]
+
+
+def test_apportion_equals_the_reference() -> None:
+    rng = random.Random(3)
+    for _ in range(3000):
+        weights = [rng.choice([0, 0, 1, 3, 17, -2]) for _ in range(rng.randint(0, 6))]
+        total = rng.randint(-2, 40)
+        for flag in (True, False):
+            assert timing.apportion(total, weights, at_least_one=flag) == _reference_apportion(
+                total, weights, at_least_one=flag
+            ), (total, weights, flag)
+
+
+def _reference_gaps(events: list[TokenEvent]) -> list[float]:
+    out: list[float] = []
+    for i, e in enumerate(events):
+        if i:
+            out.append(e.t - events[i - 1].t)
+        out.extend([0.0] * (e.tokens - 1))
+    return out
+
+
+def _deltas(rng: random.Random, n: int, spanning: bool) -> list[TextDelta]:
+    out, t = [], 0.0
+    for chunk in range(1, n + 1):
+        t += rng.random() / 100
+        phases = ["think", "output"] if spanning and rng.random() < 0.3 else [rng.choice(["think", "output"])]
+        out += [TextDelta(t, "ab", p, rng.randint(0, 9), None, chunk) for p in phases]  # type: ignore[arg-type]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_token_counts_of_one_delta_per_chunk_equal_the_grouped_path(seed: int) -> None:
+    rng = random.Random(seed)
+    deltas = _deltas(rng, rng.randint(1, 40), spanning=False)
+    for total in (None, 0, len(deltas) - 1, len(deltas), len(deltas) + 7, 5 * len(deltas)):
+        events, source = timing.token_events(deltas, 0.0, total, "usage")
+        counts, expected_source = timing.chunk_token_counts(deltas, total, "usage")
+        assert source == expected_source
+        assert [(e.t, e.tokens, e.phase, e.chars) for e in events] == [
+            (d.t, k, d.phase, d.chars) for d, k in zip(deltas, counts, strict=True) if k > 0
+        ]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_gaps_equal_the_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    for spanning in (False, True):
+        deltas = _deltas(rng, rng.randint(0, 30), spanning)
+        total = rng.choice([None, len(deltas), 3 * len(deltas)])
+        events, _ = timing.token_events(deltas, 0.0, total, "usage")
+        assert timing.itl(events) == _reference_gaps(events)
+        assert timing.output_itl(events) == _reference_gaps([e for e in events if e.phase == "output"])
+
+
+# --- a request's figures ------------------------------------------------------------------------------------
+
+
+def _figures_by_the_general_path(c: StreamCollector, sent_at: float, end: float) -> dict[str, object]:
+    total = c.usage.completion_tokens if c.usage is not None else None
+    if total is None and c.timings is not None:
+        total = c.timings.predicted_n
+    events, source = timing.token_events(c.deltas, sent_at, total, "usage" if c.usage else "engine")
+    return {
+        "tbt_s": _reference_gaps(events),
+        "output_itl_s": _reference_gaps([e for e in events if e.phase == "output"]),
+        "inter_chunk_s": [b.t - a.t for a, b in itertools.pairwise(events)],
+        "ttft_s": timing.ttft(events),
+        "chunks": len(events),
+        "tokens_source": source,
+    }
+
+
+def _think_stream() -> bytes:
+    parts = ["<think>", "Let me", " think", "</think>", "\n\nThe", " answer"]
+    return b"".join(
+        b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": p}}]}).encode() + b"\n\n"
+        for p in parts
+    )
+
+
+@pytest.mark.parametrize("source", [*CAPTURES, "think"])
+def test_request_figures_equal_the_general_path(source: str) -> None:
+    data = _think_stream() if source == "think" else (SAMPLES / source).read_bytes()
+    reads = _events_of(data)
+    collector = StreamCollector()
+    parser = OpenAIStreamParser()
+    for i, read in enumerate(reads):
+        collector.add(parser.feed(read, 0.5 + 0.01 * i + 0.001 * (i % 3)))
+    collector.add(parser.close(2.0))
+    record = RequestRecord(1, "chat")
+    _fill_figures(record, copy.deepcopy(collector), 0.25, 2.0, Deadlines(1.0, 0.05))
+    expected = _figures_by_the_general_path(collector, 0.25, 2.0)
+    assert {k: getattr(record, k) for k in expected} == expected
+    assert record.think_tokens == (4 if source == "think" else 0)  # "<think>" to "</think>": 4 chunks
