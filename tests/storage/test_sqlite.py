@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import sys
 from pathlib import Path
 
 from tokwatch.storage.schema import known_version
@@ -16,3 +19,35 @@ async def test_creates_its_file_and_directory_on_first_migration(tmp_path: Path)
     finally:
         await store.close()
     assert path.is_file()
+
+
+async def test_processes_migrating_one_database_at_once_apply_each_migration_once(tmp_path: Path) -> None:
+    """Several `tokwatch bench --segment` processes open one fresh store together: each migration is applied
+    by exactly one of them (the others wait and find it applied), none fails on a column already added."""
+    path = tmp_path / "shared.db"
+    script = (
+        "import asyncio, sys; from pathlib import Path; from tokwatch.storage.sqlite import SQLiteStore\n"
+        "async def main():\n"
+        "    store = SQLiteStore(Path(sys.argv[1]))\n"
+        "    try:\n"
+        "        print(await store.migrate())\n"
+        "    finally:\n"
+        "        await store.close()\n"
+        "asyncio.run(main())\n"
+    )
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, str(path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    outs = [await asyncio.wait_for(p.communicate(), 60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err.decode()[-500:] for _, err in outs]
+    applied = [v for out, _ in outs for v in ast.literal_eval(out.decode().strip())]
+    assert sorted(applied) == list(range(1, known_version("sqlite") + 1))  # each one once, by someone
+    store = SQLiteStore(path)
+    try:
+        assert (await store.schema_status()).current == known_version("sqlite")
+    finally:
+        await store.close()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import sqlite3
 import sys
 import threading
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -241,6 +243,23 @@ class SQLiteStore(Store):
         return (max(applied) if applied else 0), applied
 
     def _migrate_sync(self, conn: sqlite3.Connection) -> list[int]:
+        with self._migration_lock():
+            return self._migrate_locked(conn)
+
+    @contextlib.contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """Hold other processes off this database's migrations (several `tokwatch bench --segment` or
+        `--workers` processes open one store at once): the version is read and every pending migration
+        applied under one lock, so no two apply the same one. A SQLite transaction cannot span a migration's
+        script (executescript commits first), hence a lock file beside the database."""
+        with open(self.path.with_name(self.path.name + ".migrate-lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _migrate_locked(self, conn: sqlite3.Connection) -> list[int]:
         migrations = migrations_for("sqlite")
         current, _ = self._current_version(conn)
         if current > len(migrations):
