@@ -28,33 +28,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench_teardown import records
-from tokwatch.bench.aggregate import PERCENTILES, Window, all_summaries, throughput
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests/support
+from tests.support.replaced_stats import old_summarize
+from tokwatch.bench.aggregate import Window, all_summaries, throughput
 from tokwatch.bench.compare import FIGURES, STATS, Run, compare
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.bench.slo import evaluate, parse_slo
-from tokwatch.stats import percentile, percentile_sorted
+from tokwatch.stats import percentile
 
 # --- the pure-Python code numpy replaced (issue 23), as it was ---------------------------------------------
-
-
-def old_summarize(values: Sequence[float]) -> dict[str, float | int | None]:
-    n = len(values)
-    out: dict[str, float | int | None] = {"count": n}
-    if not n:
-        out.update({k: None for k in ("mean", "std", "min", "max", *(f"p{q}" for q in PERCENTILES))})
-        return out
-    mean = math.fsum(values) / n
-    out["mean"] = mean
-    out["std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
-    data = sorted(values)
-    out["min"] = float(data[0])
-    out["max"] = float(data[-1])
-    for q in PERCENTILES:
-        out[f"p{q}"] = percentile_sorted(data, q)
-    return out
 
 
 def old_all_summaries(recs: Sequence[RequestRecord]) -> dict[str, dict[str, float | int | None]]:

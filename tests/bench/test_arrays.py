@@ -8,15 +8,15 @@ computation with the same draws.
 from __future__ import annotations
 
 import itertools
-import math
 import random
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
+from tests.support.replaced_stats import old_summarize
 from tokwatch.bench import arrays
-from tokwatch.bench.aggregate import PERCENTILES, Window, summarize, throughput, window_throughput
+from tokwatch.bench.aggregate import Window, summarize, throughput, window_throughput
 from tokwatch.bench.compare import FIGURES, STATS, Run, compare
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.stats import percentile, percentile_sorted
@@ -48,33 +48,15 @@ def test_percentile_of_nothing_raises_like_the_pure_python_one() -> None:
         arrays.percentiles_sorted(arrays.as_sorted([]), [50])
 
 
-def _old_summarize(values: Sequence[float]) -> dict[str, float | int | None]:
-    """aggregate.summarize before numpy (issue 23)."""
-    n = len(values)
-    out: dict[str, float | int | None] = {"count": n}
-    if not n:
-        out.update({k: None for k in ("mean", "std", "min", "max", *(f"p{q}" for q in PERCENTILES))})
-        return out
-    mean = math.fsum(values) / n
-    out["mean"] = mean
-    out["std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
-    data = sorted(values)
-    out["min"] = float(data[0])
-    out["max"] = float(data[-1])
-    for q in PERCENTILES:
-        out[f"p{q}"] = percentile_sorted(data, q)
-    return out
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_summaries_equal_the_old_implementation(seed: int) -> None:
     values = _samples(random.Random(seed))
-    new, old = summarize(values), _old_summarize(values)
+    new, old = summarize(values), old_summarize(values)
     std_new, std_old = new.pop("std"), old.pop("std")
     assert new == old  # count, mean (an exactly rounded sum either way), min, max, every percentile
     # x*x is correctly rounded; the old (x - mean) ** 2 went through pow(): a last-bit difference at most
     assert std_new == pytest.approx(std_old, rel=1e-14, abs=1e-300)
-    assert summarize([]) == _old_summarize([])
+    assert summarize([]) == old_summarize([])
 
 
 def _records(seed: int, n: int) -> list[RequestRecord]:
