@@ -449,17 +449,18 @@ class SQLiteStore(Store):
     def _window_sync(
         self, conn: sqlite3.Connection, since: float, until: float, rule: WindowRule, site: str | None
     ) -> dict[SeriesKey, WindowStats]:
-        counts: dict[SeriesKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-        # runs, ok, cached, missed, disturbed, tps set aside
+        # Per series: runs, then the sums of the five counted flags in the SELECT's order.
+        counts: dict[SeriesKey, list[int]] = defaultdict(lambda: [0] * 6)
         values: dict[SeriesKey, list[float]] = defaultdict(list)
         prefill: dict[SeriesKey, list[float]] = defaultdict(list)
         ttft: dict[SeriesKey, list[float]] = defaultdict(list)
         sql = (
-            f"SELECT e.name, r.workload, r.site, r.status = 'ok', r.cache_assisted, r.prompt_size_missed, "
+            "SELECT e.name, r.workload, r.site, "
+            f"r.status = 'ok', r.cache_assisted, r.prompt_size_missed, r.timing_disturbed, "
+            f"CASE WHEN {rule.set_aside_sql()} THEN 1 ELSE 0 END, "
             f"CASE WHEN {rule.sample_sql()} THEN r.tokens_per_second END, "
             f"CASE WHEN {rule.prefill_sample_sql()} THEN r.prefill_tokens_per_second END, "
-            f"CASE WHEN {rule.ttft_sample_sql()} THEN r.ttft_s END, "
-            f"r.timing_disturbed, CASE WHEN {rule.set_aside_sql()} THEN 1 ELSE 0 END "
+            f"CASE WHEN {rule.ttft_sample_sql()} THEN r.ttft_s END "
             "FROM runs r JOIN endpoints e ON e.id = r.endpoint_id WHERE r.time >= ? AND r.time < ?"
             + rule.where()
         )
@@ -467,22 +468,14 @@ class SQLiteStore(Store):
         if site is not None:
             sql, params = sql + " AND r.site = ?", (*params, site)
         for row in conn.execute(sql, params):
-            name, workload, run_site, is_ok, cached, missed, sample, prefill_sample, *flags = row
-            ttft_sample, disturbed, set_aside = flags
-            key = SeriesKey(name, workload, run_site)
+            key = SeriesKey(*row[:3])
             c = counts[key]
             c[0] += 1
-            c[1] += is_ok
-            c[2] += cached
-            c[3] += missed
-            c[4] += disturbed
-            c[5] += set_aside
-            if sample is not None:
-                values[key].append(sample)
-            if prefill_sample is not None:
-                prefill[key].append(prefill_sample)
-            if ttft_sample is not None:
-                ttft[key].append(ttft_sample)
+            for i, flag in enumerate(row[3:8], start=1):
+                c[i] += flag
+            for samples, value in zip((values, prefill, ttft), row[8:], strict=True):
+                if value is not None:
+                    samples[key].append(value)
         out = {}
         for key, (n, ok, cached, missed, disturbed, set_aside) in counts.items():
             med, mean, sd = tps_aggregates(values[key])
