@@ -4,7 +4,7 @@ Starts a reference server (`benchmarks/refserver.py`, TTFT 0, 1 ms between token
 runs `python -m tokwatch bench` against it under py-spy (`pip install py-spy`; sampling, so the profile does
 not slow the code it measures), or in this process under cProfile (`--profiler cprofile`: deterministic, but
 its per-call overhead inflates small functions). Prints the run's own CPU per request (`summary.json`), the
-share of samples per stage of a request (dispatch, aiohttp send, receive and stamp, stream parsing,
+share of samples per stage of a request (dispatch, send, receive and stamp, stream parsing,
 per-request figures, end-of-run work, start-up), and the functions with the most samples of their own.
 
 py-spy counts a thread waiting in epoll as running, and without native frames (`--native`) it cannot tell
@@ -51,11 +51,10 @@ STAGES = (
     ("collecting events", "StreamCollector."),
     ("stall heartbeat", "StallMonitor"),
     ("receive watcher thread", "ReceiveWatcher._run"),
-    ("receive: stamping protocol (incl. aiohttp's HTTP parser)", "_StampingHandler.data_received"),
+    ("receive: connection protocol (stamps, HTTP framing)", "_Connection."),
     ("receive: handing pieces to the reader", "StreamResponse."),
-    ("send: aiohttp request", "ClientSession._request"),
-    ("send: aiohttp request", "ClientRequest."),
-    ("send: tokwatch.http", "HttpClient.stream"),
+    ("send: opening connections", "_Pool."),
+    ("send: tokwatch.http", "HttpClient."),
     ("request bookkeeping (execute, runner)", "execute ("),
     ("request bookkeeping (execute, runner)", "BenchRunner._send"),
     ("open-loop dispatch", "BenchRunner._open_loop"),

@@ -461,3 +461,63 @@ async def test_bytes_before_a_reset_come_out_before_the_failure(client: HttpClie
                     got.append(data)
     assert b"".join(got) == SSE + SSE
     assert err.value.kind == "reset" and err.value.phase == "body"
+
+
+async def test_identity_is_asked_for_and_a_gzip_body_is_decoded_anyway(serve, client: HttpClient) -> None:
+    """tokwatch asks for an uncoded body; a server that gzips regardless is still read correctly."""
+    asked: list[str] = []
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        asked.append(request.headers.get("Accept-Encoding", ""))
+        resp = web.Response(text="metric 1\n" * 500)
+        resp.enable_compression(web.ContentCoding.gzip)
+        return resp
+
+    url = await serve({"/metrics": metrics})
+    assert await client.get_text(url + "/metrics", timeout=5) == "metric 1\n" * 500
+    assert asked == ["identity"]
+
+
+async def test_a_redirect_is_the_answer_and_the_connection_is_kept(serve, client: HttpClient) -> None:
+    async def moved(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/elsewhere")
+
+    url = await serve({"/old": moved})
+    for expect_reused in (False, True):
+        async with client.stream("GET", url + "/old", timeout=5) as resp:
+            assert resp.status == 302 and resp.headers["location"] == "/elsewhere"
+            await resp.read()
+            assert resp.reused is expect_reused
+
+
+def test_a_body_ended_by_the_close_and_an_interim_answer() -> None:
+    """HTTP/1.0 without a length (the body ends when the server closes), after a 100 Continue."""
+
+    def handle(conn: socket.socket) -> None:
+        read_head(conn)
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\npart one, ")
+        time.sleep(0.05)
+        conn.sendall(b"part two")
+
+    async def main() -> tuple[int, bytes]:
+        with ThreadServer(handle) as server:
+            async with HttpClient() as client, client.stream("GET", f"{server.url}/", timeout=5) as resp:
+                return resp.status, await resp.read()
+
+    assert asyncio.run(main()) == (200, b"part one, part two")
+
+
+def test_garbage_instead_of_http_is_a_protocol_error() -> None:
+    def handle(conn: socket.socket) -> None:
+        read_head(conn)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+    async def main() -> None:
+        with ThreadServer(handle) as server:
+            async with HttpClient() as client, client.stream("GET", f"{server.url}/", timeout=5):
+                pass
+
+    with pytest.raises(TransportError) as err:
+        asyncio.run(main())
+    assert err.value.kind == "protocol" and err.value.phase == "response"
