@@ -222,17 +222,37 @@ class ChunkedBody(Body):
             return b""
         buf = self._buf + data if self._buf else data
         self._buf = b""
+        state, left = self._state, self._left
         out: list[bytes] = []
         pos, end = 0, len(buf)
         while pos < end:
-            state = self._state
-            if state == self._DATA:
-                take = min(self._left, end - pos)
+            if state == self._SIZE:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    if end - pos > _MAX_SIZE_LINE:
+                        raise ProtocolError("chunk-size line too long")
+                    self._buf = buf[pos:]
+                    break
+                size = _chunk_size(buf[pos:eol])
+                pos = eol + 2
+                if not size:
+                    state = self._TRAILER
+                    continue
+                stop = pos + size
+                if stop + 2 <= end:  # the whole chunk and its CRLF in this read: the common case
+                    if buf[stop : stop + 2] != b"\r\n":
+                        raise ProtocolError("chunk data not followed by CRLF")
+                    out.append(buf[pos:stop])
+                    pos = stop + 2
+                    continue
+                state, left = self._DATA, size
+            elif state == self._DATA:
+                take = min(left, end - pos)
                 out.append(buf[pos : pos + take] if take != end or pos else buf)
                 pos += take
-                self._left -= take
-                if not self._left:
-                    self._state = self._CRLF
+                left -= take
+                if not left:
+                    state = self._CRLF
             elif state == self._CRLF:
                 if end - pos < 2:
                     if buf[pos:] != b"\r":
@@ -242,35 +262,36 @@ class ChunkedBody(Body):
                 if buf[pos : pos + 2] != b"\r\n":
                     raise ProtocolError("chunk data not followed by CRLF")
                 pos += 2
-                self._state = self._SIZE
+                state = self._SIZE
             else:
                 eol = buf.find(b"\r\n", pos)
                 if eol < 0:
                     if end - pos > _MAX_SIZE_LINE:
-                        raise ProtocolError("chunk-size line too long")
+                        raise ProtocolError("trailer line too long")
                     self._buf = buf[pos:]
                     break
-                line, pos = buf[pos:eol], eol + 2
-                if state == self._TRAILER:
-                    if not line:
-                        self.done = True
-                        self.extra = buf[pos:]
-                        break
-                    continue
-                size_text = line.split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from None
-                if size < 0:
-                    raise ProtocolError(f"bad chunk size {size_text[:20]!r}")
-                if size:
-                    self._left, self._state = size, self._DATA
-                else:
-                    self._state = self._TRAILER
+                if eol == pos:  # the blank line: the body ended
+                    self.done = True
+                    self.extra = buf[eol + 2 :]
+                    break
+                pos = eol + 2  # a trailer field, dropped
+        self._state, self._left = state, left
         if len(out) == 1:
             return out[0]
         return b"".join(out)
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size of a chunk-size line (extensions after ';' dropped)."""
+    if line.isalnum():  # hex digits only, the common line: int() takes bytes
+        try:
+            return int(line, 16)
+        except ValueError:
+            pass
+    text = line.split(b";", 1)[0].strip()
+    if text and all(c in b"0123456789abcdefABCDEF" for c in text):
+        return int(text, 16)
+    raise ProtocolError(f"bad chunk size {text[:20]!r}")
 
 
 def body_framing(head: ResponseHead, *, head_request: bool) -> Body:
