@@ -51,13 +51,15 @@ class TimedProtocol(asyncio.Protocol):
 P = TypeVar("P", bound=TimedProtocol)
 
 
-def is_address(host: str) -> bool:
-    """Whether `host` is an IP address (no lookup needed)."""
+def _address_info(host: str, port: int) -> list[aiohappyeyeballs.AddrInfoType] | None:
+    """The one address of `host` when it is an IP address (no lookup, no executor thread), else None."""
     try:
-        ipaddress.ip_address(host)
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        return False
-    return True
+        return None
+    if ip.version == 6:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port, 0, 0))]
+    return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))]
 
 
 async def open_connection(
@@ -70,8 +72,13 @@ async def open_connection(
     """
     loop = asyncio.get_running_loop()
     begun = time.perf_counter()
-    looked_up = not is_address(host)
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    address = _address_info(host, port)
+    looked_up = address is None
+    infos: list[aiohappyeyeballs.AddrInfoType] = (
+        address
+        if address is not None
+        else list(await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP))
+    )
     if not infos:
         raise socket.gaierror(socket.EAI_NONAME, f"no address for {host}")
     created: dict[int, float] = {}
