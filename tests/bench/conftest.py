@@ -58,6 +58,7 @@ class StreamServer:
     in_flight: int = 0
     max_in_flight: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    on_first_request: Callable[[], None] | None = None  # called once, when the first request arrives
 
 
 _STATE = web.AppKey("state", StreamServer)
@@ -67,6 +68,9 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     st = request.app[_STATE]
     body = await request.json()
     st.bodies.append(body)
+    if st.on_first_request is not None:
+        hook, st.on_first_request = st.on_first_request, None
+        hook()
     if st.status != 200:
         return web.json_response({"error": {"message": "nope"}}, status=st.status)
     st.in_flight += 1

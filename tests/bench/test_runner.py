@@ -372,13 +372,14 @@ async def test_connection_errors_after_a_success_back_off_doubling(tmp_path, ser
 
 
 async def _blocked_run(tmp_path, stream_server, **kw):
-    """A run during which the client's loop is blocked for 40 ms, 150 ms in, while requests stream (as a full
-    garbage collection or a CPU-starved process would block it)."""
+    """A run during which the client's loop is blocked for 40 ms while requests stream (as a full garbage
+    collection or a CPU-starved process would block it): 50 ms after the server had the first request, so
+    a slow start on a busy host (the run's own start-up collection) cannot put the block before any stream."""
     import time
 
     stream_server.gap = 0.01
     loop = asyncio.get_running_loop()
-    loop.call_later(0.15, time.sleep, 0.04)
+    stream_server.on_first_request = lambda: loop.call_later(0.05, time.sleep, 0.04)
     outcome, out_dir = await _bench(tmp_path, stream_server.url, number=8, **kw)
     assert all(r.max_stall_s is not None and r.stamp_lateness_s is not None for r in outcome.measured)
     stalled = [r for r in outcome.measured if (r.max_stall_s or 0.0) >= 0.03]
