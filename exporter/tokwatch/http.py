@@ -668,8 +668,12 @@ class HttpClient:
                 _Stale() if reused else TransportError("reset", "response", "connection lost before sending")
             )
         try:
-            transport.write(data)
+            # Stamped before the write, not after it: on loopback the kernel delivers the bytes to the server
+            # inside the send call, so a stamp after it can follow the server's arrival (TTFT err -0.14 ms
+            # p50 at c=1 against refserver's kernel stamps); a write the socket cannot take at once is
+            # stamped when it drained (below).
             sent_at = time.perf_counter()
+            transport.write(data)
             if conn._write_paused:
                 await conn.drained()
                 if conn.drained_at is not None and conn.drained_at > sent_at:
