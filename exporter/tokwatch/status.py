@@ -36,10 +36,14 @@ class Classification:
     message: str
 
 
-def classify_http_status(code: int, body: str = "") -> Classification | None:
-    """Status for an HTTP answer code; None for 2xx."""
+def classify_http_status(code: int, body: str = "", location: str | None = None) -> Classification | None:
+    """Status for an HTTP answer code; None for 2xx. `location` is a redirect's target (not followed)."""
     if 200 <= code < 300:
         return None
+    if 300 <= code < 400 and location:
+        # tokwatch's client follows no redirect: name where the endpoint moved so the config can say so.
+        detail = f"HTTP {code}: redirected to {location[:200]} (not followed: set base_url to that address)"
+        return Classification(Status.PROVIDER_ERROR, "http_other", detail)
     detail = f"HTTP {code}" + (f": {body.strip()[:300]}" if body.strip() else "")
     if code in (400, 413, 422) and any(m in body.lower() for m in _CONTEXT_MARKERS):
         return Classification(Status.PROVIDER_ERROR, CONTEXT_EXCEEDED, detail)

@@ -91,6 +91,23 @@ async def test_auth_failure_key_redacted_and_sent_as_bearer(serve, make_ctx) -> 
     assert KEY not in r.error_message and KEY not in "\n".join(ctx.log.lines)
 
 
+async def test_a_redirect_is_not_followed_and_its_target_is_named(serve, make_ctx) -> None:
+    """An endpoint that moved (http -> https, a new path): the run fails naming where to point base_url."""
+    calls = 0
+
+    async def moved(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        raise web.HTTPTemporaryRedirect("https://llm.example/v2/chat/completions")
+
+    url = await serve({"/v1/chat/completions": moved})
+    r = await run_probe(OpenAIProbe(), make_ctx(url))
+    assert r.status is Status.PROVIDER_ERROR and r.error_class == "http_other"
+    assert r.error_message is not None and "https://llm.example/v2/chat/completions" in r.error_message
+    assert "base_url" in r.error_message
+    assert calls == 2  # the warm-up and the timed run, each answered by the redirect and nothing else
+
+
 async def test_server_ignoring_stream_answers_json(serve, make_ctx) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         # A real server takes a while: 4 tokens answered in well under a millisecond on an idle machine

@@ -123,7 +123,7 @@ async def execute(
             record.server_request_id = headers.get("x-sim-request-id") or headers.get("x-request-id")
             if not 200 <= resp.status < 300:
                 text = await resp.text()
-                failure = status_mod.classify_http_status(resp.status, text)
+                failure = status_mod.classify_http_status(resp.status, text, headers.get("Location"))
                 if failure is not None:
                     return _fail(record, failure, redactor, run_t0)
             limit = _runaway_limit(max_tokens)

@@ -288,7 +288,8 @@ class HttpProbe(Probe):
                 bad = status_mod.classify_http_status(resp.status)
                 if bad is not None:
                     text = await _error_body(resp)
-                    outcome = status_mod.classify_http_status(resp.status, text) or bad
+                    moved_to = resp.headers.get("Location")
+                    outcome = status_mod.classify_http_status(resp.status, text, moved_to) or bad
                     if outcome.error_class == status_mod.CONTEXT_EXCEEDED:
                         outcome = status_mod.context_exceeded(
                             outcome, ctx.workload.name, plan.target_tokens, plan.max_tokens
