@@ -15,6 +15,8 @@ from aiohttp import web
 
 from tests.probes.test_openai import sse_handler
 from tests.support.pki import Pki, client_ssl, make_pki, server_ssl
+from tokwatch import http as http_module
+from tokwatch import rxwatch
 from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.http import ConnectionSetup, HttpClient
 from tokwatch.metrics.probe import probe_result_families
@@ -281,3 +283,37 @@ async def test_a_run_that_never_connected_has_no_phases(free_port) -> None:  # t
     assert r.status is Status.UNREACHABLE
     assert r.network_phases() == {} and r.network_rtt_s is None and r.connection_reused is None
 
+
+CHAT = {
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "max_tokens": 4,
+    "messages": [{"role": "user", "content": "x"}],
+}
+
+
+@pytest.mark.skipif(not rxwatch.available(), reason="the receive watcher needs Linux epoll")
+async def test_the_receive_watcher_leaves_tls_connections_to_the_loop(serve, pki: Pki) -> None:  # type: ignore[no-untyped-def]
+    """Over TLS the socket's bytes (records, handshake) are not the body's: the watcher must not cut reads
+    by them, so a TLS connection is never registered with it, and the stream still reads in full."""
+    answer = sse_handler(["a", "b", "c"], gap=0.02)
+    url = await serve({"/v1/chat/completions": answer}, ssl_context=server_ssl(pki))
+    async with HttpClient(ssl_context=client_ssl(pki), watch_receives=True) as client:
+        async with client.stream("POST", url + "/v1/chat/completions", json_body=CHAT, timeout=10) as resp:
+            body = await resp.read()
+        assert client.watcher is not None
+        assert client.watcher.records == 0 and client.watcher.improved_reads == 0
+    assert body.count(b"data:") >= 3 and resp.connection is not None and resp.connection.tls
+
+
+async def test_an_idle_connection_past_the_keep_alive_is_not_reused(serve, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(http_module, "IDLE_TIMEOUT_S", 0.05)
+    url = await serve({"/v1/chat/completions": _answering_after(0.0)}) + "/v1/chat/completions"
+    async with HttpClient() as client:
+        reused = []
+        for pause in (0.0, 0.0, 0.2):
+            await asyncio.sleep(pause)
+            async with client.stream("POST", url, json_body=CHAT, timeout=10) as resp:
+                await resp.read()
+                reused.append(resp.reused)
+    assert reused == [False, True, False]
