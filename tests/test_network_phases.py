@@ -185,7 +185,7 @@ async def test_a_name_is_looked_up_and_an_address_is_not(serve) -> None:  # type
         address = (await _one_request(by_address, url + "/"))[0]
         name = (await _one_request(by_name, url.replace("127.0.0.1", "localhost") + "/"))[0]
     assert address.resolve_s == 0.0
-    assert name.resolve_s > 0.0  # aiohttp resolved "localhost" before connecting
+    assert name.resolve_s > 0.0  # "localhost" was looked up before connecting
     # Where "localhost" is also ::1 and that address refused first, connect counts both tries, rtt the one
     # that answered.
     assert 0.0 < name.rtt_s <= name.connect_s

@@ -86,7 +86,7 @@ async def run_bench(
             progress.update(task_id, advance=1, status=f"errors {errors}")
 
     interrupted = False
-    # limit=0: no connection-pool cap, so no request ever queues inside aiohttp after its send time.
+    # limit=0: no connection-pool cap, so no request ever waits for a connection after its send time.
     async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=opts.watch_receives) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
