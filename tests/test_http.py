@@ -524,3 +524,31 @@ def test_garbage_instead_of_http_is_a_protocol_error() -> None:
     with pytest.raises(TransportError) as err:
         asyncio.run(main())
     assert err.value.kind == "protocol" and err.value.phase == "response"
+
+
+async def test_the_connection_limit_is_given_back_after_failures(serve, free_port: Callable[[], int]) -> None:
+    """With room for one connection: a refused connect, a body abandoned mid-way and a timed-out answer each
+    give their place back, so the next request gets a connection instead of waiting for its deadline."""
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"part")
+        await asyncio.sleep(30)
+        return resp
+
+    async def ok(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok")
+
+    url = await serve({"/slow": slow, "/ok": ok})
+    async with HttpClient(limit=1) as client:
+        with pytest.raises(TransportError):
+            await client.get_text(f"http://127.0.0.1:{free_port()}/", timeout=5)
+        with pytest.raises(RuntimeError):
+            async with client.stream("GET", url + "/slow", timeout=10) as resp:
+                async for _ in resp.chunks():
+                    raise RuntimeError("the caller gave up on the body")
+        with pytest.raises(TransportError) as err:
+            await client.get_text(url + "/slow", timeout=0.3)
+        assert err.value.kind == "timeout"
+        assert await client.get_text(url + "/ok", timeout=2) == "ok"
