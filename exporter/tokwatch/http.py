@@ -35,6 +35,7 @@ from tokwatch.http_wire import (
     MAX_HEAD_BYTES,
     Body,
     Headers,
+    LengthBody,
     ProtocolError,
     ResponseHead,
     Target,
@@ -185,7 +186,7 @@ class _Connection(TimedProtocol):
         self.idle_since = 0.0
         self.drained_at: float | None = None
         self._fd: int | None = None
-        self._write_paused = False
+        self.write_paused = False  # bytes wait in the transport's buffer
         self._read_paused = False
         self._drain: asyncio.Future[None] | None = None
         self._lost: asyncio.Future[None] | None = None
@@ -210,18 +211,18 @@ class _Connection(TimedProtocol):
 
     def pause_writing(self) -> None:
         """Bytes stayed in the transport's buffer."""
-        self._write_paused = True
+        self.write_paused = True
 
     def resume_writing(self) -> None:
         """The buffer is empty: the request's last byte was handed to the socket now."""
-        self._write_paused = False
+        self.write_paused = False
         self.drained_at = time.perf_counter()
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
 
     async def drained(self) -> None:
         """Wait until the transport handed every byte written to the socket (or the connection is lost)."""
-        while self._write_paused and not self.closed:
+        while self.write_paused and not self.closed:
             self._drain = asyncio.get_running_loop().create_future()
             await self._drain
 
@@ -343,7 +344,6 @@ class _Pool:
     ) -> None:
         self._limit = limit
         self._watcher = watcher
-        self._ssl_given = ssl_context
         self._ssl: ssl.SSLContext | None = ssl_context
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
@@ -549,9 +549,9 @@ class StreamResponse:
     async def chunks(self) -> AsyncIterator[tuple[float, bytes]]:
         """Yield `(perf_counter when received, bytes)` as data arrives; enforces the deadline and size cap."""
         ex = self._ex
-        length = self.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > ex.max_bytes:
-            raise TransportError("too_large", "body", f"Content-Length {length} exceeds {ex.max_bytes} bytes")
+        if isinstance(ex.body, LengthBody) and ex.body.length > ex.max_bytes:
+            cap = ex.max_bytes
+            raise TransportError("too_large", "body", f"Content-Length {ex.body.length} exceeds {cap} bytes")
         while True:
             error = ex.error
             if error is not None and error.kind == "too_large":
@@ -674,7 +674,7 @@ class HttpClient:
             # stamped when it drained (below).
             sent_at = time.perf_counter()
             transport.write(data)
-            if conn._write_paused:
+            if conn.write_paused:
                 await conn.drained()
                 if conn.drained_at is not None and conn.drained_at > sent_at:
                     sent_at = conn.drained_at
@@ -734,13 +734,12 @@ class HttpClient:
                     ex, sent_at = await self._send(
                         conn, data, head_request=head_request, max_bytes=max_bytes, reused=False
                     )
-        except TimeoutError as exc:
+        except BaseException as exc:
             if conn is not None:
                 pool.release(conn, reusable=False)
-            raise TransportError("timeout", "connect" if conn is None else "response", "timed out") from exc
-        except BaseException:
-            if conn is not None:
-                pool.release(conn, reusable=False)
+            if isinstance(exc, TimeoutError):
+                phase: Phase = "connect" if conn is None else "response"
+                raise TransportError("timeout", phase, "timed out") from exc
             raise
         # t = 0 is when the request's last byte went to the socket; the time before it is send delay.
         stream = StreamResponse(

@@ -170,10 +170,11 @@ class EmptyBody(Body):
 class LengthBody(Body):
     """A body of Content-Length bytes."""
 
-    __slots__ = ("_left",)
+    __slots__ = ("_left", "length")
 
     def __init__(self, length: int) -> None:
         super().__init__()
+        self.length = length  # as declared
         self._left = length
         self.done = length == 0
 
