@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import asyncio
 import sys
+import threading
 from pathlib import Path
 
+from tokwatch.storage.errors import StorageError
 from tokwatch.storage.schema import known_version
 from tokwatch.storage.sqlite import SQLiteStore
 
@@ -51,3 +53,31 @@ async def test_processes_migrating_one_database_at_once_apply_each_migration_onc
         assert (await store.schema_status()).current == known_version("sqlite")
     finally:
         await store.close()
+
+
+def test_connections_opening_one_new_file_at_once_all_open(tmp_path: Path) -> None:
+    """Turning a new file to WAL from several connections at the same moment: SQLite answers "database is
+    locked" to some without waiting (CI saw `tokwatch bench --segment ... --workers 2` fail so, ~1 open in 100
+    with 8 at once); every open must succeed."""
+    failures: list[str] = []
+
+    def open_and_read(path: Path, gate: threading.Barrier) -> None:
+        store = SQLiteStore(path)
+        gate.wait(timeout=10)
+        try:
+            asyncio.run(store.schema_status())
+        except StorageError as exc:
+            failures.append(str(exc))
+        finally:
+            asyncio.run(store.close())
+
+    for round_ in range(60):
+        path = tmp_path / f"fresh-{round_}.db"
+        gate = threading.Barrier(8)
+        threads = [threading.Thread(target=open_and_read, args=(path, gate)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+    assert failures == []

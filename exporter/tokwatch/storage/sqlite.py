@@ -188,6 +188,37 @@ def _matches(key: SeriesKey, endpoint: str | None, workload: str | None, site: s
     )
 
 
+BUSY_TIMEOUT_S = 30.0
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _open_wal(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A connection to `path` in WAL mode, retrying while another connection holds the switch to WAL.
+
+    Turning a new file to WAL takes an exclusive lock; when several processes open one new database at once
+    (`tokwatch bench --segment` with `--workers`), SQLite answers "database is locked" at once instead of
+    waiting out the busy timeout, so the open is tried again until the same timeout has passed."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=timeout_s)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL survives a process crash (kill -9); only power loss may drop the last commits.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if (exc.sqlite_errorcode & 0xFF) not in _BUSY_CODES or time.monotonic() + pause > deadline:
+                raise
+        except BaseException:
+            conn.close()
+            raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 class SQLiteStore(Store):
     """Runs in one SQLite file; history survives restarts. Calls are serialised by a lock."""
 
@@ -208,14 +239,9 @@ class SQLiteStore(Store):
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-                conn.execute("PRAGMA journal_mode=WAL")
-                # WAL + NORMAL survives a process crash (kill -9); only power loss may drop the last commits.
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("PRAGMA foreign_keys=ON")
+                self._conn = _open_wal(self.path, BUSY_TIMEOUT_S)
             except (OSError, sqlite3.Error) as exc:
                 raise StorageError(f"cannot open SQLite database {self.path}: {exc}") from None
-            self._conn = conn
         return self._conn
 
     def _locked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
