@@ -1,7 +1,9 @@
 """The capacity ladder: how fast can one `tokwatch bench` process send, and how clean do its figures stay?
 
 Every rung runs each client against a fresh reference server (`benchmarks/refserver.py`, its own process:
-kernel arrival stamps, TTFT 0, 1 ms between tokens, 32 tokens) in the same session, one after the other:
+kernel arrival stamps, TTFT 0, 1 ms between tokens, 32 tokens; its `loop` engine unless `--server-engine
+threads`: the threaded one saturates at ~500-700 req/s on 2 cores, below the clients it is to measure) in
+the same session, one after the other:
 
 - **floor**: a raw asyncio client written here (`raw` sub-command, its own process): one HTTP/1.1 keep-alive
   connection per in-flight request on asyncio's Protocol API, a fixed JSON body of the same size as the
@@ -17,7 +19,7 @@ kernel arrival stamps, TTFT 0, 1 ms between tokens, 32 tokens) in the same sessi
 Open loop (Poisson and constant arrivals at each rate) and closed loop (each concurrency); a client that
 achieved less than 90 % of a rate is not run at the higher rates of that arrival process (marked "not run"),
 and the server holds at most 4,096 connections open (more wait in its listen backlog), so an overloaded rung
-cannot pile up unbounded server threads. (512 was too few: a burst's new connections then waited in the
+cannot pile up unbounded server threads or sockets. (512 was too few: a burst's new connections waited in the
 backlog for a slot only a client's close frees, some until the drain limit, and the raw client's rate at
 800 req/s came out as ~110 req/s with a fifth of its requests never read; docs/performance.md.) Per rung:
 
@@ -60,14 +62,14 @@ from typing import Any
 
 import aiohttp
 
-from ttft_truth import start_refserver, stop
+from ttft_truth import SERVER_ENGINE_HELP, start_refserver, stop
 
 CLEAN_P99_MS = 5.0
 HELD_SHARE = 0.97
 # A client that achieved less than this share of a rate is not run at the higher rates of that arrival
 # process: past its capacity every rung only piles up connections (and the reference server's threads).
 GIVE_UP_SHARE = 0.9
-MAX_CONNECTIONS = 4096  # the reference server's cap on open connections (a thread each; see the docstring)
+MAX_CONNECTIONS = 4096  # the reference server's cap on open connections (see the docstring)
 DRAIN_S = 30.0  # the raw clients' wait for their requests in flight after the last send
 _WORDS = ("the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on")
 _PROMPT = " ".join(itertools.islice(itertools.cycle(_WORDS), 128))
@@ -610,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--gap", type=float, default=0.001)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--server-engine", choices=("loop", "threads"), default="loop", help=SERVER_ENGINE_HELP)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write every result here too")
     args = ap.parse_args(argv)
@@ -630,7 +633,10 @@ def main(argv: list[str] | None = None) -> int:
     estimate = len(rungs) * clients * (args.duration + 4)
     print(f"# capacity ladder: {len(rungs)} rungs x {clients} clients, about {estimate / 60:.0f} min")
     print(f"machine: {machine()}")
-    print(f"server: benchmarks/refserver.py --ttft {args.ttft:g} --gap {args.gap:g} --tokens {args.tokens}")
+    print(
+        f"server: benchmarks/refserver.py --engine {args.server_engine} --ttft {args.ttft:g} "
+        f"--gap {args.gap:g} --tokens {args.tokens}"
+    )
     print("builds: " + ", ".join(f"{n}={p or 'as installed'} {' '.join(x)}".strip() for n, p, x in builds))
     print(f"load average before: {load_average()}", flush=True)
     results: list[Result] = []

@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_capacity import load_average, start_refserver, stop
+from bench_capacity import SERVER_ENGINE_HELP, load_average, start_refserver, stop
 from tokwatch.cli import main as tokwatch_main
 
 # A sample's stage: the first pattern below found in its stack (inner stages are listed before their callers).
@@ -172,6 +172,7 @@ def main() -> int:
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--gap", type=float, default=0.001)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--server-engine", choices=("loop", "threads"), default="loop", help=SERVER_ENGINE_HELP)
     args = ap.parse_args()
     load = f"closed loop c={args.concurrency}" if args.concurrency else f"{args.arrivals} {args.rate:g}/s"
     print(f"# profile: tokwatch bench, {load}, {args.duration:g} s, {args.profiler}; load {load_average()}")

@@ -46,7 +46,7 @@ from typing import Any
 
 from tokwatch.bench.arrival_check import ArrivalCheck, check_arrivals
 from tokwatch.stats import percentile
-from ttft_truth import get, join, load_average, start_refserver, stop
+from ttft_truth import SERVER_ENGINE_HELP, get, join, load_average, start_refserver, stop
 
 CLIENTS = ("one", "workers2", "segments2")
 CLEAN_ERR_MS = 5.0
@@ -243,6 +243,7 @@ def main() -> int:
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--gap", type=float, default=0.001)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--server-engine", choices=("loop", "threads"), default="loop", help=SERVER_ENGINE_HELP)
     ap.add_argument("--input-tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, help="also write every rung's figures here")
     args = ap.parse_args()

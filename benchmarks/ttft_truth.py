@@ -39,6 +39,10 @@ from typing import Any
 from tokwatch.stats import percentile
 
 REFSERVER = Path(__file__).resolve().parent / "refserver.py"
+SERVER_ENGINE_HELP = (
+    "the reference server's engine: loop (every connection on one thread; holds 1,600 req/s on 2 cores) or "
+    "threads (a thread per connection, as in the figures before issue 22's third session)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +75,7 @@ def load_average() -> str:
 def start_refserver(args: argparse.Namespace, *extra: str) -> tuple[subprocess.Popen[str], int]:
     """The reference server in its own process (`extra`: more of its arguments); returns it and its port."""
     cmd = [sys.executable, str(REFSERVER), "--port", "0", "--ttft", str(args.ttft), "--gap", str(args.gap)]
-    cmd += ["--tokens", str(args.tokens), *extra]
+    cmd += ["--tokens", str(args.tokens), "--engine", args.server_engine, *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # the server prints its port once it listens
@@ -211,6 +215,7 @@ def main() -> int:
     ap.add_argument("--ttft", type=float, default=0.1)
     ap.add_argument("--gap", type=float, default=0.02)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--server-engine", choices=("loop", "threads"), default="loop", help=SERVER_ENGINE_HELP)
     ap.add_argument("--input-tokens", type=int, default=128)
     ap.add_argument("--bench-timeout", type=float, default=600.0, help="seconds per bench run")
     ap.add_argument("--keep", type=Path, help="write each point's joined rows (seconds) here as JSONL")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tokwatch import rxwatch
+from tokwatch import precise_timer, rxwatch
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
@@ -125,6 +125,8 @@ async def test_the_client_block_says_what_ran_beside_the_requests(tmp_path, stre
         assert outcome.client["stall_heartbeat_s"] == 0.002 and outcome.client["gc_freeze_every_s"] == 1.0
     assert opened.client["receive_stamps"] == "event_loop" and opened.client["receive_watcher_nice"] is None
     assert opened.client["watcher_heartbeat_s"] is None
+    assert opened.client["send_timer"] == ("timerfd" if precise_timer.available() else "event_loop")
+    assert closed.client["send_timer"] is None  # a closed loop waits for no planned instant
     if closed.client["receive_stamps"] == "watcher_thread":  # Linux
         assert closed.client["receive_watcher_nice"] in (-10, 0)  # raised where the OS allows it
         assert closed.client["watcher_heartbeat_s"] == 0.002
@@ -185,6 +187,7 @@ async def test_worker_processes_share_one_timeline(tmp_path, stream_server):
     # worker k is phase-shifted by k/rate: the merged schedule is exactly every 20 ms
     assert [round(b - a, 6) for a, b in itertools.pairwise(intended)] == [0.02] * 9
     assert outcome.client["cpu_s"] > 0
+    assert outcome.client["send_timer"] == ("timerfd" if precise_timer.available() else "event_loop")
 
 
 async def test_endpoint_from_config_file(tmp_path, stream_server, monkeypatch):

@@ -31,6 +31,7 @@ from tokwatch.bench.workload import Conversation, Message, RequestSpec, Syntheti
 from tokwatch.event_wait import wait_event
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, collector_out_of_the_way
+from tokwatch.precise_timer import PreciseTimer
 from tokwatch.redact import Redactor
 from tokwatch.result import Status
 from tokwatch.tokens import count_messages, token_counter
@@ -111,6 +112,9 @@ class BenchRunner:
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
         self._sleeper: asyncio.Future[None] | None = None  # the open loop waiting for its next send time
+        # The open loop's send instants, to the microsecond where the platform allows (tokwatch.precise_timer)
+        self._precise: PreciseTimer | None = None
+        self.send_timer: str | None = None  # what paced the open loop: "timerfd" or "event_loop"
         self.silence = Silence(time.perf_counter())
         self._abandon: str | None = None  # set when the run gives up on its requests in flight (ABANDONED)
         # The client's own lateness per request (docs/methodology.md, "Disturbance"), as in the exporter: the
@@ -231,19 +235,25 @@ class BenchRunner:
         self._stopping.set()
         if self._sleeper is not None and not self._sleeper.done():
             self._sleeper.set_result(None)
+        if self._precise is not None:
+            self._precise.wake()
 
     async def _until(self, deadline: float) -> None:
         """Wait for the planned instant `deadline` (perf_counter), but wake at once when the run is stopped.
 
         One future and one timer per request (not two tasks and a wait): the open loop pays this per request.
-        The remaining time is recomputed from the clock each pass (as `sleep_until`). Behind schedule it still
-        yields once: a backlog of sends dispatched without a break would hold off every read, and its stamp,
-        until it is cleared."""
+        The timer is the run's timerfd where there is one (the loops' own timers have a millisecond grain;
+        uvloop's spin below half a millisecond); the remaining time is recomputed from the clock each pass.
+        Behind schedule it still yields once: a backlog of sends dispatched without a break would hold off
+        every read, and its stamp, until it is cleared."""
         loop = asyncio.get_running_loop()
         if deadline <= time.perf_counter():
             await asyncio.sleep(0)
             return
         while (remaining := deadline - time.perf_counter()) > 0 and not self._stopping.is_set():
+            if self._precise is not None:
+                await self._precise.until(deadline)
+                continue
             self._sleeper = waiter = loop.create_future()
             timer = loop.call_later(remaining, _wake, waiter)
             try:
@@ -406,6 +416,8 @@ class BenchRunner:
             async with slots:
                 return await self._send(record, spec.messages)
 
+        self._precise = PreciseTimer.open()
+        self.send_timer = "event_loop" if self._precise is None else "timerfd"
         try:
             schedule = arrival_offsets(opts.arrivals, opts.rate, opts.seed, opts.burstiness)
             for i, offset in self._segment.take(schedule):
@@ -430,6 +442,9 @@ class BenchRunner:
             if tasks:
                 await asyncio.gather(*tasks)
         finally:
+            if self._precise is not None:
+                self._precise.close()
+                self._precise = None
             for t in tasks:
                 t.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tokwatch import rxwatch
+from tokwatch import precise_timer, rxwatch
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
@@ -230,11 +230,21 @@ def _client_setup(runner: BenchRunner, http: HttpClient) -> dict[str, Any]:
     watcher = http.watcher
     return {
         "stall_heartbeat_s": runner.stalls.period_s,
+        "send_timer": _send_timer(runner),
         "receive_watcher_nice": watcher.nice if watcher is not None else None,
         # the watcher's stamps are bounded by a heartbeat thread of their own (methodology "Disturbance")
         "watcher_heartbeat_s": runner.stamps.watcher.period_s if runner.stamps.watcher is not None else None,
         "gc_freeze_every_s": FREEZE_EVERY_S,
     }
+
+
+def _send_timer(runner: BenchRunner) -> str | None:
+    """What paced the open loop's sends (methodology "Arrivals"); with --workers the workers' platform's."""
+    if runner.send_timer is not None:
+        return runner.send_timer
+    if runner.options.rate is None:
+        return None
+    return "timerfd" if precise_timer.available() else "event_loop"
 
 
 async def _run_in_workers(
