@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import sys
 import time
@@ -39,7 +38,9 @@ def _libc() -> ctypes.CDLL | None:
     if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the process's own symbols (libc among them): find_library would run ldconfig, milliseconds at the
+        # start of a schedule
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.timerfd_settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     except (OSError, AttributeError):
