@@ -50,6 +50,7 @@ STAGES = (
     ("stream parsing (SSE, JSON, think tags)", "tokwatch.streams"),
     ("collecting events", "StreamCollector."),
     ("stall heartbeat", "StallMonitor"),
+    ("open-loop dispatch", "PreciseTimer."),
     ("receive watcher thread", "ReceiveWatcher._run"),
     ("receive: connection protocol (stamps, HTTP framing)", "_Connection."),
     ("receive: handing pieces to the reader", "StreamResponse."),
