@@ -56,20 +56,32 @@ EXACT = {
 _METRIC = re.compile(r"\btokwatch_[a-z_]+")
 
 
-def _matches(expr: str, a: float, b: float) -> bool:
+TIME_TOLERANCE_S = 0.05  # a timed figure's jitter between two runs on a busy test box
+
+
+def _matches(expr: str, a: float, b: float, prompt_tokens: float | None = None) -> bool:
     """Same figure in both set-ups: exactly for counts and statuses; a timed figure within 30 % (or 50 ms);
     a histogram quantile of one run within 4x, since that run's bucket decides it and jitter can move it to
-    the next bucket; a prefill speed within 4x too."""
+    the next bucket; a prefill speed within 4x, or the prefill times it implies within 50 ms."""
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
     metric = _METRIC.search(expr)
     if metric is not None and metric.group(0) in EXACT:
         return a == b
-    # seed000's prefill tok/s is ~30 prompt tokens over a TTFT of a few ms: the jitter the TTFT tolerance
-    # (50 ms) absorbs moves it several times over, as a bucket boundary moves a one-run quantile.
     if "histogram_quantile" in expr or "prefill" in expr:
-        return a == b or (a > 0 and b > 0 and max(a, b) / min(a, b) <= 4)
-    return math.isclose(a, b, rel_tol=0.3, abs_tol=0.05)
+        if a == b or (a > 0 and b > 0 and max(a, b) / min(a, b) <= 4):
+            return True
+        # seed000's prefill tok/s is ~30 prompt tokens over a TTFT of a few ms: the jitter the TTFT
+        # tolerance absorbs moves it several times over (CI saw 862 against 4,877 tok/s: 35 ms against
+        # 6 ms), so it is held to the same tolerance as the time it is made of.
+        return (
+            "prefill" in expr
+            and prompt_tokens is not None
+            and a > 0
+            and b > 0
+            and prompt_tokens * abs(1 / a - 1 / b) <= TIME_TOLERANCE_S
+        )
+    return math.isclose(a, b, rel_tol=0.3, abs_tol=TIME_TOLERANCE_S)
 
 
 def _exporter_config(stack: Any, dsn: str, offset_s: int, outbox: Path) -> dict[str, object]:
@@ -215,7 +227,7 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
                 for expr, want in (
                     ("sum(tokwatch_probe_runs_total)", 6),
                     ("sum(tokwatch_probes_in_flight)", 0),
-                    ("count(tokwatch_window_uptime_ratio{window=\"24h\"})", 6),
+                    ('count(tokwatch_window_uptime_ratio{window="24h"})', 6),
                     ("count(tokwatch_fleet_rank)", 6),
                 ):
                     if await _scalar(session, prom, expr) != want:
@@ -255,6 +267,12 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
         }
         assert len(disturbed) < len(ENDPOINTS), "every run disturbed: the machine is too busy"
 
+        # the prompt each endpoint's run sent, as its server counted it (one workload: the same in both)
+        prompt = _series(
+            await _query(session, proms["single"], "max by (endpoint) (tokwatch_probe_prompt_tokens)", at)
+        )
+        prompt_tokens = {dict(k)["endpoint"]: v for k, v in prompt.items()}
+        assert set(prompt_tokens) == set(ENDPOINTS), prompt_tokens
         compared, differences = 0, []
         for name in QUERIES.MAY_BE_EMPTY:
             dashboard = json.loads((generate.JSON_DIR / name).read_text(encoding="utf-8"))
@@ -279,10 +297,19 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
                         )
                         continue
                     for key, value in sharded.items():
-                        if not _matches(expr, value, single[key]):
+                        if not _matches(
+                            expr, value, single[key], prompt_tokens.get(dict(key).get("endpoint", ""))
+                        ):
                             differences.append(
                                 f"{where}\n  {dict(key)}: shards {value} != single {single[key]}"
                             )
         assert not differences, "\n".join(differences)
         print(f"{compared} per-endpoint queries compared; disturbed endpoints left out: {sorted(disturbed)}")
         assert compared >= 25, compared  # the overview's per-endpoint panels that have data here
+
+
+def test_a_prefill_speed_is_held_to_the_tolerance_of_the_time_it_is_made_of() -> None:
+    expr = 'max by (endpoint) (tokwatch_window_prefill_percentile_tokens_per_second{window="24h"})'
+    assert _matches(expr, 4877.0, 862.4, 30.0)  # 6 ms against 35 ms of prefill for 30 tokens (seen in CI)
+    assert not _matches(expr, 4877.0, 862.4, None)  # beyond 4x, and no prompt size to weigh it by
+    assert not _matches(expr, 4877.0, 100.0, 30.0)  # 6 ms against 300 ms: a real difference
