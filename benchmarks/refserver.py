@@ -110,35 +110,19 @@ class Answer:
             b"Transfer-Encoding: chunked\r\nx-request-id: " + rid.encode() + b"\r\n\r\n"
         )
 
+        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            obj = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
+            return b"data: " + json.dumps({**obj, "choices": choices, **extra}).encode() + b"\n\n"
+
         def chunk(delta: dict[str, str], finish: str | None) -> bytes:
-            obj = {
-                "id": rid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            return _http_chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            return _http_chunk(event([{"index": 0, "delta": delta, "finish_reason": finish}]))
 
         first = {"content": "tok ", "role": "assistant"}
         self._first = chunk(first, "length" if n == 1 else None)
         self._middle = chunk({"content": "tok "}, None)
         self._last = chunk({"content": "tok "}, "length")
-        usage = {
-            "id": rid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": n,
-                "total_tokens": prompt_tokens + n,
-            },
-        }
-        self.tail = (
-            _http_chunk(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n"
-        )
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        self.tail = _http_chunk(event([], usage=usage) + b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
     def token(self, k: int) -> bytes:
         """Token k's HTTP chunk (k from 0)."""
@@ -219,7 +203,7 @@ class RefServer:
         self._truth: list[Truth] = []
         self._conns: dict[int, socket.socket] = {}
         self._ids = itertools.count(1)
-        self._thread = threading.Thread(target=self.serve_forever, name="refserver-accept", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, name="refserver", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -431,7 +415,6 @@ class LoopRefServer(RefServer):
         self._heap: list[tuple[float, int, _Conn, Truth, Answer, int]] = []
         self._seq = itertools.count()
         self._open: dict[int, _Conn] = {}
-        self._thread = threading.Thread(target=self.serve_forever, name="refserver-loop", daemon=True)
 
     def serve_forever(self) -> None:
         """Serve every connection on this thread until stop()."""
@@ -470,9 +453,7 @@ class LoopRefServer(RefServer):
                 return  # the rest wait in the backlog
             try:
                 sock, _ = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
+            except OSError:  # no more waiting (BlockingIOError), or the listener closed
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

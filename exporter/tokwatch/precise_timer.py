@@ -82,9 +82,10 @@ class PreciseTimer:
     async def until(self, deadline: float) -> None:
         """Return once perf_counter reaches `deadline` (absolute seconds), or earlier on `wake()`."""
         whole = int(deadline)
-        self._spec.it_value.tv_sec = whole
-        # an all-zero value would disarm the timer instead of firing it
-        self._spec.it_value.tv_nsec = min(999_999_999, int((deadline - whole) * 1e9)) or (0 if whole else 1)
+        nsec = min(999_999_999, int((deadline - whole) * 1e9))  # the product can round up to 1e9
+        if whole == 0 and nsec == 0:
+            nsec = 1  # an all-zero value would disarm the timer instead of firing it
+        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = whole, nsec
         if self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
