@@ -1,6 +1,6 @@
 """Which client receive stamps survive a late event loop, and at what CPU cost: the loop's own, the receive
-watcher thread's (epoll + FIONREAD, `tokwatch.rxwatch`), or the kernel's (SO_TIMESTAMPNS read with a
-MSG_PEEK recvmsg from the same thread: a prototype here, asyncio's transports hide ancillary data).
+watcher thread's (epoll + FIONREAD, `tokwatch.rxwatch`), the kernel's (`SO_TIMESTAMPNS` on the loop's own
+reads, `tokwatch.kernel_stamps`), or the kernel's split by the watcher.
 
 A few streams at a time (a probe's parallelism) from the simulator in another process, through the probe's
 HttpClient and stream parser. Scenarios: `quiet`; `busy_loop` (the client's loop runs pure-Python work for
@@ -11,7 +11,7 @@ heartbeats included), and how often the error exceeded the bound `StampLateness`
 heartbeat's grain (one period and the floor, 3 ms): it should not.
 
     python benchmarks/receive_stamps.py [--streams 4] [--tokens 128] [--rounds 5]
-        [--scenarios quiet,busy_loop,hogs] [--modes loop,watcher,kernel]
+        [--scenarios quiet,busy_loop,hogs] [--modes loop,watcher,kernel,kernel+watcher]
 """
 
 from __future__ import annotations
@@ -21,81 +21,25 @@ import asyncio
 import contextlib
 import json
 import os
-import select
 import socket
-import struct
 import subprocess
 import sys
-import termios
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from simproc import simulator
-from tokwatch import rxwatch
+from tokwatch import kernel_stamps, rxwatch
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, new_loop
-from tokwatch.rxwatch import ReceiveWatcher
 from tokwatch.stats import percentile
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
 from tokwatch.timing import token_events
 
-MODES = ("loop", "watcher", "kernel")
+MODES = ("loop", "watcher", "kernel", "kernel+watcher")
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 HOG = "while True:\n    pass\n"
-
-
-class KernelStampWatcher(ReceiveWatcher):
-    """The receive watcher with the kernel's receive time instead of its own: on each wake-up it peeks at the
-    unread bytes (MSG_PEEK, nothing consumed) and takes the SO_TIMESTAMPNS of the last segment peeked, the
-    time the newest of those bytes reached the socket, converted from CLOCK_REALTIME to perf_counter."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._socks: dict[int, socket.socket] = {}
-        self.kernel_records = 0
-
-    def watch(self, fd: int) -> None:
-        """Ask the kernel to timestamp the socket's segments, then watch it as the parent does."""
-        sock = socket.socket(fileno=os.dup(fd))
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self._socks[fd] = sock
-        super().watch(fd)
-
-    def forget(self, fd: int) -> None:
-        """Close the duplicate descriptor, then forget the socket as the parent does."""
-        sock = self._socks.pop(fd, None)
-        if sock is not None:
-            sock.close()
-        super().forget(fd)
-
-    def _run(self) -> None:
-        buf = bytearray(1 << 16)
-        while not self._stop.is_set():
-            try:
-                events = self._epoll.poll(0.25)
-            except OSError:
-                return
-            with self._lock:
-                for fd, _mask in events:
-                    consumed, sock = self._consumed.get(fd), self._socks.get(fd)
-                    if consumed is None or sock is None:
-                        continue
-                    try:
-                        n, anc, _, _ = sock.recvmsg_into([buf], 64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-                    except OSError:
-                        continue
-                    t = time.perf_counter()
-                    for level, kind, data in anc:
-                        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-                            sec, ns = struct.unpack("qq", data[:16])
-                            t = min(t, t - (time.time() - (sec + ns * 1e-9)))
-                            self.kernel_records += 1
-                    seen = self._seen[fd]
-                    if n > 0 and (not seen or consumed + n > seen[-1][0]):
-                        seen.append((consumed + n, t))
-                        self.records += 1
 
 
 @dataclass
@@ -144,12 +88,9 @@ async def busy(every_s: float, block_s: float) -> None:
 async def run_mode(mode: str, scenario: str, base: str, args: argparse.Namespace) -> Result:
     """Warm-up stream, then `rounds` waves of `streams` concurrent streams, compared token by token."""
     result = Result(mode, scenario)
-    http = HttpClient(limit=32)
-    heartbeat: ThreadHeartbeat | None = None
-    if mode != "loop":
-        http.watcher = KernelStampWatcher() if mode == "kernel" else ReceiveWatcher()
-        http.watcher.start()
-        heartbeat = ThreadHeartbeat()
+    watch = mode.endswith("watcher")
+    http = HttpClient(limit=32, watch_receives=watch, kernel_stamps=mode.startswith("kernel"))
+    heartbeat = ThreadHeartbeat() if watch else None
     monitor = StallMonitor()
     stamps = StampLateness(monitor, heartbeat)
     async with http:
@@ -251,8 +192,8 @@ def main() -> None:
     ap.add_argument("--scenarios", default="quiet,busy_loop,hogs")
     ap.add_argument("--modes", default=",".join(MODES))
     args = ap.parse_args()
-    if not (rxwatch.available() and hasattr(select, "epoll") and hasattr(termios, "FIONREAD")):
-        raise SystemExit("the receive watcher needs Linux (epoll, FIONREAD)")
+    if not (rxwatch.available() and kernel_stamps.available()):
+        raise SystemExit("the receive watcher and the kernel's stamps need Linux")
     results: list[Result] = []
     with simulator(sim_config(args.decode_tps)) as base:
         for scenario in args.scenarios.split(","):

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from tests.support.thread_server import ThreadServer, read_body, read_head
-from tokwatch import rxwatch
+from tokwatch import kernel_stamps, rxwatch
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
 
 SSE = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
@@ -329,12 +329,14 @@ class _PacedSender:
         conn.sendall(b"0\r\n\r\n")
 
 
-async def _pieces_while_busy(watch: bool) -> tuple[list[tuple[float, bytes]], list[float], float, int]:
+async def _pieces_while_busy(
+    watch: bool, kernel: bool = True
+) -> tuple[list[tuple[float, bytes]], list[float], float, int]:
     """Three parts arrive 60 ms apart while the client's loop is blocked; returns the pieces, the server's
     write times, when the loop was free again, and the reads the watcher stamped earlier than the loop."""
     sender = _PacedSender(parts=3, gap_s=0.06)
     with ThreadServer(sender) as server:
-        async with HttpClient(watch_receives=watch) as client:
+        async with HttpClient(watch_receives=watch, kernel_stamps=kernel) as client:
             async with client.stream("GET", f"{server.url}/", timeout=10) as resp:
                 time.sleep(0.4)  # noqa: ASYNC251 - on purpose: the loop is busy while every part arrives
                 unblocked = time.perf_counter()
@@ -374,9 +376,36 @@ def test_receive_watcher_on_uvloop_too() -> None:
 
 
 async def test_without_the_watcher_a_busy_loop_stamps_late() -> None:
-    """The reference behaviour the watcher fixes: every part gets the time the loop read it."""
-    pieces, _, unblocked, _ = await _pieces_while_busy(watch=False)
+    """The reference behaviour the watcher and the kernel's stamps fix: every part gets the time the loop
+    read it."""
+    pieces, _, unblocked, _ = await _pieces_while_busy(watch=False, kernel=False)
     assert pieces and all(t >= unblocked for t, _ in pieces)
+
+
+@pytest.mark.skipif(not kernel_stamps.available(), reason="kernel receive stamps need Linux")
+async def test_the_kernel_stamps_a_late_read_with_its_newest_segments_arrival() -> None:
+    """Without the watcher, the one late read of all three parts carries the kernel's time of the last one:
+    after its write, before the loop could read it (the earlier parts' arrivals are merged into it)."""
+    pieces, written, unblocked, _ = await _pieces_while_busy(watch=False)
+    assert b"".join(d for _, d in pieces) == b"part-0part-1part-2"
+    t = pieces[-1][0]
+    assert written[2] <= t < written[2] + 0.03 < unblocked
+
+
+@pytest.mark.skipif(not kernel_stamps.available(), reason="kernel receive stamps need Linux")
+async def test_kernel_stamps_never_precede_their_bytes_and_keep_each_reads_time() -> None:
+    """Parts read on time, one read each: every stamp lies between its part's write and the next part's."""
+    sender = _PacedSender(parts=4, gap_s=0.03)
+    with ThreadServer(sender) as server:
+        async with HttpClient() as client:
+            assert client.kernel_stamps
+            async with client.stream("GET", f"{server.url}/", timeout=10) as resp:
+                pieces = [(t, data) async for t, data in resp.chunks()]
+    assert [d for _, d in pieces] == [b"part-%d" % i for i in range(4)]
+    for i, (t, _) in enumerate(pieces):
+        assert sender.written_at[i] <= t
+        if i + 1 < len(pieces):
+            assert t < sender.written_at[i + 1]
 
 
 async def _raw_server(

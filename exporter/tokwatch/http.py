@@ -3,9 +3,11 @@ protocol layer, so a socket read costs one callback, one framing step and one st
 
 Streaming requests record `time.perf_counter()` when the request's last byte was handed to the socket (the
 latency clock starts there; bytes the socket could not take at once count when the transport's buffer
-drained) and for every read of the body as the event loop delivers it (or, with a receive watcher, as the
-kernel noticed it: `tokwatch.rxwatch`); the time from calling the client to that moment (pool wait,
-connection set-up, serialisation, a full socket) is reported as the send delay. Every new connection
+drained) and for every read of the body: the kernel's receive time of its newest segment over plain HTTP
+where the platform gives it (`tokwatch.kernel_stamps`), else when the event loop delivered it; with a
+receive watcher, split at the times the kernel signalled each arrival (`tokwatch.rxwatch`). The time from
+calling the client to the send stamp (pool wait, connection set-up, serialisation, a full socket) is
+reported as the send delay. Every new connection
 records how long its DNS lookup, TCP connect and TLS handshake took (`ConnectionSetup`), and every response
 when the read that brought its headers ran. Every request has a total deadline and a cap on the body size.
 Transport failures are raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them into
@@ -45,6 +47,7 @@ from tokwatch.http_wire import (
     parse_head,
     parse_url,
 )
+from tokwatch.kernel_stamps import available as kernel_stamps_available
 from tokwatch.rxwatch import ReceiveWatcher
 
 __all__ = ["ConnectionSetup", "HttpClient", "HttpStatusError", "StreamResponse", "TransportError"]
@@ -227,13 +230,16 @@ class _Connection(TimedProtocol):
             await self._drain
 
     def data_received(self, data: bytes) -> None:
-        """Stamp, then frame the bytes (piece by piece when the receive watcher split the read)."""
-        now = time.perf_counter()
+        """A read from the loop's transport: stamped now."""
+        self.data_received_at(data, time.perf_counter())
+
+    def data_received_at(self, data: bytes, stamp: float) -> None:
+        """Frame a read stamped `stamp` (piece by piece when the receive watcher split it)."""
         if self._fd is None or self.watcher is None:
-            self._feed(data, now)
+            self._feed(data, stamp)
             return
         pos = 0
-        for n, t in self.watcher.read_at(self._fd, len(data), now):
+        for n, t in self.watcher.read_at(self._fd, len(data), stamp):
             self._feed(data[pos : pos + n] if n != len(data) else data, t)
             pos += n
 
@@ -340,9 +346,15 @@ class _Pool:
     """Kept-alive connections per origin, at most `limit` open at once (0: no limit)."""
 
     def __init__(
-        self, limit: int, watcher: ReceiveWatcher | None, ssl_context: ssl.SSLContext | None
+        self,
+        limit: int,
+        watcher: ReceiveWatcher | None,
+        ssl_context: ssl.SSLContext | None,
+        *,
+        kernel_stamps: bool,
     ) -> None:
         self._limit = limit
+        self._kernel_stamps = kernel_stamps
         self._watcher = watcher
         self._ssl: ssl.SSLContext | None = ssl_context
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
@@ -402,6 +414,7 @@ class _Pool:
                 target.host,
                 target.port,
                 ssl_context=tls,
+                kernel_stamps=self._kernel_stamps,
             )
         except (OSError, ssl.CertificateError) as exc:
             raise _connect_error(exc) from exc
@@ -454,8 +467,9 @@ class StreamResponse:
     carries the `perf_counter()` taken in the connection's `data_received`, i.e. when the event loop that
     owns the socket ran that read, not when the reading coroutine resumed: parsing queued between the two
     does not shift it, and every read keeps its own stamp. A busy or stalled loop does delay
-    `data_received` itself, so bytes that arrived meanwhile are stamped late by up to the stall, unless a
-    receive watcher thread (`tokwatch.rxwatch`) stamped them at the kernel's notice. Runs that overlapped a
+    `data_received` itself, so bytes that arrived meanwhile are stamped late by up to the stall, unless the
+    read carries the kernel's receive time (plain HTTP on Linux: `tokwatch.kernel_stamps`) or a receive
+    watcher thread (`tokwatch.rxwatch`) stamped them at the kernel's notice. Runs that overlapped a
     stall are flagged (docs/methodology.md, "Measurement isolation" and "Disturbance").
 
     Since every piece keeps its own stamp, the reading coroutine need not wake for every read: it is woken
@@ -596,6 +610,7 @@ class HttpClient:
         limit: int = 100,
         user_agent: str = "tokwatch",
         watch_receives: bool = False,
+        kernel_stamps: bool = True,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._limit = limit
@@ -611,6 +626,8 @@ class HttpClient:
         if watch_receives and rxwatch.available():
             self.watcher = ReceiveWatcher()
             self.watcher.start()
+        # Plain-HTTP reads stamped with the kernel's receive time where the platform gives it.
+        self.kernel_stamps = kernel_stamps and kernel_stamps_available()
         self._pool: _Pool | None = None
         self._targets: dict[str, Target] = {}
         self.stale_resends = 0  # dead kept-alive connections replaced before a request was sent
@@ -714,7 +731,7 @@ class HttpClient:
         body = None if json_body is None else json.dumps(json_body).encode()
         data = self._request(method, target, headers, body)
         if self._pool is None:
-            self._pool = _Pool(self._limit, self.watcher, self._ssl_context)
+            self._pool = _Pool(self._limit, self.watcher, self._ssl_context, kernel_stamps=self.kernel_stamps)
         pool = self._pool
         head_request = method.upper() == "HEAD"
         called_at = time.perf_counter()

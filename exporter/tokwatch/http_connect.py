@@ -19,6 +19,8 @@ from typing import TypeVar
 
 import aiohappyeyeballs
 
+from tokwatch.kernel_stamps import KernelStampedTransport
+
 HAPPY_EYEBALLS_DELAY_S = 0.25  # RFC 8305's recommended connection attempt delay
 _MADE_WAIT_TURNS = 100
 
@@ -47,6 +49,10 @@ class TimedProtocol(asyncio.Protocol):
 
     made_at: float | None = None
 
+    def data_received_at(self, data: bytes, stamp: float) -> None:
+        """A read with the kernel's receive time (`KernelStampedTransport`); by default the plain callback."""
+        self.data_received(data)
+
 
 P = TypeVar("P", bound=TimedProtocol)
 
@@ -63,9 +69,15 @@ def _address_info(host: str, port: int) -> list[aiohappyeyeballs.AddrInfoType] |
 
 
 async def open_connection(
-    factory: Callable[[], P], host: str, port: int, *, ssl_context: ssl.SSLContext | None
+    factory: Callable[[], P],
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None,
+    kernel_stamps: bool = False,
 ) -> tuple[P, ConnectionSetup]:
-    """Connect to host:port (over TLS with `ssl_context`) and return the protocol and the phases.
+    """Connect to host:port (over TLS with `ssl_context`) and return the protocol and the phases; plain TCP
+    with `kernel_stamps` reads through `KernelStampedTransport` (the kernel's receive time on every read).
 
     Raises `socket.gaierror` for a failed lookup, `ssl.SSLError` for a failed handshake and `OSError` when
     no address could be connected; the caller's deadline bounds all of it.
@@ -97,9 +109,15 @@ async def open_connection(
     winner_at = created.get(sock.fileno(), first_try)
     first_at = min(created.values(), default=first_try)
     try:
-        transport, proto = await loop.create_connection(
-            factory, sock=sock, ssl=ssl_context, server_hostname=host if ssl_context is not None else None
-        )
+        if kernel_stamps and ssl_context is None:
+            proto = factory()
+            stamped = KernelStampedTransport(sock, proto)
+            stamped.start()
+            transport: asyncio.BaseTransport = stamped
+        else:
+            transport, proto = await loop.create_connection(
+                factory, sock=sock, ssl=ssl_context, server_hostname=host if ssl_context is not None else None
+            )
     except BaseException:
         sock.close()
         raise

@@ -95,8 +95,9 @@ class ReceiveWatcher:
             self._epoll.unregister(fd)
 
     def read_at(self, fd: int, nbytes: int, loop_stamp: float) -> list[tuple[int, float]]:
-        """Split a read of `nbytes` the loop just delivered (stamped `loop_stamp` by the loop) into
-        `(bytes, stamp)` pieces, one per arrival the thread saw; bytes it did not see keep `loop_stamp`."""
+        """Split a read of `nbytes` the loop just delivered (stamped `loop_stamp` by the loop, or the kernel's
+        receive time of its newest segment) into `(bytes, stamp)` pieces, one per arrival the thread saw,
+        each the earlier of the two; bytes it did not see keep `loop_stamp`."""
         with self._lock:
             start = self._consumed.get(fd)
             if start is None:

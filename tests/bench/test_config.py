@@ -109,3 +109,12 @@ def test_receive_watcher_auto_leaves_a_single_stream_on_its_loop():
     assert not options_from_args(_parse([*base, "--concurrency", "1"])).watch_receives
     assert options_from_args(_parse([*base, "--concurrency", "2"])).watch_receives
     assert options_from_args(_parse([*base, "--concurrency", "1", "--receive-watcher", "on"])).watch_receives
+
+
+def test_kernel_stamps_are_on_unless_turned_off(capsys):
+    base = ["--url", "http://127.0.0.1:1/v1", "--model", "m", "--number", "4"]
+    assert options_from_args(_parse(base)).kernel_stamps == "on"
+    assert options_from_args(_parse([*base, "--kernel-stamps", "off"])).kernel_stamps == "off"
+    with pytest.raises(SystemExit):
+        _parse([*base, "--kernel-stamps", "maybe"])
+    assert "--kernel-stamps: invalid choice: 'maybe'" in capsys.readouterr().err

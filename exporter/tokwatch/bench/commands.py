@@ -48,9 +48,9 @@ _VALUE_FLAGS = (
     "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
     "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
     "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
-    "max_consecutive_failures", "workers", "receive_watcher", "sweep", "search", "search_start",
-    "search_max_rate", "search_tolerance", "search_max_points", "search_max_time", "fluid_index",
-    "fluid_fraction",
+    "max_consecutive_failures", "workers", "receive_watcher", "kernel_stamps", "sweep", "search",
+    "search_start", "search_max_rate", "search_tolerance", "search_max_points", "search_max_time",
+    "fluid_index", "fluid_fraction",
     "min_turns", "dataset_offset", "tokenizer", "extra_body",
     "fluidity_mode", "max_error_rate", "unresponsive_timeout", "drain_timeout",
     "segment", "start_at", "start_delay", "run_id",
@@ -89,9 +89,7 @@ def add_commands(subparsers: Any) -> None:
     c.add_argument(
         "--gate",
         action="append",
-        help="figure:stat that decides the exit code (repeatable; default "
-        + ",".join(DEFAULT_GATE)
-        + ")",
+        help="figure:stat that decides the exit code (repeatable; default " + ",".join(DEFAULT_GATE) + ")",
     )
     c.add_argument("--resamples", type=int, default=400, help="bootstrap resamples (400)")
     c.add_argument("--format", choices=["table", "json"], default="table", help="compare and report output")
@@ -138,6 +136,11 @@ def add_commands(subparsers: Any) -> None:
         choices=("auto", "on", "off"),
         help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops of 2+ "
         "streams)",
+    )
+    ld.add_argument(
+        "--kernel-stamps",
+        choices=("on", "off"),
+        help="stamp plain-HTTP reads with the kernel's receive time where the platform gives it (on)",
     )
     sg = p.add_argument_group("one schedule over several machines (docs/bench.md, Past one machine)")
     sg.add_argument("--segment", help="run segment K/N of the schedule (auto/N: K from JOB_COMPLETION_INDEX)")
@@ -293,7 +296,8 @@ def run_compare(
     differ, notes = shape_lines(a, b)
     if differ and not force:
         raise CompareError(
-            "the runs ran under different loads, so their figures do not compare: " + "; ".join(differ)
+            "the runs ran under different loads, so their figures do not compare: "
+            + "; ".join(differ)
             + ". Rerun one of them under the other's load, or give --force to compare anyway"
         )
     rows = compare(a, b, threshold=threshold, gate=gated, resamples=resamples, seed=seed)

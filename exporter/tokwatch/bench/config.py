@@ -107,6 +107,8 @@ class BenchOptions(StrictModel):
     # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
     # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
     receive_watcher: Literal["auto", "on", "off"] = "auto"
+    # Reads stamped with the kernel's receive time (tokwatch.kernel_stamps) where the platform gives it.
+    kernel_stamps: Literal["on", "off"] = "on"
     # One schedule over several machines (tokwatch.bench.segments, tokwatch.bench.distributed): this
     # process's segment K/N (auto/N: K from JOB_COMPLETION_INDEX), the common measured start (unix seconds),
     # or, without one, how far ahead the first segment to reach the store fixes it; the run id every

@@ -78,7 +78,7 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
                 f"(limit p99 {LAG_P99_LIMIT_S * 1e3:.0f} ms; higher means the client could not keep pace)",
             )
         )
-    checks.extend(_client_timing(measured, outcome.client.get("receive_stamps") == "watcher_thread"))
+    checks.extend(_client_timing(measured, str(outcome.client.get("receive_stamps", "event_loop"))))
     queues = [r.queue_time_s for r in measured]
     if queues and max(queues) > 0:
         checks.append(
@@ -174,13 +174,23 @@ def _prompt_cache(outcome: BenchOutcome) -> list[Check]:
     return [Check("prompt cache", "PASS", counts)]
 
 
-def _client_timing(measured: Sequence[RequestRecord], watcher: bool = False) -> list[Check]:
+_STAMPED_BY = {
+    "event_loop": "the event loop",
+    "kernel": "the kernel (its receive time on each of the loop's reads; bounded here by the loop's stalls)",
+    "watcher_thread": "the receive watcher thread",
+    "kernel+watcher_thread": "the receive watcher thread and the kernel (the earlier of the two per piece)",
+}
+
+
+def _client_timing(measured: Sequence[RequestRecord], receive_stamps: str = "event_loop") -> list[Check]:
     """Measured facts about the client itself: how late a client stall could have made the stamps the
     requests' figures use, the loop's stalls themselves, and merged reads.
 
     A stall counts only where it could have moved a stamp that was used (docs/methodology.md,
     "Disturbance"): one between two tokens moves neither, and with the receive watcher (`watcher`) a loop
-    stall delays the reading, not the stamp, so only the watcher's own lateness counts."""
+    stall delays the reading, not the stamp, so only the watcher's own lateness counts. `receive_stamps` is
+    summary.json's `client.receive_stamps`."""
+    watcher = "watcher_thread" in receive_stamps
     watched = [r for r in measured if r.max_stall_s is not None]
     if not watched:
         return []
@@ -194,7 +204,7 @@ def _client_timing(measured: Sequence[RequestRecord], watcher: bool = False) -> 
     verdict: Literal["PASS", "WARN", "FAIL"] = (
         "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if late else "PASS"
     )
-    stamps = "the receive watcher thread" if watcher else "the event loop"
+    stamps = _STAMPED_BY.get(receive_stamps, receive_stamps)
     return [
         Check(
             "client timing",

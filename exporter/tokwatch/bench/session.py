@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tokwatch import precise_timer, rxwatch
+from tokwatch import kernel_stamps, precise_timer, rxwatch
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
@@ -87,7 +87,12 @@ async def run_bench(
 
     interrupted = False
     # limit=0: no connection-pool cap, so no request ever waits for a connection after its send time.
-    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=opts.watch_receives) as http:
+    async with HttpClient(
+        limit=0,
+        user_agent="tokwatch-bench",
+        watch_receives=opts.watch_receives,
+        kernel_stamps=opts.kernel_stamps == "on",
+    ) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
             watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
@@ -168,7 +173,7 @@ async def run_bench(
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
     if worker_cpu:
         parent = outcome.client["cpu_s"]
-        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, opts.watch_receives)
+        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, receive_stamps(opts, target))
         # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
         outcome.client["cpu_s_parent"], outcome.client["cpu_s_workers"] = parent, list(worker_cpu)
     outcome.client.update(setup)
@@ -208,19 +213,30 @@ def _outcome(
         max_error_rate=opts.max_error_rate,
         run_id=run_id,
     )
-    outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, opts.watch_receives)
+    outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, receive_stamps(opts, target))
     outcome.measure_start_s = state.measure_start
     return outcome
 
 
-def _cpu_figures(cpu: float, state: RunState, watched: bool) -> dict[str, Any]:
+def receive_stamps(opts: BenchOptions, target: Target) -> str:
+    """What stamped the run's reads (summary.json `client.receive_stamps`): `kernel` (the kernel's receive
+    time), `watcher_thread`, both (`kernel+watcher_thread`) or `event_loop` (always over TLS)."""
+    watcher = opts.watch_receives and rxwatch.available()
+    if not target.base_url.lower().startswith("http://"):
+        return "event_loop"
+    if opts.kernel_stamps == "on" and kernel_stamps.available():
+        return "kernel+watcher_thread" if watcher else "kernel"
+    return "watcher_thread" if watcher else "event_loop"
+
+
+def _cpu_figures(cpu: float, state: RunState, stamps: str) -> dict[str, Any]:
     """The client's own CPU seconds (all its processes), per request and per token, and how it stamped."""
     tokens = sum(r.generated_tokens for r in state.records)
     return {
         "cpu_s": cpu,
         "cpu_per_request_s": cpu / len(state.records) if state.records else None,
         "event_loop": loop_name(asyncio.get_running_loop()),
-        "receive_stamps": "watcher_thread" if watched and rxwatch.available() else "event_loop",
+        "receive_stamps": stamps,
         "cpu_per_token_s": cpu / tokens if tokens else None,
     }
 

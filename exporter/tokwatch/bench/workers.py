@@ -209,7 +209,12 @@ async def _worker_run(opts: BenchOptions, segment: Segment, k: int, shared: _Sha
     # Start-up objects out of the collector's view, as in the one-process session (session.py).
     gc.collect()
     gc.freeze()
-    async with HttpClient(limit=0, user_agent="tokwatch-bench", watch_receives=mine.watch_receives) as http:
+    async with HttpClient(
+        limit=0,
+        user_agent="tokwatch-bench",
+        watch_receives=mine.watch_receives,
+        kernel_stamps=mine.kernel_stamps == "on",
+    ) as http:
         runner = BenchRunner(
             mine,
             target,
