@@ -2,6 +2,7 @@ import argparse
 
 import pytest
 
+from tokwatch import kernel_stamps
 from tokwatch.bench.commands import add_commands, options_from_args
 from tokwatch.strict_yaml import ConfigError
 
@@ -56,11 +57,15 @@ def test_bad_bench_files_name_file_line_and_field(tmp_path, text, message):
         options_from_args(_parse(["--bench-file", str(f)]))
 
 
-def test_receive_watcher_defaults_to_closed_loops_only():
+def test_receive_watcher_defaults_to_closed_loops_the_kernel_does_not_stamp():
     base = ["--url", "http://127.0.0.1:1/v1", "--model", "m"]
     closed = options_from_args(_parse([*base, "--concurrency", "8", "--number", "8"]))
     opened = options_from_args(_parse([*base, "--rate", "100", "--duration", "5s"]))
-    assert closed.receive_watcher == "auto" and closed.watch_receives
+    assert closed.receive_watcher == "auto" and closed.kernel_stamped == kernel_stamps.available()
+    assert closed.watch_receives == (not kernel_stamps.available())  # the kernel's stamps make it redundant
+    closed_flags = [*base, "--concurrency", "8", "--number", "8"]
+    unstamped = options_from_args(_parse([*closed_flags, "--kernel-stamps", "off"]))
+    assert unstamped.watch_receives and not unstamped.kernel_stamped
     assert not opened.watch_receives
     opened_flags = [*base, "--rate", "100", "--duration", "5s"]
     forced = options_from_args(_parse([*opened_flags, "--receive-watcher", "on"]))
@@ -105,7 +110,7 @@ def test_bad_dataset_flags_are_usage_errors(flags, message):
 
 
 def test_receive_watcher_auto_leaves_a_single_stream_on_its_loop():
-    base = ["--url", "http://127.0.0.1:1/v1", "--model", "m", "--number", "4"]
+    base = ["--url", "http://127.0.0.1:1/v1", "--model", "m", "--number", "4", "--kernel-stamps", "off"]
     assert not options_from_args(_parse([*base, "--concurrency", "1"])).watch_receives
     assert options_from_args(_parse([*base, "--concurrency", "2"])).watch_receives
     assert options_from_args(_parse([*base, "--concurrency", "1", "--receive-watcher", "on"])).watch_receives

@@ -121,7 +121,9 @@ async def test_a_stop_wakes_the_open_loop_waiting_for_its_next_send(tmp_path, st
 async def test_the_client_block_says_what_ran_beside_the_requests(tmp_path, stream_server):
     closed, _ = await _bench(tmp_path / "closed", stream_server.url, concurrency=2, number=4)
     opened, _ = await _bench(tmp_path / "open", stream_server.url, rate=50, number=4)
-    for outcome in (closed, opened):
+    url = stream_server.url
+    watched, _ = await _bench(tmp_path / "watched", url, concurrency=2, number=4, receive_watcher="on")
+    for outcome in (closed, opened, watched):
         assert outcome.client["stall_heartbeat_s"] == 0.002 and outcome.client["gc_freeze_every_s"] == 1.0
     kernel = kernel_stamps.available()
     assert opened.client["receive_stamps"] == ("kernel" if kernel else "event_loop")
@@ -129,10 +131,12 @@ async def test_the_client_block_says_what_ran_beside_the_requests(tmp_path, stre
     assert opened.client["watcher_heartbeat_s"] is None
     assert opened.client["send_timer"] == ("timerfd" if precise_timer.available() else "event_loop")
     assert closed.client["send_timer"] is None  # a closed loop waits for no planned instant
+    # A closed loop runs the watcher thread only where the kernel does not stamp the reads.
+    assert closed.client["receive_stamps"] == ("kernel" if kernel else "watcher_thread")
     if rxwatch.available():  # Linux
-        assert closed.client["receive_stamps"] == ("kernel+watcher_thread" if kernel else "watcher_thread")
-        assert closed.client["receive_watcher_nice"] in (-10, 0)  # raised where the OS allows it
-        assert closed.client["watcher_heartbeat_s"] == 0.002
+        assert watched.client["receive_stamps"] == ("kernel+watcher_thread" if kernel else "watcher_thread")
+        assert watched.client["receive_watcher_nice"] in (-10, 0)  # raised where the OS allows it
+        assert watched.client["watcher_heartbeat_s"] == 0.002
 
 
 async def test_unreachable_url(tmp_path):
@@ -403,6 +407,21 @@ async def test_a_blocked_loop_fails_client_timing_where_the_loop_took_the_stamps
     assert "[FAIL] client timing:" in health and "taken by the event loop" in health
 
 
+@pytest.mark.skipif(not kernel_stamps.available(), reason="kernel receive stamps need Linux")
+async def test_a_blocked_loop_is_charged_at_the_kernels_stamps(tmp_path, stream_server):
+    # Closed loop, the default on Linux: reads carry the kernel's receive time and no watcher runs. The
+    # loop's stall bounds each stamp at the kernel's time, not at the late read: a token that arrived early
+    # in the block is charged for that part of it only (the newest segment of a merged read is exact, the
+    # older ones are late by less than the block), and a stamp outside the stall for nothing.
+    outcome, _, health = await _blocked_run(tmp_path, stream_server, concurrency=2)
+    assert outcome.client["receive_stamps"] == "kernel"
+    late = sum(1 for r in outcome.measured if (r.stamp_lateness_s or 0.0) >= 0.005)
+    verdict = "FAIL" if late / len(outcome.measured) > 0.05 else "WARN" if late else "PASS"
+    assert f"[{verdict}] client timing: {late}/8 requests have a stamp" in health
+    assert "taken by the kernel (its receive time on each of the loop's reads" in health
+    assert all((r.stamp_lateness_s or 0.0) <= (r.max_stall_s or 0.0) + 0.01 for r in outcome.measured)
+
+
 @pytest.mark.skipif(not rxwatch.available(), reason="the receive watcher needs Linux epoll")
 async def test_a_blocked_loop_does_not_fail_client_timing_under_the_receive_watcher(tmp_path, stream_server):
     # Closed loop: the receive watcher thread stamps the reads, and a loop stall delays the reading, not the
@@ -410,7 +429,9 @@ async def test_a_blocked_loop_does_not_fail_client_timing_under_the_receive_watc
     # so busy that the watcher's thread was itself starved through the block is charged for it, rightly: up
     # to three runs for one where it was not.
     for attempt in range(3):
-        outcome, stalled, health = await _blocked_run(tmp_path / str(attempt), stream_server, concurrency=2)
+        outcome, stalled, health = await _blocked_run(
+            tmp_path / str(attempt), stream_server, concurrency=2, receive_watcher="on"
+        )
         assert outcome.client["receive_stamps"].endswith("watcher_thread")
         late = sum(1 for r in outcome.measured if (r.stamp_lateness_s or 0.0) >= 0.005)
         verdict = "FAIL" if late / len(outcome.measured) > 0.05 else "WARN" if late else "PASS"

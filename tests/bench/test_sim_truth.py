@@ -81,7 +81,7 @@ async def test_latency_figures_match_sim_truth(tmp_path, sim):
         assert len(r.output_itl_s) == 17
     summary = outcome.summary()
     assert summary["metrics"]["tbt"]["count"] == 6 * 23
-    assert outcome.client["receive_stamps"].endswith("watcher_thread")  # closed loop: stamped off the loop
+    assert outcome.client["receive_stamps"] in ("kernel", "watcher_thread")  # closed loop: not the loop's
     assert median([r.fluidity_index for r in outcome.records]) > 0
 
 

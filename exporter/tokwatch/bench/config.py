@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from tokwatch import kernel_stamps
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.segments import Segment, SegmentError, parse_segment
@@ -104,11 +105,12 @@ class BenchOptions(StrictModel):
     # With duration: requests still in flight this long after it are abandoned (counted as failed).
     drain_timeout: float | None = Field(None, gt=0)
     workers: int = Field(1, ge=1, le=64)
-    # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
-    # completions and re-sends keep the loop busy while tokens arrive; open loops stamp on the loop.
-    receive_watcher: Literal["auto", "on", "off"] = "auto"
     # Reads stamped with the kernel's receive time (tokwatch.kernel_stamps) where the platform gives it.
     kernel_stamps: Literal["on", "off"] = "on"
+    # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
+    # completions and re-sends keep the loop busy while tokens arrive, unless the kernel stamps the reads
+    # (as accurate there at half the CPU: docs/performance.md "Run 6"); open loops stamp on the loop.
+    receive_watcher: Literal["auto", "on", "off"] = "auto"
     # One schedule over several machines (tokwatch.bench.segments, tokwatch.bench.distributed): this
     # process's segment K/N (auto/N: K from JOB_COMPLETION_INDEX), the common measured start (unix seconds),
     # or, without one, how far ahead the first segment to reach the store fixes it; the run id every
@@ -262,11 +264,17 @@ class BenchOptions(StrictModel):
         return self.number
 
     @property
+    def kernel_stamped(self) -> bool:
+        """Whether plain-HTTP reads carry the kernel's receive time (`kernel_stamps` on, Linux)."""
+        return self.kernel_stamps == "on" and kernel_stamps.available()
+
+    @property
     def watch_receives(self) -> bool:
         """Whether receive stamps come from the watcher thread (see `receive_watcher`): `auto` runs it for
-        closed loops of two or more streams; one stream alone leaves its loop nothing to hold off a read."""
+        closed loops of two or more streams whose reads the kernel does not stamp; one stream alone leaves
+        its loop nothing to hold off a read."""
         if self.receive_watcher == "auto":
-            return self.rate is None and self.closed_loop_workers > 1
+            return self.rate is None and self.closed_loop_workers > 1 and not self.kernel_stamped
         return self.receive_watcher == "on"
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tokwatch import kernel_stamps, precise_timer, rxwatch
+from tokwatch import precise_timer, rxwatch
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
@@ -91,7 +91,7 @@ async def run_bench(
         limit=0,
         user_agent="tokwatch-bench",
         watch_receives=opts.watch_receives,
-        kernel_stamps=opts.kernel_stamps == "on",
+        kernel_stamps=opts.kernel_stamped,
     ) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
@@ -224,7 +224,7 @@ def receive_stamps(opts: BenchOptions, target: Target) -> str:
     watcher = opts.watch_receives and rxwatch.available()
     if not target.base_url.lower().startswith("http://"):
         return "event_loop"
-    if opts.kernel_stamps == "on" and kernel_stamps.available():
+    if opts.kernel_stamped:
         return "kernel+watcher_thread" if watcher else "kernel"
     return "watcher_thread" if watcher else "event_loop"
 

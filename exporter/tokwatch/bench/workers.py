@@ -213,7 +213,7 @@ async def _worker_run(opts: BenchOptions, segment: Segment, k: int, shared: _Sha
         limit=0,
         user_agent="tokwatch-bench",
         watch_receives=mine.watch_receives,
-        kernel_stamps=mine.kernel_stamps == "on",
+        kernel_stamps=mine.kernel_stamped,
     ) as http:
         runner = BenchRunner(
             mine,
