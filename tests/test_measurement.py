@@ -88,6 +88,9 @@ def test_a_watched_stamp_is_late_by_the_smaller_of_the_loops_and_the_watchers_la
     loop.record(10.0, 0.05)  # the loop stalled 9.95-10.0 (last on time at 9.948); the watcher never did
     assert StampLateness(loop).lateness([9.99, 10.5]) == pytest.approx([0.042, 0.0])
     assert StampLateness(loop, ThreadHeartbeat()).lateness([9.99, 10.5]) == [0.0, 0.0]
+    # A response the watcher did not stamp (HTTPS) is held to the loop's bound alone.
+    unwatched = StampLateness(loop, ThreadHeartbeat()).lateness([9.99, 10.5], watched=False)
+    assert unwatched == pytest.approx([0.042, 0.0])
 
 
 @pytest.fixture

@@ -304,6 +304,14 @@ async def test_the_receive_watcher_leaves_tls_connections_to_the_loop(serve, pki
         assert client.watcher is not None
         assert client.watcher.records == 0 and client.watcher.improved_reads == 0
     assert body.count(b"data:") >= 3 and resp.connection is not None and resp.connection.tls
+    assert not resp.watched  # its stamps' bound is the loop's alone (StampLateness.lateness)
+    plain = await serve({"/v1/chat/completions": answer})
+    async with (
+        HttpClient(watch_receives=True) as client,
+        client.stream("POST", plain + "/v1/chat/completions", json_body=CHAT, timeout=10) as resp,
+    ):
+        await resp.read()
+        assert resp.watched
 
 
 async def test_an_idle_connection_past_the_keep_alive_is_not_reused(serve, monkeypatch) -> None:  # type: ignore[no-untyped-def]

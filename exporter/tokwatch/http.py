@@ -506,6 +506,8 @@ class StreamResponse:
         self.bytes_received = 0
         self.reused = reused
         self.connection: ConnectionSetup | None = conn.setup
+        # Whether the receive watcher stamped the reads (plain HTTP with a watcher; never over TLS).
+        self.watched = conn.watcher is not None
         self.response_at: float | None = exchange.response_at
         self.wakeups = 0  # times the reader was woken for more of the body (diagnostics and tests)
         self._loop = asyncio.get_running_loop()

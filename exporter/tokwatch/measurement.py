@@ -226,10 +226,11 @@ class StampLateness:
         with self.loop.watching(), self.watcher.watching() if self.watcher else contextlib.nullcontext():
             yield
 
-    def lateness(self, stamps: Sequence[float]) -> list[float]:
-        """Per stamp (perf_counter seconds), the most it can be late."""
+    def lateness(self, stamps: Sequence[float], *, watched: bool = True) -> list[float]:
+        """Per stamp (perf_counter seconds), the most it can be late; `watched=False` for a response the
+        watcher did not stamp (HTTPS), which the loop's bound alone holds."""
         own = self.loop.lateness(stamps)
-        if self.watcher is None:
+        if self.watcher is None or not watched:
             return own
         return [min(a, b) for a, b in zip(own, self.watcher.lateness(stamps), strict=True)]
 

@@ -115,6 +115,7 @@ async def execute(
             "POST", target.url, json_body=body, headers=target.headers(), timeout=target.timeout_s
         ) as resp:
             sent_at = resp.sent_at
+            watched = resp.watched
             record.sent_at_s = sent_at - run_t0
             record.http_status = resp.status
             if on_answer is not None:
@@ -152,7 +153,8 @@ async def execute(
         record.max_stall_s = stalls.loop.max_stall(sent_at, end)
         # What a stall could have done to the stamps the request's figures use: every token's and the last
         # byte's (a stall between them moves none; with the receive watcher, only its own lateness counts).
-        record.stamp_lateness_s = max(stalls.lateness([*(d.t for d in collector.deltas), end]))
+        stamps = [*(d.t for d in collector.deltas), end]
+        record.stamp_lateness_s = max(stalls.lateness(stamps, watched=watched))
     _fill_figures(record, collector, sent_at, end, deadlines)
     if runaway or (record.generated_tokens > max_tokens and record.tokens_source != "client_estimate"):
         record.status = Status.DEGRADED

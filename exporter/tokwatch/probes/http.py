@@ -282,6 +282,7 @@ class HttpProbe(Probe):
                 max_bytes=ctx.settings.max_response_bytes,
             ) as resp:
                 sent_at = resp.sent_at
+                watched = resp.watched
                 result.send_delay_s = resp.send_delay_s
                 _network_phases(result, resp, ctx.round_started)
                 result.http_status = resp.status
@@ -326,7 +327,7 @@ class HttpProbe(Probe):
             result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
         after = await _snapshot(ctx, counters)
         measurement = _measure(ctx, counters, before, after)
-        self._fill(ctx, plan, result, col, sent_at, end, measurement)
+        self._fill(ctx, plan, result, col, sent_at, end, measurement, watched=watched)
         return result
 
     def _fill(
@@ -338,8 +339,11 @@ class HttpProbe(Probe):
         sent_at: float,
         end: float,
         measurement: CounterMeasurement | None,
+        *,
+        watched: bool,
     ) -> None:
-        """Derived figures, tok/s candidates, source choice and the ok/degraded verdict."""
+        """Derived figures, tok/s candidates, source choice and the ok/degraded verdict; `watched`: the
+        receive watcher stamped the reads (their error bounds)."""
         total, total_source = self.server_total(col)
         events, result.tokens_source = token_events(col.deltas, sent_at, total, total_source)
         n = total if total is not None else total_tokens(events)
@@ -350,7 +354,7 @@ class HttpProbe(Probe):
         result.prompt_tokens, result.cached_tokens = self.server_prompt(col)
         result.finish_reason = col.finish_reason
         result.e2e_s = end - sent_at
-        bounds = _bounds(ctx, events, sent_at, end, result.e2e_s, n)
+        bounds = _bounds(ctx, events, sent_at, end, result.e2e_s, n, watched)
         candidates = self.server_candidates(col, result)
         if measurement is not None and measurement.tokens_per_second is not None:
             candidates[TimingSource.VLLM_METRICS] = measurement.tokens_per_second
@@ -418,12 +422,19 @@ class HttpProbe(Probe):
 
 
 def _bounds(
-    ctx: ProbeContext, events: Sequence[TokenEvent], sent_at: float, end: float, e2e_s: float, n: int
+    ctx: ProbeContext,
+    events: Sequence[TokenEvent],
+    sent_at: float,
+    end: float,
+    e2e_s: float,
+    n: int,
+    watched: bool,
 ) -> FigureBounds | None:
-    """Error bounds of the run's client figures from the lateness of the stamps they use (None: unwatched)."""
+    """Error bounds of the run's client figures from the lateness of the stamps they use (None: unwatched);
+    `watched`: the receive watcher stamped them too (plain HTTP), so its own lateness may bound them."""
     if ctx.stamps is None:
         return None
-    late = ctx.stamps.lateness([*(sent_at + e.t for e in events), end])
+    late = ctx.stamps.lateness([*(sent_at + e.t for e in events), end], watched=watched)
     return figure_bounds(events, e2e_s, n, late[:-1], late[-1])
 
 
