@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tokwatch import precise_timer, rxwatch
+from tokwatch import precise_timer
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
@@ -24,6 +24,7 @@ from tokwatch.bench.prompt_salt import run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
+from tokwatch.bench.stamping import bench_http_client, receive_stamps
 from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.http import HttpClient
@@ -86,13 +87,7 @@ async def run_bench(
             progress.update(task_id, advance=1, status=f"errors {errors}")
 
     interrupted = False
-    # limit=0: no connection-pool cap, so no request ever waits for a connection after its send time.
-    async with HttpClient(
-        limit=0,
-        user_agent="tokwatch-bench",
-        watch_receives=opts.watch_receives,
-        kernel_stamps=opts.kernel_stamped,
-    ) as http:
+    async with bench_http_client(opts) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
             watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
@@ -173,7 +168,7 @@ async def run_bench(
     outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
     if worker_cpu:
         parent = outcome.client["cpu_s"]
-        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, receive_stamps(opts, target))
+        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, receive_stamps(opts, target.base_url))
         # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
         outcome.client["cpu_s_parent"], outcome.client["cpu_s_workers"] = parent, list(worker_cpu)
     outcome.client.update(setup)
@@ -213,20 +208,10 @@ def _outcome(
         max_error_rate=opts.max_error_rate,
         run_id=run_id,
     )
-    outcome.client = _cpu_figures(time.process_time() - state.cpu_start, state, receive_stamps(opts, target))
+    cpu = time.process_time() - state.cpu_start
+    outcome.client = _cpu_figures(cpu, state, receive_stamps(opts, target.base_url))
     outcome.measure_start_s = state.measure_start
     return outcome
-
-
-def receive_stamps(opts: BenchOptions, target: Target) -> str:
-    """What stamped the run's reads (summary.json `client.receive_stamps`): `kernel` (the kernel's receive
-    time), `watcher_thread`, both (`kernel+watcher_thread`) or `event_loop` (always over TLS)."""
-    watcher = opts.watch_receives and rxwatch.available()
-    if not target.base_url.lower().startswith("http://"):
-        return "event_loop"
-    if opts.kernel_stamped:
-        return "kernel+watcher_thread" if watcher else "kernel"
-    return "watcher_thread" if watcher else "event_loop"
 
 
 def _cpu_figures(cpu: float, state: RunState, stamps: str) -> dict[str, Any]:

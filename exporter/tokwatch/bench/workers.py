@@ -35,8 +35,8 @@ from tokwatch.bench.plan import build_workload, local_options, resolve_target
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.segments import Segment, parse_segment
+from tokwatch.bench.stamping import bench_http_client
 from tokwatch.bench.wallclock import check_start
-from tokwatch.http import HttpClient
 from tokwatch.measurement import new_loop
 from tokwatch.result import Status
 
@@ -209,12 +209,7 @@ async def _worker_run(opts: BenchOptions, segment: Segment, k: int, shared: _Sha
     # Start-up objects out of the collector's view, as in the one-process session (session.py).
     gc.collect()
     gc.freeze()
-    async with HttpClient(
-        limit=0,
-        user_agent="tokwatch-bench",
-        watch_receives=mine.watch_receives,
-        kernel_stamps=mine.kernel_stamped,
-    ) as http:
+    async with bench_http_client(mine) as http:
         runner = BenchRunner(
             mine,
             target,
