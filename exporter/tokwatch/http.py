@@ -2,18 +2,17 @@
 protocol layer, so a socket read costs one callback, one framing step and one stamp.
 
 Streaming requests record `time.perf_counter()` when the request's last byte was handed to the socket (the
-latency clock starts there; bytes the socket could not take at once count when the transport's buffer
-drained) and for every read of the body: the kernel's receive time of its newest segment over plain HTTP
-where the platform gives it (`tokwatch.kernel_stamps`), else when the event loop delivered it; with a
-receive watcher, split at the times the kernel signalled each arrival (`tokwatch.rxwatch`). The time from
-calling the client to the send stamp (pool wait, connection set-up, serialisation, a full socket) is
-reported as the send delay. Every new connection
-records how long its DNS lookup, TCP connect and TLS handshake took (`ConnectionSetup`), and every response
-when the read that brought its headers ran. Every request has a total deadline and a cap on the body size.
-Transport failures are raised as `TransportError` with a bounded `kind`; `tokwatch.status` turns them into
-run statuses. Bodies are asked for uncoded (`Accept-Encoding: identity`: a compressing server or proxy holds
-tokens back to fill its blocks); gzip and deflate are undone when a server codes anyway. Redirects are not
-followed: a 3xx is the answer.
+latency clock starts there; bytes the socket could not take at once count when the transport's buffer drained)
+and for every read of the body: the kernel's receive time of its newest segment over plain HTTP where the
+platform gives it (`tokwatch.kernel_stamps`), else when the event loop delivered it; with a receive watcher,
+split at the times the kernel signalled each arrival (`tokwatch.rxwatch`). The time from calling the client to
+the send stamp (pool wait, connection set-up, serialisation, a full socket) is reported as the send delay.
+Every new connection records how long its DNS lookup, TCP connect and TLS handshake took (`ConnectionSetup`),
+and every response when the read that brought its headers ran. Every request has a total deadline and a cap on
+the body size. Transport failures are raised as `TransportError` with a bounded `kind`; `tokwatch.status`
+turns them into run statuses. Bodies are asked for uncoded (`Accept-Encoding: identity`: a compressing server
+or proxy holds tokens back to fill its blocks); gzip and deflate are undone when a server codes anyway.
+Redirects are not followed: a 3xx is the answer.
 """
 
 from __future__ import annotations
