@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,6 @@ from tokwatch.streams.openai import OpenAIStreamParser
 from tokwatch.timing import token_events
 
 MODES = ("loop", "watcher", "kernel", "kernel+watcher")
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 HOG = "while True:\n    pass\n"
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.support.thread_server import ThreadServer, read_head
+from tests.support.waiting import wait_until
 from tokwatch import kernel_stamps
 from tokwatch.http import HttpClient
 from tokwatch.kernel_stamps import KernelStampedTransport
@@ -68,20 +69,13 @@ async def pair() -> AsyncIterator[Pair]:
         await asyncio.wait_for(asyncio.shield(proto.lost), 5)
 
 
-async def _until(cond: Callable[[], object], within_s: float = 5.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.005)
-
-
 async def test_a_read_carries_the_kernels_time_of_arrival_not_the_loops(pair: Pair) -> None:
     transport, proto, peer = pair
     sent = time.perf_counter()
     peer.sendall(b"one")
     time.sleep(0.1)  # noqa: ASYNC251 - on purpose: the loop reads only after this
     read_from = time.perf_counter()
-    await _until(lambda: proto.reads)
+    await wait_until(lambda: proto.reads, 5, "the read", interval=0.005)
     (stamp, data), *_ = proto.reads
     assert data == b"one" and transport.kernel_reads == 1 and proto.calls == ["made"]
     assert sent <= stamp < sent + 0.05 < read_from  # the arrival, 0.1 s before the loop read it
@@ -101,7 +95,7 @@ async def test_writes_the_socket_cannot_take_pause_the_protocol_until_they_drain
             got.extend(peer.recv(1 << 20))
 
     await asyncio.to_thread(drain)
-    await _until(lambda: proto.calls[-1] == "resume_writing")
+    await wait_until(lambda: proto.calls[-1] == "resume_writing", 5, "resume_writing", interval=0.005)
     assert bytes(got) == payload and transport.get_write_buffer_size() == 0
 
 
@@ -146,7 +140,7 @@ async def test_paused_reading_leaves_the_bytes_to_the_kernel_until_resumed(pair:
     await asyncio.sleep(0.05)
     assert proto.reads == []
     transport.resume_reading()
-    await _until(lambda: proto.reads)
+    await wait_until(lambda: proto.reads, 5, "the read", interval=0.005)
     assert proto.reads[0][1] == b"held"
 
 

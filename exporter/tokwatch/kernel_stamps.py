@@ -61,8 +61,8 @@ class KernelStampedTransport(asyncio.Transport):
         self._fd = sock.fileno()
         self._protocol = protocol
         self._buffer = bytearray()  # written, not yet taken by the socket
-        self._high = 64 * 1024
-        self._low = 16 * 1024
+        self._high = self._low = 0
+        self.set_write_buffer_limits()
         self._writing_paused = False  # the protocol was told to pause writing
         self._reading = False
         self._closing = False

@@ -3,7 +3,6 @@ stopped, plus the paths of the shipped files under prometheus/."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import os
 import shutil
@@ -12,13 +11,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import aiohttp
 import pytest
 import yaml
+
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "prometheus"
@@ -144,22 +145,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         yield procs
     finally:
         procs.stop_all()
-
-
-async def wait_until(
-    check: Callable[[], object], limit_s: float, what: str, interval: float = 0.25
-) -> object:
-    """Await `check()` (sync or async) until it returns a truthy value; fail naming `what` on timeout."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit_s:g}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def http_ok(session: aiohttp.ClientSession, url: str) -> bool:
