@@ -30,3 +30,4 @@ bench:
 	$(PYTHON) benchmarks/measurement_error.py
 	$(PYTHON) benchmarks/bench_fidelity.py
 	$(PYTHON) benchmarks/store.py
+	$(PYTHON) benchmarks/request_path.py

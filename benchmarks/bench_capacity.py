@@ -9,6 +9,9 @@ the same session, one after the other:
   connection per in-flight request on asyncio's Protocol API, a fixed JSON body of the same size as the
   bench's, the first-token stamp taken in `data_received`; it parses no JSON and keeps no figure. What
   the machine and Python can do, so a client's cost is read as a ratio to it;
+- **floor+json** (`--floor-json`): the raw client that also decodes every SSE event's JSON (`json.loads` of
+  each `data:` payload, nothing kept): what the least a client that reads the tokens' text (not just counts
+  bytes) pays in CPython, the floor for any client that parses, as tokwatch must;
 - **aiohttp**: the same requests with a plain aiohttp session (the HTTP client tokwatch is built on), the body
   taken in one piece at its end: what aiohttp itself costs per request, with no stamping, parsing or figures
   (it keeps no first-token stamp, so it has CPU and achieved-rate figures only);
@@ -88,6 +91,8 @@ BODY = json.dumps(
 
 # --- the floor: a raw asyncio client ----------------------------------------------------------------------
 
+_scan_once = json.JSONDecoder().scan_once  # json.loads' C scanner without its Python layers (floor+json)
+
 
 @dataclass(slots=True)
 class RawRecord:
@@ -105,7 +110,7 @@ class RawRecord:
 class _RawConn(asyncio.Protocol):
     """One keep-alive connection: write a request, stamp its reads, find the end of the chunked body."""
 
-    def __init__(self, on_lost: Any) -> None:
+    def __init__(self, on_lost: Any, parse: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
         self._record: RawRecord | None = None
         self._done: asyncio.Future[None] | None = None
@@ -113,6 +118,8 @@ class _RawConn(asyncio.Protocol):
         self._in_body = False
         self._tail = b""
         self._on_lost = on_lost
+        self._parse = parse
+        self._events = b""  # floor+json: the body's tail not yet cut into `data:` events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
@@ -127,6 +134,7 @@ class _RawConn(asyncio.Protocol):
         """Write one request; `done` resolves when its body ended."""
         self._record, self._done = record, done
         self._head, self._in_body, self._tail = b"", False, b""
+        self._events = b""
         assert self.transport is not None
         record.sent = time.perf_counter()
         self.transport.write(request)
@@ -156,6 +164,8 @@ class _RawConn(asyncio.Protocol):
         if tokens and rec.first is None:
             rec.first = now
         rec.tokens += tokens
+        if self._parse:
+            self._decode_events(data)
         self._tail = (self._tail + data)[-5:]
         if self._tail == b"0\r\n\r\n":  # the chunked body's terminator
             rec.ok = rec.status == 200
@@ -163,12 +173,32 @@ class _RawConn(asyncio.Protocol):
             assert self._done is not None
             self._done.set_result(None)
 
+    def _decode_events(self, data: bytes) -> None:
+        """floor+json: decode every complete `data:` payload with json's C scanner, as `tokwatch.streams`
+        does (the HTTP chunk lines between events are skipped by the search for the next `data: `)."""
+        buf = self._events + data if self._events else data
+        start = 0
+        while True:
+            begin = buf.find(b"data: ", start)
+            if begin < 0:
+                self._events = buf[-5:]  # a "data: " the read's end cut in two
+                return
+            end = buf.find(b"\n\n", begin)
+            if end < 0:
+                self._events = buf[begin:]
+                return
+            payload = buf[begin + 6 : end]
+            if payload != b"[DONE]":
+                _scan_once(payload.decode(), 0)
+            start = end + 2
+
 
 class RawClient:
     """A pool of keep-alive connections; `one()` sends a request on an idle one or a new one."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, parse: bool = False) -> None:
         self.port = port
+        self.parse = parse
         self.request = (
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
@@ -187,7 +217,7 @@ class RawClient:
             conn = self.idle.pop()
         else:
             transport, conn = await loop.create_connection(
-                lambda: _RawConn(self._lost), "127.0.0.1", self.port
+                lambda: _RawConn(self._lost, self.parse), "127.0.0.1", self.port
             )
             conn.transport = transport  # uvloop may call connection_made only after this returned
         record = RawRecord(sent=time.perf_counter())
@@ -231,7 +261,9 @@ class AiohttpClient:
 
 
 async def _raw_run(args: argparse.Namespace) -> dict[str, Any]:
-    client: RawClient | AiohttpClient = AiohttpClient(args.port) if args.aiohttp else RawClient(args.port)
+    client: RawClient | AiohttpClient = (
+        AiohttpClient(args.port) if args.aiohttp else RawClient(args.port, parse=args.parse)
+    )
     planned: list[float] = []  # the open loop's planned send times
     cpu0, t0 = time.process_time(), time.perf_counter()
     end = t0 + args.duration
@@ -391,19 +423,21 @@ def _load_flags(rung: Rung, duration: float) -> list[str]:
 
 
 def measure_floor(
-    rung: Rung, args: argparse.Namespace, port: int, tmp: Path, *, plain_aiohttp: bool
+    rung: Rung, args: argparse.Namespace, port: int, tmp: Path, *, name: str = "floor"
 ) -> Result:
-    """The raw client (or, `plain_aiohttp`, the plain aiohttp one) at one rung."""
+    """The raw client (`floor`; `floor+json` decoding every event; `aiohttp` the plain aiohttp one) at one
+    rung."""
     out = tmp / "raw.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "raw", "--port", str(port), "--out", str(out)]
     cmd += [
         "--seed",
         str(args.seed),
         *_load_flags(rung, args.duration),
-        *(["--aiohttp"] if plain_aiohttp else []),
+        *(["--aiohttp"] if name == "aiohttp" else []),
+        *(["--parse"] if name == "floor+json" else []),
     ]
     done, proc_cpu = run_child(cmd, dict(os.environ), args.duration * 6 + 60)
-    result = Result("aiohttp" if plain_aiohttp else "floor", rung)
+    result = Result(name, rung)
     if done.returncode != 0:
         result.note = f"raw client failed: {done.stderr.strip()[-300:]}"
         return result
@@ -594,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     raw.add_argument("--duration", type=float, default=10.0)
     raw.add_argument("--seed", type=int, default=0)
     raw.add_argument("--aiohttp", action="store_true", help="the plain aiohttp client instead")
+    raw.add_argument("--parse", action="store_true", help="decode every event's JSON (floor+json)")
     ap.add_argument("--quick", action="store_true", help="rates 400,800,1200 Poisson and c=16, 3 s each")
     ap.add_argument("--rates", default="200,400,600,800,1000,1200,1600", help="open-loop rates, req/s")
     ap.add_argument("--arrivals", default="poisson,constant")
@@ -609,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-floor", action="store_true", help="skip the raw client")
     ap.add_argument("--no-aiohttp", action="store_true", help="skip the plain aiohttp client")
+    ap.add_argument("--floor-json", action="store_true", help="also the raw client that decodes every event")
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--gap", type=float, default=0.001)
     ap.add_argument("--tokens", type=int, default=32)
@@ -629,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         path, _, extra = rest.partition("::")
         builds.append((name, str(Path(path).resolve()) if path else "", shlex.split(extra)))
     rungs = ladder(args)
-    clients = (0 if args.no_floor else 1) + (0 if args.no_aiohttp else 1) + len(builds)
+    clients = (0 if args.no_floor else 1) + int(args.floor_json) + (0 if args.no_aiohttp else 1) + len(builds)
     estimate = len(rungs) * clients * (args.duration + 4)
     print(f"# capacity ladder: {len(rungs)} rungs x {clients} clients, about {estimate / 60:.0f} min")
     print(f"machine: {machine()}")
@@ -645,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         gave_up: dict[tuple[str, str], float] = {}  # (client, arrivals) -> the rate it fell short at
         for rung in rungs:
             runs: list[tuple[str, str | None, list[str]]] = [] if args.no_floor else [("floor", None, [])]
+            runs += [("floor+json", None, [])] if args.floor_json else []
             runs += [] if args.no_aiohttp else [("aiohttp", None, [])]
             runs += builds
             for name, path, extra in runs:
@@ -657,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc, port = start_refserver(args, "--max-connections", str(MAX_CONNECTIONS))
                 try:
                     if path is None:
-                        r = measure_floor(rung, args, port, tmp, plain_aiohttp=name == "aiohttp")
+                        r = measure_floor(rung, args, port, tmp, name=name)
                     else:
                         r = measure_tokwatch(name, path, extra, rung, args, port, tmp)
                 finally:

@@ -54,6 +54,10 @@ STAGES = (
     ("receive watcher thread", "ReceiveWatcher._run"),
     ("receive: connection protocol (stamps, HTTP framing)", "_Connection."),
     ("receive: handing pieces to the reader", "StreamResponse."),
+    # What is left of a kernel-stamped read once its framing is counted above: the `recvmsg` system call, its
+    # buffer and the kernel's time (uvloop's C transport does the same read for the floor).
+    ("receive: the socket read (recvmsg, kernel stamp)", "KernelStampedTransport._on_readable"),
+    ("send: the socket write", "KernelStampedTransport.write"),
     ("send: opening connections", "_Pool."),
     ("send: tokwatch.http", "HttpClient."),
     ("request bookkeeping (execute, runner)", "execute ("),
@@ -108,8 +112,12 @@ def py_spy(port: int, args: argparse.Namespace, out: Path, raw: Path) -> None:
         raise SystemExit(f"py-spy failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
-def report_samples(raw: Path, top: int) -> None:
-    """Shares per stage and the functions with the most own samples."""
+OUTSIDE_RUN = ("start-up (imports)", "end of run: figures and files")
+
+
+def report_samples(raw: Path, top: int, cpu_per_request_us: float) -> None:
+    """Shares per stage, the run's CPU per request split by stage, and the functions with the most own
+    samples."""
     stages: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = idle = 0
@@ -137,6 +145,16 @@ def report_samples(raw: Path, top: int) -> None:
     )
     for name, n in stages.most_common():
         print(f"| {name} | {100 * n / total:.1f} % |")
+    # summary.json's CPU per request covers the run alone: share it out by the samples taken during the run.
+    in_run = total - sum(stages[name] for name in OUTSIDE_RUN)
+    if in_run:
+        print(
+            f"\nDuring the run ({in_run} samples): its {cpu_per_request_us:.0f} µs of CPU per request by "
+            "stage\n\n| stage | µs per request |\n|---|---:|"
+        )
+        for name, n in stages.most_common():
+            if name not in OUTSIDE_RUN:
+                print(f"| {name} | {cpu_per_request_us * n / in_run:.0f} |")
     print(f"\nTop {top} functions by own samples:\n")
     for name, n in own.most_common(top):
         print(f"{100 * n / total:5.1f} %  {name}")
@@ -197,7 +215,7 @@ def main() -> int:
                 + ", ".join(f"{k} {v}" for k, v in client.items() if isinstance(v, str))
             )
             if args.profiler == "py-spy":
-                report_samples(raw, args.top)
+                report_samples(raw, args.top, per_request * 1e3)
     finally:
         stop(proc)
     print(f"load average after: {load_average()} ({os.cpu_count()} CPUs)")

@@ -23,7 +23,9 @@ class StreamProtocolError(Exception):
         self.error_class: ProtocolErrorClass = error_class
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (as the others are): one is made per chunk, and a frozen dataclass's __init__ costs three times
+# as much (0.7 against 0.2 µs for six fields: `object.__setattr__` per field). Nothing changes them.
+@dataclass(slots=True)
 class TextDelta:
     """Generated text from one chunk. `t` is the absolute perf_counter receive time.
 
@@ -40,7 +42,7 @@ class TextDelta:
     chunk: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one a chunk with continuous usage stats (see TextDelta)
 class Usage:
     """A `usage` object (final chunk with include_usage, or every chunk with continuous usage stats)."""
 
