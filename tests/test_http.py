@@ -452,6 +452,36 @@ async def test_a_stream_wakes_its_reader_in_batches_and_keeps_every_read_stamp(c
     assert resp.wakeups < len(pieces)
 
 
+async def test_batches_hand_over_what_arrived_since_the_last_one_in_order(client: HttpClient) -> None:
+    """The same forty parts a batch at a time: one batch per wake-up (never an empty one), every piece with
+    the stamp `chunks` gives it, and the response's byte figures as after `chunks`."""
+    written: list[float] = []
+
+    async def handle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for i in range(40):
+            await asyncio.sleep(0.002)
+            written.append(time.perf_counter())
+            writer.write(_http_chunk(b"part-%02d" % i))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    server = await _raw_server(handle)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            batches = [batch async for batch in resp.batches()]
+    pieces = [piece for batch in batches for piece in batch]
+    assert all(batches) and len(batches) < len(pieces)  # several reads a batch
+    assert b"".join(d for _, d in pieces) == b"".join(b"part-%02d" % i for i in range(40))
+    stamps = [t for t, _ in pieces]
+    assert stamps == sorted(stamps) and len(set(stamps)) >= 20
+    for (t, data), w in zip(pieces, written, strict=False):
+        assert data.startswith(b"part-") and t >= w
+    assert resp.first_byte_at == stamps[0] and resp.last_byte_at == stamps[-1]
+    assert resp.bytes_received == sum(len(d) for _, d in pieces)
+
+
 async def test_a_piece_followed_by_silence_reaches_the_reader_before_the_deadline(client: HttpClient) -> None:
     """A server that sends an error event and then holds the connection: the reader sees the event (within
     FLUSH_S) instead of waiting for more reads or the deadline."""

@@ -101,7 +101,8 @@ async def execute(
 ) -> RequestRecord:
     """Send the request, stream the answer, fill `record`; never raises except on cancellation.
 
-    `on_answer(t)` is told of every byte the server sent (headers, then each read) after it was stamped."""
+    `on_answer(t)` is told when the server's bytes arrived (the headers, then the newest read of each batch
+    of the body) after they were stamped."""
     max_tokens = record.max_tokens or 1
     body = target.body(messages, max_tokens, record.fixed_output)
     collector = StreamCollector()
@@ -128,12 +129,15 @@ async def execute(
                 if failure is not None:
                     return _fail(record, failure, redactor, run_t0)
             limit = _runaway_limit(max_tokens)
-            async for t, data in resp.chunks():
+            async for batch in resp.batches():
                 if on_answer is not None:
-                    on_answer(t)
-                collector.add(parser.feed(data, t))
-                if collector.client_tokens > limit:
-                    runaway = True
+                    on_answer(batch[-1][0])
+                for t, data in batch:
+                    collector.add(parser.feed(data, t))
+                    runaway = collector.client_tokens > limit
+                    if runaway:
+                        break
+                if runaway:
                     break
             # The end is when the last bytes arrived, not when this code got to run again.
             end = resp.last_byte_at or time.perf_counter()

@@ -300,8 +300,9 @@ class HttpProbe(Probe):
                 is_json = "json" in content_type and "ndjson" not in content_type
                 if plan.stream and not is_json:
                     parser = self.parser()
-                    async for t, data in resp.chunks():
-                        col.add(parser.feed(data, t))
+                    async for batch in resp.batches():
+                        for t, data in batch:
+                            col.add(parser.feed(data, t))
                     end = resp.last_byte_at or time.perf_counter()
                     col.add(parser.close(end))
                 else:
