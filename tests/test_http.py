@@ -14,7 +14,7 @@ from aiohttp import web
 
 from tests.support.thread_server import ThreadServer, read_body, read_head
 from tokwatch import kernel_stamps, rxwatch
-from tokwatch.http import HttpClient, HttpStatusError, TransportError
+from tokwatch.http import HttpClient, HttpStatusError, StreamResponse, TransportError
 
 SSE = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
 SCHEDULING_SLACK_S = 0.005
@@ -426,8 +426,12 @@ def _http_chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-async def test_a_stream_wakes_its_reader_in_batches_and_keeps_every_read_stamp(client: HttpClient) -> None:
-    """Forty parts 2 ms apart: each comes out as its own piece with its own stamp, in fewer wake-ups."""
+Batches = list[list[tuple[float, bytes]]]
+
+
+async def _forty_parts(client: HttpClient, by_batch: bool) -> tuple[Batches, StreamResponse]:
+    """Forty parts 2 ms apart, read piece by piece (`chunks`, one piece a batch here) or `by_batch`; checks
+    that each part came out whole, in order, with its own stamp, never before it was written."""
     written: list[float] = []
 
     async def handle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -443,42 +447,32 @@ async def test_a_stream_wakes_its_reader_in_batches_and_keeps_every_read_stamp(c
     async with server:
         port = server.sockets[0].getsockname()[1]
         async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=10) as resp:
-            pieces = [(t, data) async for t, data in resp.chunks()]
+            if by_batch:
+                batches = [batch async for batch in resp.batches()]
+            else:
+                batches = [[piece] async for piece in resp.chunks()]
+    pieces = [piece for batch in batches for piece in batch]
     assert b"".join(d for _, d in pieces) == b"".join(b"part-%02d" % i for i in range(40))
     stamps = [t for t, _ in pieces]
     assert stamps == sorted(stamps) and len(set(stamps)) >= 20  # reads kept apart, not one stamp for all
     for (t, data), w in zip(pieces, written, strict=False):
         assert data.startswith(b"part-") and t >= w  # never before the part was written
-    assert resp.wakeups < len(pieces)
+    return batches, resp
+
+
+async def test_a_stream_wakes_its_reader_in_batches_and_keeps_every_read_stamp(client: HttpClient) -> None:
+    """Forty parts 2 ms apart: each comes out as its own piece with its own stamp, in fewer wake-ups."""
+    one_piece_each, resp = await _forty_parts(client, by_batch=False)
+    assert resp.wakeups < len(one_piece_each)
 
 
 async def test_batches_hand_over_what_arrived_since_the_last_one_in_order(client: HttpClient) -> None:
-    """The same forty parts a batch at a time: one batch per wake-up (never an empty one), every piece with
-    the stamp `chunks` gives it, and the response's byte figures as after `chunks`."""
-    written: list[float] = []
-
-    async def handle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for i in range(40):
-            await asyncio.sleep(0.002)
-            written.append(time.perf_counter())
-            writer.write(_http_chunk(b"part-%02d" % i))
-            await writer.drain()
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-
-    server = await _raw_server(handle)
-    async with server:
-        port = server.sockets[0].getsockname()[1]
-        async with client.stream("GET", f"http://127.0.0.1:{port}/", timeout=10) as resp:
-            batches = [batch async for batch in resp.batches()]
+    """The same forty parts a batch at a time: one batch per wake-up (never an empty one), and the
+    response's byte figures as after `chunks`."""
+    batches, resp = await _forty_parts(client, by_batch=True)
     pieces = [piece for batch in batches for piece in batch]
     assert all(batches) and len(batches) < len(pieces)  # several reads a batch
-    assert b"".join(d for _, d in pieces) == b"".join(b"part-%02d" % i for i in range(40))
-    stamps = [t for t, _ in pieces]
-    assert stamps == sorted(stamps) and len(set(stamps)) >= 20
-    for (t, data), w in zip(pieces, written, strict=False):
-        assert data.startswith(b"part-") and t >= w
-    assert resp.first_byte_at == stamps[0] and resp.last_byte_at == stamps[-1]
+    assert resp.first_byte_at == pieces[0][0] and resp.last_byte_at == pieces[-1][0]
     assert resp.bytes_received == sum(len(d) for _, d in pieces)
 
 
