@@ -39,11 +39,14 @@ from pathlib import Path
 from bench_capacity import SERVER_ENGINE_HELP, load_average, start_refserver, stop
 from tokwatch.cli import main as tokwatch_main
 
+START_UP = "start-up (imports)"
+END_OF_RUN = "end of run: figures and files"
+OUTSIDE_RUN = (START_UP, END_OF_RUN)  # stages outside summary.json's in-run CPU figure
 # A sample's stage: the first pattern below found in its stack (inner stages are listed before their callers).
 STAGES = (
-    ("start-up (imports)", "_find_and_load"),
-    ("end of run: figures and files", "write_run ("),
-    ("end of run: figures and files", "BenchOutcome."),
+    (START_UP, "_find_and_load"),
+    (END_OF_RUN, "write_run ("),
+    (END_OF_RUN, "BenchOutcome."),
     ("per-request figures", "_fill_figures"),
     ("stream parsing (SSE, JSON, think tags)", "StreamParser.feed"),
     ("stream parsing (SSE, JSON, think tags)", "StreamParser.close"),
@@ -110,9 +113,6 @@ def py_spy(port: int, args: argparse.Namespace, out: Path, raw: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration * 10 + 120, check=False)
     if done.returncode not in (0, 1) or not raw.is_file():
         raise SystemExit(f"py-spy failed ({done.returncode}): {done.stderr[-2000:]}")
-
-
-OUTSIDE_RUN = ("start-up (imports)", "end of run: figures and files")
 
 
 def report_samples(raw: Path, top: int, cpu_per_request_us: float) -> None:
