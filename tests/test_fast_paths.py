@@ -1,9 +1,9 @@
 """Every shortcut on the per-chunk and per-request path gives exactly what the general path gives.
 
-Each fast path (SSE framing of a whole one-line event, json.loads' scanner called directly, a plain content
-chunk's delta, one delta per chunk in the token counts, one token per chunk in the gaps, the output gaps of a
-stream without think tokens) is compared with the general code on the real captures in tests/data and on
-generated edge cases.
+Each fast path (SSE framing of a whole one-line event, json.loads' scanner called directly, a read of the
+stream's learnt chunk shape taken without parsing, a plain content chunk's delta, one delta per chunk in the
+token counts, one token per chunk in the gaps, the output gaps of a stream without think tokens) is compared
+with the general code on the real captures in tests/data and on generated edge cases.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import itertools
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from tokwatch.streams.events import StreamEvent, StreamProtocolError, TextDelta
 from tokwatch.streams.framing import SseDecoder
 from tokwatch.streams.openai import OpenAIStreamParser
 from tokwatch.streams.payload import loads_json
+from tokwatch.streams.shape import ShapeMemory
 from tokwatch.streams.think import ThinkTagSplitter, general_text_deltas, text_deltas
 
 SAMPLES = Path(__file__).resolve().parent / "data"
@@ -36,9 +38,17 @@ def _events_of(data: bytes) -> list[bytes]:
     return [part + b"\n\n" for part in data.split(b"\n\n") if part]
 
 
+class _NoShapes(ShapeMemory):
+    """Learns nothing: every chunk is parsed."""
+
+    def learn(self, payload: str, obj: dict[str, Any], content: str) -> None:
+        return None
+
+
 def _general_parser() -> OpenAIStreamParser:
     p = OpenAIStreamParser()
     p._sse.feed = p._sse.feed_lines  # type: ignore[method-assign]  # every read through the line machinery
+    p._shapes = _NoShapes()
     return p
 
 
@@ -101,6 +111,151 @@ def test_parser_events_are_the_same_by_either_framing_path(name: str) -> None:
     # and whole-capture reads, which take the line path anyway
     data = (SAMPLES / name).read_bytes()
     assert _parse(OpenAIStreamParser(), [data]) == _parse(_general_parser(), [data])
+
+
+# --- the stream's chunk shape ------------------------------------------------------------------------------
+
+# Texts that must not be taken from the bytes (quote, backslash, control byte, a second literal) next to
+# texts that may (non-ASCII, tags, the learning probe's own text, U+2028); INVALID stands for bytes that are
+# not UTF-8 once encoded.
+INVALID = "@@invalid@@"
+SHAPE_TEXTS = [
+    "tok ",
+    " the",
+    "",
+    '"',
+    "a\\b",
+    "a\nb",
+    "\x01",
+    "é",
+    "日本",
+    "<think>",
+    "</think>",
+    "<th",
+    "tokwatch shape probe",
+    'x", "content": "y',
+    "\u2028",
+    "}]}",
+    INVALID,
+]
+
+
+def _vllm_chunk(content: str, created: int, style: int, **delta_extra: object) -> bytes:
+    """One chunk as vLLM writes it; `style` picks the separators and the escaping (a server keeps its own)."""
+    delta = {**delta_extra, "content": content}
+    obj = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+    }
+    text = json.dumps(obj, ensure_ascii=style & 1 == 1, separators=(",", ":") if style & 2 else None)
+    return b"data: " + text.encode().replace(INVALID.encode(), b"\xff\xfe") + b"\n\n"
+
+
+MORE_THAN_TEXT = {
+    "reasoning": '{"choices":[{"index":0,"delta":{"reasoning_content":"why","content":"%s"}}]}',
+    "usage": '{"choices":[{"index":0,"delta":{"content":"%s"}}],"usage":{"completion_tokens":3}}',
+    "timings": '{"choices":[{"index":0,"delta":{"content":"%s"}}],"timings":{"predicted_n":3}}',
+    "finish": '{"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}',
+    # the delta's text escaped, a plain text elsewhere under the same key: only the parse tells them apart
+    "escaped text": '{"meta":{"content":"%s"},"choices":[{"index":0,"delta":{"content":"\\u0074ok"}}]}',
+}
+
+
+def _shape_stream(rng: random.Random) -> list[bytes]:
+    """A stream of mostly plain chunks with every kind of chunk a shape must not swallow, in bursts."""
+    created, style = 1700000000, rng.randrange(4)
+    events: list[bytes] = []
+
+    def text() -> str:
+        return rng.choice(SHAPE_TEXTS[:3] * 4 + SHAPE_TEXTS)
+
+    for _ in range(rng.randint(1, 25)):
+        kind, reasoning = rng.random(), rng.choice([None, "", "why"])
+        for _ in range(rng.randint(1, 4)):  # the same kind again: a shape learnt from it would be used
+            if kind < 0.5:
+                events.append(_vllm_chunk(text(), created, style))
+            elif kind < 0.55:
+                created += 1  # the bytes around the text change (llama.cpp's `created` each second)
+            elif kind < 0.6:
+                events.append(_vllm_chunk(text(), created, style, reasoning_content=reasoning))
+            elif kind < 0.63:
+                events.append(_vllm_chunk(text(), created, style, role="assistant"))
+            elif kind < 0.66:
+                events.append(b'data: {"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}\n\n')
+            elif kind < 0.8:  # what only a parse yields besides the text, or an escaped text
+                template = list(MORE_THAN_TEXT.values())[int(kind * 1000) % len(MORE_THAN_TEXT)]
+                events.append(b"data: " + (template % text()).encode() + b"\n\n")
+            elif kind < 0.84:
+                events.append(b": ping\n\n")
+            elif kind < 0.86:
+                events.append(b"data: [DONE]\n\n")
+            elif kind < 0.9:
+                events.append(b'data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}\r\n\r\n')
+            elif kind < 0.95:
+                events.append(b"data: x\n")  # an event still open: the next read continues it
+            else:
+                events.append(b'data: {"choices":')  # a line still open
+    return events
+
+
+def _outcome(parser: OpenAIStreamParser, reads: list[bytes]) -> tuple[list[StreamEvent], str]:
+    """The events of `reads` up to the first error, and that error's class and message."""
+    out: list[StreamEvent] = []
+    try:
+        for i, data in enumerate(reads):
+            out.extend(parser.feed(data, float(i)))
+        out.extend(parser.close(float(len(reads))))
+    except StreamProtocolError as exc:
+        return out, f"{exc.error_class}: {exc}"
+    return out, ""
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_chunk_shape_reads_give_what_parsing_gives(seed: int) -> None:
+    rng = random.Random(seed)
+    events = _shape_stream(rng)
+    if seed % 3 == 0:  # reads cut anywhere and merged, as a busy client gets them
+        stream = b"".join(events)
+        cuts = sorted(rng.sample(range(1, len(stream)), max(0, min(len(stream) - 1, rng.randint(0, 20)))))
+        reads = [stream[a:b] for a, b in itertools.pairwise([0, *cuts, len(stream)])]
+    else:
+        reads = events
+    shaped = OpenAIStreamParser()
+    assert _outcome(shaped, reads) == _outcome(_general_parser(), reads)
+
+
+def test_chunk_shape_is_used_on_captures_and_plain_streams() -> None:
+    for name in CAPTURES:
+        reads = _events_of((SAMPLES / name).read_bytes())
+        parser = OpenAIStreamParser()
+        assert _parse(parser, reads) == _parse(_general_parser(), reads)
+        plain = sum(b'"content":"' in r and b'"finish_reason":null' in r and b"\\" not in r for r in reads)
+        assert parser._shapes.hits == plain - 1, name  # every unescaped text chunk after the first, unparsed
+    texts = ["Hello", " wor", "ld", " é", "", "日本"]
+    reads = [_vllm_chunk(t, 1, style) for style in range(4) for t in texts]
+    parser = OpenAIStreamParser()
+    assert _parse(parser, reads) == _parse(_general_parser(), reads)
+    assert parser._shapes.hits > 0
+
+
+@pytest.mark.parametrize("kind", MORE_THAN_TEXT)
+def test_chunks_that_yield_more_than_their_text_are_always_parsed(kind: str) -> None:
+    reads = [b"data: " + (MORE_THAN_TEXT[kind] % text).encode() + b"\n\n" for text in ["tok", "a", "b", "c"]]
+    parser = OpenAIStreamParser()
+    assert _parse(parser, reads) == _parse(_general_parser(), reads)
+    assert parser._shapes.hits == 0
+
+
+def test_a_shape_changing_every_chunk_costs_at_most_two_extra_parses() -> None:
+    reads = [
+        b'data: {"created":%d,"choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n' % k for k in range(50)
+    ]
+    parser = OpenAIStreamParser()
+    assert _parse(parser, reads) == _parse(_general_parser(), reads)
+    assert (parser._shapes.hits, parser._shapes.learns) == (0, 2)
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------

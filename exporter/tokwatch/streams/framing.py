@@ -30,6 +30,10 @@ class SseDecoder:
                 return [(t, decode_utf8(e[6:])) for e in events]
         return self.feed_lines(data, t)
 
+    def idle(self) -> bool:
+        """Nothing pending: the next read starts a new line and a new event."""
+        return not self._buf and not self._data
+
     def feed_lines(self, data: bytes, t: float) -> list[tuple[float, str]]:
         """`feed` without its fast path: every read line by line (the reference the fast path must equal)."""
         out: list[tuple[float, str]] = []

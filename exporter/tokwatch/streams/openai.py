@@ -18,6 +18,7 @@ from tokwatch.streams.events import (
 )
 from tokwatch.streams.framing import SseDecoder
 from tokwatch.streams.payload import error_text, float_field, int_field, loads_json, str_field
+from tokwatch.streams.shape import ShapeMemory
 from tokwatch.streams.think import ThinkTagSplitter, flushed_deltas, text_deltas
 
 
@@ -61,10 +62,17 @@ class OpenAIStreamParser:
         self._chunk = 0
         self._model_seen = False
         self.done = False
+        self._shapes = ShapeMemory()  # the bytes around a plain chunk's text, to read the next ones unparsed
 
     def feed(self, data: bytes, t: float) -> list[StreamEvent]:
         """Parse one network read received at `t`."""
         out: list[StreamEvent] = []
+        if self._sse.idle():
+            content = self._shapes.content(data)
+            if content is not None:  # one chunk of the learnt shape: what `_event` gives for it, unparsed
+                self._chunk += 1
+                out.extend(text_deltas(t, "", content, self._think, None, self._chunk))
+                return out
         for et, payload in self._sse.feed(data, t):
             self._event(et, payload, out)
         return out
@@ -123,6 +131,8 @@ class OpenAIStreamParser:
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 finish = reason
+            elif content and not reasoning and usage is None and "timings" not in obj:
+                self._shapes.learn(payload, obj, content)
         if usage is not None:
             out.append(usage)
         if finish is not None:
