@@ -235,10 +235,17 @@ def test_chunk_shape_is_used_on_captures_and_plain_streams() -> None:
         plain = sum(b'"content":"' in r and b'"finish_reason":null' in r and b"\\" not in r for r in reads)
         assert parser._shapes.hits == plain - 1, name  # every unescaped text chunk after the first, unparsed
     texts = ["Hello", " wor", "ld", " é", "", "日本"]
-    reads = [_vllm_chunk(t, 1, style) for style in range(4) for t in texts]
-    parser = OpenAIStreamParser()
-    assert _parse(parser, reads) == _parse(_general_parser(), reads)
-    assert parser._shapes.hits > 0
+    for style in range(4):
+        events = [_vllm_chunk(t, 1, style) for t in texts]
+        parser = OpenAIStreamParser()
+        assert _parse(parser, events) == _parse(_general_parser(), events)
+        # every event after the first (learnt from) but those the server escaped (" é" in ASCII styles)
+        assert parser._shapes.hits == sum(b"\\" not in e for e in events[1:])
+        # several whole events in one read, as a busy client reads them
+        reads = [events[1] + events[0], events[2] + events[3] + events[0], events[5] + events[5]]
+        parser = OpenAIStreamParser()
+        assert _parse(parser, events[:1] + reads) == _parse(_general_parser(), events[:1] + reads)
+        assert parser._shapes.hits == sum(r.count(b"\n\n") for r in reads if b"\\" not in r) > 0
 
 
 @pytest.mark.parametrize("kind", MORE_THAN_TEXT)

@@ -68,10 +68,11 @@ class OpenAIStreamParser:
         """Parse one network read received at `t`."""
         out: list[StreamEvent] = []
         if self._sse.idle():
-            content = self._shapes.content(data)
-            if content is not None:  # one chunk of the learnt shape: what `_event` gives for it, unparsed
-                self._chunk += 1
-                out.extend(text_deltas(t, "", content, self._think, None, self._chunk))
+            contents = self._shapes.contents(data)
+            if contents is not None:  # chunks of the learnt shape: what `_event` gives for each, unparsed
+                for content in contents:
+                    self._chunk += 1
+                    out.extend(text_deltas(t, "", content, self._think, None, self._chunk))
                 return out
         for et, payload in self._sse.feed(data, t):
             self._event(et, payload, out)

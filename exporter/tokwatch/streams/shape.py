@@ -1,7 +1,7 @@
-"""A stream's repeated chunk shape: reads that differ from an already parsed chunk only in its content text.
+"""A stream's repeated chunk shape: events that differ from an already parsed chunk only in its content text.
 
 Servers write every token's chunk with the same bytes around the text (id, model, `finish_reason: null`...).
-Once a plain-content chunk has been parsed, a read that is `data: ` + the same bytes before the text + plain
+Once a plain-content chunk has been parsed, an event that is `data: ` + the same bytes before the text + plain
 text + the same bytes after it parses to the same object with only `choices[0].delta.content` changed, so its
 content can be taken without decoding the JSON again. "Plain" is what keeps that exact: no quote, backslash
 or control byte, so the text cannot end the string literal or be an escape, and strict UTF-8.
@@ -13,36 +13,44 @@ import json
 import re
 from typing import Any
 
-# Bytes that cannot end or escape a JSON string literal; UTF-8's multi-byte sequences use only bytes >= 0x80.
-_PLAIN_BYTES = re.compile(rb'[^"\\\x00-\x1f]*').fullmatch
+# A run of bytes that cannot end or escape a JSON string literal (UTF-8's multi-byte sequences use only
+# bytes >= 0x80); the shape's tail starts with the literal's closing quote, so the run must end right there.
+_PLAIN_RUN = re.compile(rb'[^"\\\x00-\x1f]*').match
 _PLAIN_TEXT = re.compile(r'[^"\\\x00-\x1f]+').fullmatch
 _KEY = '"content"'
 _PROBE = "tokwatch shape probe"
 
 
 class ChunkShape:
-    """The bytes of one SSE event around its content text; `content` reads a whole read of that shape."""
+    """The bytes of one SSE event around its content text; `contents` reads a read made of such events."""
 
-    __slots__ = ("_head", "_head_len", "_tail", "_tail_len")
+    __slots__ = ("_head", "_head_len", "_tail", "_tail_len", "head_text", "tail_text")
 
-    def __init__(self, head: bytes, tail: bytes) -> None:
-        self._head = head
-        self._tail = tail
-        self._head_len = len(head)
-        self._tail_len = len(tail)
+    def __init__(self, head_text: str, tail_text: str) -> None:
+        self.head_text = head_text  # the payload before the text, up to the literal's opening quote
+        self.tail_text = tail_text  # the payload from the literal's closing quote
+        self._head = b"data: " + head_text.encode()
+        self._tail = tail_text.encode() + b"\n\n"
+        self._head_len = len(self._head)
+        self._tail_len = len(self._tail)
 
-    def content(self, data: bytes) -> str | None:
-        """The content text when `data` is exactly one event of this shape; None for anything else."""
-        end = len(data) - self._tail_len
-        if end < self._head_len or not data.startswith(self._head) or not data.endswith(self._tail):
-            return None
-        middle = data[self._head_len : end]
-        if _PLAIN_BYTES(middle) is None:
-            return None  # a second event, an escape or a control byte: the parser's general path decides
-        try:
-            return middle.decode("utf-8")
-        except UnicodeDecodeError:
-            return None  # the general path raises the stream's bad_encoding error
+    def contents(self, data: bytes) -> list[str] | None:
+        """The content texts when `data` is whole events of this shape and nothing else; None otherwise."""
+        out: list[str] = []
+        pos, size = 0, len(data)
+        while pos < size:
+            if not data.startswith(self._head, pos):
+                return None
+            start = pos + self._head_len
+            end = _PLAIN_RUN(data, start).end()  # type: ignore[union-attr]  # `*` always matches
+            if not data.startswith(self._tail, end):
+                return None  # an escape, a control byte or other bytes: the parser's general path decides
+            try:
+                out.append(data[start:end].decode("utf-8"))
+            except UnicodeDecodeError:
+                return None  # the general path raises the stream's bad_encoding error
+            pos = end + self._tail_len
+        return out or None
 
 
 class ShapeMemory:
@@ -56,26 +64,29 @@ class ShapeMemory:
 
     def __init__(self) -> None:
         self.shape: ChunkShape | None = None
-        self.hits = 0  # reads taken by a shape
+        self.hits = 0  # events taken by a shape
         self.learns = 0  # second parses spent learning
 
-    def content(self, data: bytes) -> str | None:
-        """The content text of a read of the current shape; None when there is none or it does not fit."""
+    def contents(self, data: bytes) -> list[str] | None:
+        """The content texts of a read of the current shape; None when there is none or it does not fit."""
         if self.shape is None:
             return None
-        content = self.shape.content(data)
-        if content is not None:
-            self.hits += 1
-        return content
+        contents = self.shape.contents(data)
+        if contents is not None:
+            self.hits += len(contents)
+        return contents
 
     def learn(self, payload: str, obj: dict[str, Any], content: str) -> None:
         """Learn from a parsed chunk that yields only `content` (no usage, finish, timings or reasoning)."""
+        shape = self.shape
+        if shape is not None and payload.startswith(shape.head_text) and payload.endswith(shape.tail_text):
+            return  # the shape already read it (it came in a read with other bytes)
         if self.learns >= self.hits + 2 or not _PLAIN_TEXT(content) or "\n" in payload or "\r" in payload:
             return  # the text has escapes, or a multi-line event's payload is not its bytes on the wire
         self.learns += 1
-        shape = learn_shape(payload, obj, content)
-        if shape is not None:
-            self.shape = shape
+        learnt = learn_shape(payload, obj, content)
+        if learnt is not None:
+            self.shape = learnt
 
 
 def learn_shape(payload: str, obj: dict[str, Any], content: str) -> ChunkShape | None:
@@ -101,7 +112,7 @@ def learn_shape(payload: str, obj: dict[str, Any], content: str) -> ChunkShape |
     probe = _PROBE if content != _PROBE else _PROBE + "!"  # another text, or the check proves nothing
     if not _same_but_content(head + probe + tail, probe, obj, content):
         return None
-    return ChunkShape(b"data: " + head.encode(), tail.encode() + b"\n\n")
+    return ChunkShape(head, tail)
 
 
 def _same_but_content(probe_payload: str, probe: str, obj: dict[str, Any], content: str) -> bool:
