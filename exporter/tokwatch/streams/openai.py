@@ -132,7 +132,8 @@ class OpenAIStreamParser:
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 finish = reason
-            elif content and not reasoning and usage is None and "timings" not in obj:
+            elif content and not reasoning and usage is None and "timings" not in obj and "role" not in delta:
+                # a chunk that yields only its text (a role comes once: its chunk's shape does not repeat)
                 self._shapes.learn(payload, obj, content)
         if usage is not None:
             out.append(usage)

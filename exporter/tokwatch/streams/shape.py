@@ -9,9 +9,11 @@ or control byte, so the text cannot end the string literal or be an escape, and 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from tokwatch.streams.events import StreamProtocolError
+from tokwatch.streams.payload import loads_json
 
 # A run of bytes that cannot end or escape a JSON string literal (UTF-8's multi-byte sequences use only
 # bytes >= 0x80); the shape's tail starts with the literal's closing quote, so the run must end right there.
@@ -92,23 +94,21 @@ class ShapeMemory:
 def learn_shape(payload: str, obj: dict[str, Any], content: str) -> ChunkShape | None:
     """The shape of a parsed chunk whose choices[0].delta.content is `content`; None when its place is unsure.
 
-    The content's literal is looked for as `"content": "<content>"`; it must be there exactly once, and the
-    payload with another text in its place must parse to `obj` with only that text changed.
+    The content's literal is looked for as `"content": "<content>"` (the last one, if there are several), and
+    the payload with another text in its place must parse to `obj` with only that text changed.
     """
     if not _PLAIN_TEXT(content):
         return None
     literal = f'"{content}"'
-    found = -1
-    at = payload.find(literal)
+    at = payload.rfind(literal)
     while at >= 0:
-        if payload[:at].rstrip().endswith(":") and payload[:at].rstrip()[:-1].rstrip().endswith(_KEY):
-            if found >= 0:
-                return None  # twice: which one is the delta's is not certain
-            found = at
-        at = payload.find(literal, at + 1)
-    if found < 0:
+        before = payload[:at].rstrip()
+        if before.endswith(":") and before[:-1].rstrip().endswith(_KEY):
+            break
+        at = payload.rfind(literal, 0, at)
+    if at < 0:
         return None
-    head, tail = payload[: found + 1], payload[found + 1 + len(content) :]
+    head, tail = payload[: at + 1], payload[at + 1 + len(content) :]
     probe = _PROBE if content != _PROBE else _PROBE + "!"  # another text, or the check proves nothing
     if not _same_but_content(head + probe + tail, probe, obj, content):
         return None
@@ -118,11 +118,11 @@ def learn_shape(payload: str, obj: dict[str, Any], content: str) -> ChunkShape |
 def _same_but_content(probe_payload: str, probe: str, obj: dict[str, Any], content: str) -> bool:
     """Whether `probe_payload` parses to `obj` with only choices[0].delta.content changed (to `probe`)."""
     try:
-        parsed = json.loads(probe_payload)
+        parsed = loads_json(probe_payload)
         delta = parsed["choices"][0]["delta"]
         if delta["content"] != probe:
             return False
         delta["content"] = content
-    except (ValueError, LookupError, TypeError):
+    except (StreamProtocolError, LookupError, TypeError):
         return False
     return bool(parsed == obj)
