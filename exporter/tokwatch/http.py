@@ -46,6 +46,7 @@ from tokwatch.http_wire import (
     parse_head,
     parse_url,
 )
+from tokwatch.kernel_stamps import StampsKeptOn
 from tokwatch.kernel_stamps import available as kernel_stamps_available
 from tokwatch.rxwatch import ReceiveWatcher
 
@@ -354,6 +355,8 @@ class _Pool:
     ) -> None:
         self._limit = limit
         self._kernel_stamps = kernel_stamps
+        # Keeps the kernel stamping between connections (see StampsKeptOn), while the pool lives.
+        self._stamps_on = StampsKeptOn() if kernel_stamps else None
         self._watcher = watcher
         self._ssl: ssl.SSLContext | None = ssl_context
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
@@ -455,6 +458,8 @@ class _Pool:
         closing = [f for f in (conn.close() for conn in list(self._open)) if f is not None]
         self._idle.clear()
         self._open.clear()
+        if self._stamps_on is not None:
+            self._stamps_on.close()
         if closing:
             await asyncio.wait(closing, timeout=_CLOSE_WAIT_S)
 
