@@ -50,15 +50,18 @@ class StampsKeptOn:
 
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
-        if available():
-            with contextlib.suppress(OSError):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                except OSError:
-                    sock.close()
-                    raise
-                self._sock = sock
+        if not available():
+            return
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        except OSError:
+            return  # no descriptor to spare: reads keep what stamps they get
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            sock.close()  # a kernel that refuses: as above
+        else:
+            self._sock = sock
 
     @property
     def holding(self) -> bool:

@@ -83,8 +83,8 @@ class ShapeMemory:
         shape = self.shape
         if shape is not None and payload.startswith(shape.head_text) and payload.endswith(shape.tail_text):
             return  # the shape already read it (it came in a read with other bytes)
-        if self.learns >= self.hits + 2 or not _PLAIN_TEXT(content) or "\n" in payload or "\r" in payload:
-            return  # the text has escapes, or a multi-line event's payload is not its bytes on the wire
+        if self.learns >= self.hits + 2 or not _learnable(payload, content):
+            return
         self.learns += 1
         learnt = learn_shape(payload, obj, content)
         if learnt is not None:
@@ -97,7 +97,7 @@ def learn_shape(payload: str, obj: dict[str, Any], content: str) -> ChunkShape |
     The content's literal is looked for as `"content": "<content>"` (the last one, if there are several), and
     the payload with another text in its place must parse to `obj` with only that text changed.
     """
-    if not _PLAIN_TEXT(content):
+    if not _learnable(payload, content):
         return None
     literal = f'"{content}"'
     at = payload.rfind(literal)
@@ -113,6 +113,12 @@ def learn_shape(payload: str, obj: dict[str, Any], content: str) -> ChunkShape |
     if not _same_but_content(head + probe + tail, probe, obj, content):
         return None
     return ChunkShape(head, tail)
+
+
+def _learnable(payload: str, content: str) -> bool:
+    """What a shape needs before any search: a plain text (its literal is the text itself) and a one-line
+    payload (a multi-line event's payload is not its bytes on the wire)."""
+    return _PLAIN_TEXT(content) is not None and "\n" not in payload and "\r" not in payload
 
 
 def _same_but_content(probe_payload: str, probe: str, obj: dict[str, Any], content: str) -> bool:
