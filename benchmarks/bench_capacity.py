@@ -422,20 +422,23 @@ def _load_flags(rung: Rung, duration: float) -> list[str]:
     return ["--rate", f"{rung.rate:g}", "--arrivals", rung.arrivals, "--duration", f"{duration:g}"]
 
 
+def floor_command(name: str, rung: Rung, args: argparse.Namespace, port: int, out: Path) -> list[str]:
+    """The raw client's command line (`floor`, `floor+json` or `aiohttp`) at one rung; records to `out`."""
+    return [
+        *(sys.executable, str(Path(__file__).resolve()), "raw", "--port", str(port), "--out", str(out)),
+        *("--seed", str(args.seed), *_load_flags(rung, args.duration)),
+        *(["--aiohttp"] if name == "aiohttp" else []),
+        *(["--parse"] if name == "floor+json" else []),
+    ]
+
+
 def measure_floor(
     rung: Rung, args: argparse.Namespace, port: int, tmp: Path, *, name: str = "floor"
 ) -> Result:
     """The raw client (`floor`; `floor+json` decoding every event; `aiohttp` the plain aiohttp one) at one
     rung."""
     out = tmp / "raw.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "raw", "--port", str(port), "--out", str(out)]
-    cmd += [
-        "--seed",
-        str(args.seed),
-        *_load_flags(rung, args.duration),
-        *(["--aiohttp"] if name == "aiohttp" else []),
-        *(["--parse"] if name == "floor+json" else []),
-    ]
+    cmd = floor_command(name, rung, args, port, out)
     done, proc_cpu = run_child(cmd, dict(os.environ), args.duration * 6 + 60)
     result = Result(name, rung)
     if done.returncode != 0:
@@ -457,11 +460,11 @@ def measure_floor(
     return result
 
 
-def measure_tokwatch(
-    name: str, pythonpath: str, extra: list[str], rung: Rung, args: argparse.Namespace, port: int, tmp: Path
-) -> Result:
-    """`tokwatch bench` (the build at `pythonpath`, with `extra` arguments) at one rung."""
-    out = tmp / f"bench-{name}"
+def tokwatch_command(
+    pythonpath: str, extra: list[str], rung: Rung, args: argparse.Namespace, port: int, out: Path
+) -> tuple[list[str], dict[str, str]]:
+    """`tokwatch bench`'s command line and environment (the build at `pythonpath`, with `extra` arguments) at
+    one rung; its output directory is `out`."""
     cmd = [sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/v1"]
     cmd += [
         "--kind",
@@ -480,6 +483,15 @@ def measure_tokwatch(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH", "")) if p)
     env["MPLBACKEND"] = "Agg"
+    return cmd, env
+
+
+def measure_tokwatch(
+    name: str, pythonpath: str, extra: list[str], rung: Rung, args: argparse.Namespace, port: int, tmp: Path
+) -> Result:
+    """`tokwatch bench` (the build at `pythonpath`, with `extra` arguments) at one rung."""
+    out = tmp / f"bench-{name}"
+    cmd, env = tokwatch_command(pythonpath, extra, rung, args, port, out)
     done, proc_cpu = run_child(cmd, env, args.duration * 6 + 120)
     result = Result(name, rung)
     if done.returncode not in (0, 1) or not (out / "summary.json").is_file():

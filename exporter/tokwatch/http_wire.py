@@ -204,18 +204,21 @@ class UntilCloseBody(Body):
         return True
 
 
+# ChunkedBody's states: module constants, not class attributes, so the module also compiles with mypyc
+# (benchmarks/compiled_path.py), which takes only plain assignments in a class body.
+_SIZE, _DATA, _CRLF, _TRAILER = 0, 1, 2, 3
+
+
 class ChunkedBody(Body):
     """Transfer-Encoding: chunked. Chunk extensions and trailer fields are read and dropped."""
 
     __slots__ = ("_buf", "_left", "_state")
 
-    _SIZE, _DATA, _CRLF, _TRAILER = 0, 1, 2, 3
-
     def __init__(self) -> None:
         super().__init__()
         self._buf = b""  # an incomplete size line, CRLF or trailer line carried to the next read
         self._left = 0  # bytes of the current chunk still to come
-        self._state = self._SIZE
+        self._state = _SIZE
 
     def feed(self, data: bytes) -> bytes:
         if self.done:
@@ -227,7 +230,7 @@ class ChunkedBody(Body):
         out: list[bytes] = []
         pos, end = 0, len(buf)
         while pos < end:
-            if state == self._SIZE:
+            if state == _SIZE:
                 eol = buf.find(b"\r\n", pos)
                 if eol < 0:
                     if end - pos > _MAX_SIZE_LINE:
@@ -237,7 +240,7 @@ class ChunkedBody(Body):
                 size = _chunk_size(buf[pos:eol])
                 pos = eol + 2
                 if not size:
-                    state = self._TRAILER
+                    state = _TRAILER
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF in this read: the common case
@@ -246,15 +249,15 @@ class ChunkedBody(Body):
                     out.append(buf[pos:stop])
                     pos = stop + 2
                     continue
-                state, left = self._DATA, size
-            elif state == self._DATA:
+                state, left = _DATA, size
+            elif state == _DATA:
                 take = min(left, end - pos)
                 out.append(buf[pos : pos + take] if take != end or pos else buf)
                 pos += take
                 left -= take
                 if not left:
-                    state = self._CRLF
-            elif state == self._CRLF:
+                    state = _CRLF
+            elif state == _CRLF:
                 if end - pos < 2:
                     if buf[pos:] != b"\r":
                         raise ProtocolError("chunk data not followed by CRLF")
@@ -263,7 +266,7 @@ class ChunkedBody(Body):
                 if buf[pos : pos + 2] != b"\r\n":
                     raise ProtocolError("chunk data not followed by CRLF")
                 pos += 2
-                state = self._SIZE
+                state = _SIZE
             else:
                 eol = buf.find(b"\r\n", pos)
                 if eol < 0:
