@@ -166,7 +166,11 @@ def measure(
             proc.kill()
             proc.wait(timeout=10)
     begin, end = split.window
-    split.requests = sum(begin <= t < end for t in send_times(out))
+    try:
+        split.requests = sum(begin <= t < end for t in send_times(out))
+    except (OSError, KeyError, ValueError) as exc:
+        split.note = f"no request records in {out}: {exc}"
+        return split
     if not split.samples or not split.requests:
         split.note = "perf saw nothing (permission? see kernel.perf_event_paranoid)"
     return split
