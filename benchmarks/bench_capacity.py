@@ -422,6 +422,17 @@ def _load_flags(rung: Rung, duration: float) -> list[str]:
     return ["--rate", f"{rung.rate:g}", "--arrivals", rung.arrivals, "--duration", f"{duration:g}"]
 
 
+def parse_builds(items: list[str] | None) -> list[tuple[str, str, list[str]]]:
+    """`--build NAME=PATH[::ARGS]` values as (name, resolved path or "" for the installed one, extra `tokwatch
+    bench` arguments); none given: the installed tokwatch."""
+    builds = []
+    for item in items or ["tokwatch="]:
+        name, _, rest = item.partition("=")
+        path, _, extra = rest.partition("::")
+        builds.append((name, str(Path(path).resolve()) if path else "", shlex.split(extra)))
+    return builds
+
+
 def floor_command(name: str, rung: Rung, args: argparse.Namespace, port: int, out: Path) -> list[str]:
     """The raw client's command line (`floor`, `floor+json` or `aiohttp`) at one rung; records to `out`."""
     return [
@@ -671,11 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     args.rates = [float(x) for x in args.rates.split(",") if x.strip()]
     args.arrivals = [x.strip() for x in args.arrivals.split(",") if x.strip()]
     args.concurrencies = [int(x) for x in args.concurrencies.split(",") if x.strip()]
-    builds = []
-    for item in args.build or ["tokwatch="]:
-        name, _, rest = item.partition("=")
-        path, _, extra = rest.partition("::")
-        builds.append((name, str(Path(path).resolve()) if path else "", shlex.split(extra)))
+    builds = parse_builds(args.build)
     rungs = ladder(args)
     clients = (0 if args.no_floor else 1) + int(args.floor_json) + (0 if args.no_aiohttp else 1) + len(builds)
     estimate = len(rungs) * clients * (args.duration + 4)

@@ -40,18 +40,20 @@ from bench_capacity import (
     floor_command,
     load_average,
     machine,
+    parse_builds,
     start_refserver,
     stop,
     tokwatch_command,
 )
 
+COMPILED = "compiled (mypyc)"  # benchmarks/compiled_path.py's build: one library for every module
 # Shared objects by layer (perf's `dso` column); anything else is "other".
 LAYERS = (
     ("kernel", ("[kernel",)),
     ("interpreter", ("libpython", "python3")),
     ("event loop (C)", ("loop.cpython", "_asyncio.cpython", "uvloop")),
     ("libc", ("libc.so", "libm.so", "[vdso]")),
-    ("compiled (mypyc)", ("__mypyc",)),  # benchmarks/compiled_path.py's build: one library for every module
+    (COMPILED, ("__mypyc",)),
 )
 SEND_CALLS = ("write", "sendto", "sendmsg", "send")
 _TRACE_ROW = re.compile(r"^\s+([a-z_0-9]+)\s+(\d+)\s+\d+\s+[\d.]+")
@@ -95,10 +97,10 @@ def layer(dso: str) -> str:
     return "other"
 
 
-def observe(perf: str, pid: int, tmp: Path, seconds: float, frequency: float) -> Split:
+def observe(client: str, perf: str, pid: int, tmp: Path, seconds: float, frequency: float) -> Split:
     """Samples by layer over one window of a running process, then its system calls by name over the next
-    (the client's name and requests are filled in by the caller)."""
-    split = Split("")
+    (its requests are counted by the caller, from the client's records)."""
+    split = Split(client)
     data = tmp / "perf.data"
     # Samples stamped with CLOCK_MONOTONIC (-k mono): the window is from the first sample to the last, on the
     # clients' perf_counter clock.
@@ -155,8 +157,7 @@ def measure(
         if proc.poll() is not None:
             split.note = f"exited early ({proc.returncode})"
             return split
-        split = observe(perf, proc.pid, out.parent, args.window, args.frequency)
-        split.client = client
+        split = observe(client, perf, proc.pid, out.parent, args.window, args.frequency)
         _, err = proc.communicate(timeout=600)
         if proc.returncode not in (0, 1):
             split.note = f"failed ({proc.returncode}): {err.strip()[-200:]}"
@@ -180,7 +181,7 @@ def render(splits: list[Split], frequency: float) -> str:
     """Markdown tables: CPU per request by layer (and its ratio to the floor); system calls per request."""
     floor = next((s for s in splits if s.client == "floor" and not s.note), None)
     seen = {name for s in splits for name in s.samples}
-    layers = [name for name, _ in LAYERS if name in seen or name != "compiled (mypyc)"] + ["other"]
+    layers = [name for name, _ in LAYERS if name in seen or name != COMPILED] + ["other"]
     head = "| client | req/s | " + " | ".join(layers) + " | total µs/req | x floor |"
     lines = [head, "|---|---:|" + "---:|" * (len(layers) + 2)]
     for s in splits:
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--build",
         action="append",
-        help="NAME=PATH: a tokwatch tree (its exporter/ dir); default: as installed",
+        help="NAME=PATH[::ARGS]: a tokwatch tree (its exporter/ dir) and extra bench arguments; default: "
+        "as installed",
     )
     ap.add_argument("--ttft", type=float, default=0.0)
     ap.add_argument("--gap", type=float, default=0.001)
@@ -236,22 +238,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.concurrency
         else Rung(rate=args.rate, arrivals=args.arrivals)
     )
-    builds = []
-    for item in args.build or ["tokwatch="]:
-        name, _, path = item.partition("=")
-        builds.append((name, str(Path(path).resolve()) if path else ""))
     print(f"# CPU per request by layer: {rung.name}, {args.duration:g} s runs, windows {args.window:g} s")
     print(f"machine: {machine()}")
     print(f"load average before: {load_average()}", flush=True)
     splits: list[Split] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        runs: list[tuple[str, str | None]] = [
-            ("floor", None),
-            *([("floor+json", None)] if args.floor_json else []),
+        runs: list[tuple[str, str | None, list[str]]] = [
+            ("floor", None, []),
+            *([("floor+json", None, [])] if args.floor_json else []),
+            *parse_builds(args.build),
         ]
-        runs += [(name, path) for name, path in builds]
-        for name, path in runs:
+        for name, path, extra in runs:
             proc, port = start_refserver(args, "--max-connections", str(MAX_CONNECTIONS))
             try:
                 if path is None:
@@ -259,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                     cmd, env = floor_command(name, rung, args, port, out), None
                 else:
                     out = tmp / f"bench-{name}"
-                    cmd, env = tokwatch_command(path, [], rung, args, port, out)
+                    cmd, env = tokwatch_command(path, extra, rung, args, port, out)
                 split = measure(name, cmd, env, out, perf, args)
             finally:
                 stop(proc)
