@@ -37,7 +37,7 @@ from rich.console import Console
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.session import run_bench
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
 
 SIM_YAML = """
 truth_capacity: 200000

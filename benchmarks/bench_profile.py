@@ -62,7 +62,7 @@ STAGES = (
     ("receive: the socket read (recvmsg, kernel stamp)", "KernelStampedTransport._on_readable"),
     ("send: the socket write", "KernelStampedTransport.write"),
     ("send: opening connections", "_Pool."),
-    ("send: tokwatch.http", "HttpClient."),
+    ("send: tokwatch.transport.http", "HttpClient."),
     ("request bookkeeping (execute, runner)", "execute ("),
     ("request bookkeeping (execute, runner)", "BenchRunner._send"),
     ("open-loop dispatch", "BenchRunner._open_loop"),

@@ -39,7 +39,7 @@ from tokwatch.bench.aggregate import Window, all_summaries, throughput
 from tokwatch.bench.compare import FIGURES, STATS, Run, compare
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.bench.slo import evaluate, parse_slo
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
 
 # --- the pure-Python code numpy replaced (issue 23), as it was ---------------------------------------------
 

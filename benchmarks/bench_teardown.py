@@ -22,7 +22,7 @@ from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import write_run
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
 from tokwatch.bench.slo import parse_slo
-from tokwatch.stats import percentile_sorted
+from tokwatch.figures.stats import percentile_sorted
 
 
 def records(n: int, tokens: int, seed: int = 0) -> list[RequestRecord]:

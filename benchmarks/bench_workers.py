@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tokwatch.bench.arrival_check import ArrivalCheck, check_arrivals
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
 from ttft_truth import SERVER_ENGINE_HELP, get, join, load_average, start_refserver, stop
 
 CLIENTS = ("one", "workers2", "segments2")

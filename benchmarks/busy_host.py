@@ -45,12 +45,12 @@ import aiohttp
 
 from exporter_rounds import scheduled_rounds
 from simproc import simulators
-from tokwatch.app import App
-from tokwatch.config import load_config_text
-from tokwatch.result import RunResult, TimingSource
-from tokwatch.stats import percentile
+from tokwatch.figures.result import RunResult, TimingSource
+from tokwatch.figures.stats import percentile
+from tokwatch.service.app import App
+from tokwatch.settings.config import load_config_text
 from tokwatch.storage.window import window_figures
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 HOG = "while True:\n    pass\n"
 # The kernel's CFS weight of each nice level 0..19 (kernel/sched/core.c, sched_prio_to_weight).

@@ -29,9 +29,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TREE = HERE.parent / "exporter"  # the directory holding tokwatch/
 MODULES = (
-    "tokwatch/http_wire.py",
-    "tokwatch/kernel_stamps.py",
-    "tokwatch/timing.py",
+    "tokwatch/transport/http_wire.py",
+    "tokwatch/transport/kernel_stamps.py",
+    "tokwatch/figures/timing.py",
     "tokwatch/streams/events.py",
     "tokwatch/streams/framing.py",
     "tokwatch/streams/payload.py",

@@ -42,10 +42,10 @@ import tempfile
 import time
 
 from simproc import simulators
-from tokwatch.app import App
-from tokwatch.config import load_config_text
 from tokwatch.probes.http import WARMUP_MAX_TOKENS
-from tokwatch.scheduler import run_round
+from tokwatch.service.app import App
+from tokwatch.service.scheduler import run_round
+from tokwatch.settings.config import load_config_text
 
 
 def rss_mb() -> float:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from tokwatch.app import App
-from tokwatch.result import RunResult
-from tokwatch.scheduler import run_round
+from tokwatch.figures.result import RunResult
+from tokwatch.service.app import App
+from tokwatch.service.scheduler import run_round
 
 
 async def scheduled_rounds(app: App, rounds: int) -> AsyncIterator[list[RunResult]]:

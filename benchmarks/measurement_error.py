@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field
 
 from simproc import simulator
-from tokwatch.http import HttpClient
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
+from tokwatch.figures.timing import itl, token_events, ttft
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
-from tokwatch.timing import itl, token_events, ttft
+from tokwatch.transport.http import HttpClient
 
 
 @dataclass

@@ -32,20 +32,20 @@ from collections.abc import Callable
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from tokwatch.config import EndpointSettings, load_config_text
 from tokwatch.counters import ServerCollector
 from tokwatch.counters.adapters import read_counters
 from tokwatch.counters.parse import parse_metrics
 from tokwatch.counters.state import ServerState
-from tokwatch.exposition import Exposition
+from tokwatch.figures.result import RunResult, Status, TimingSource
+from tokwatch.figures.series import SeriesKey
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.metrics.window import WindowCollector
-from tokwatch.result import RunResult, Status, TimingSource
-from tokwatch.series import SeriesKey
+from tokwatch.serve.exposition import Exposition
+from tokwatch.settings.config import EndpointSettings, load_config_text
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.runtime import SimState
-from tokwatch.window import WindowFigures, WindowSnapshot, window_label
-from tokwatch.window_percentiles import Percentiles
+from tokwatch.windows.window import WindowFigures, WindowSnapshot, window_label
+from tokwatch.windows.window_percentiles import Percentiles
 
 WORKLOADS = ("seed000", "short", "medium", "long")
 WINDOWS_S = (1800.0, 86400.0, 259200.0, 604800.0)

@@ -1,5 +1,6 @@
 """What one socket read costs by the size of the buffer it asks for: asyncio's transports read with
-`recv(256 KiB)`, tokwatch's kernel-stamped transport (`tokwatch.kernel_stamps`) with `recvmsg(64 KiB,
+`recv(256 KiB)`, tokwatch's kernel-stamped transport (`tokwatch.transport.kernel_stamps`) with `recvmsg(64
+KiB,
 ancillary)`.
 
 A 300-byte message (one SSE chunk) is sent on a local socket pair and read back, `--reads` times per way;
@@ -50,7 +51,10 @@ def main() -> None:
         ways: list[tuple[str, Callable[[], object]]] = [
             ("recv(256 KiB) (asyncio's transports)", lambda: a.recv(256 * 1024)),
             ("recvmsg(256 KiB, ancillary)", lambda: a.recvmsg(256 * 1024, ANC)),
-            ("recvmsg(64 KiB, ancillary) (tokwatch.kernel_stamps)", lambda: a.recvmsg(64 * 1024, ANC)),
+            (
+                "recvmsg(64 KiB, ancillary) (tokwatch.transport.kernel_stamps)",
+                lambda: a.recvmsg(64 * 1024, ANC),
+            ),
             ("recv(64 KiB)", lambda: a.recv(64 * 1024)),
             ("recvmsg_into(64 KiB buffer) + copy", into),
         ]

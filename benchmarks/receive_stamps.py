@@ -1,6 +1,7 @@
 """Which client receive stamps survive a late event loop, and at what CPU cost: the loop's own, the receive
-watcher thread's (epoll + FIONREAD, `tokwatch.rxwatch`), the kernel's (`SO_TIMESTAMPNS` on the loop's own
-reads, `tokwatch.kernel_stamps`), or the kernel's split by the watcher.
+watcher thread's (epoll + FIONREAD, `tokwatch.transport.rxwatch`), the kernel's (`SO_TIMESTAMPNS` on the
+loop's own
+reads, `tokwatch.transport.kernel_stamps`), or the kernel's split by the watcher.
 
 A few streams at a time (a probe's parallelism) from the simulator in another process, through the probe's
 HttpClient and stream parser. Scenarios: `quiet`; `busy_loop` (the client's loop runs pure-Python work for
@@ -28,13 +29,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from simproc import simulator
-from tokwatch import kernel_stamps, rxwatch
-from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, new_loop
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
+from tokwatch.figures.timing import token_events
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
-from tokwatch.timing import token_events
+from tokwatch.transport import kernel_stamps, rxwatch
+from tokwatch.transport.http import HttpClient
+from tokwatch.transport.measurement import StallMonitor, StampLateness, ThreadHeartbeat, new_loop
 
 MODES = ("loop", "watcher", "kernel", "kernel+watcher")
 HOG = "while True:\n    pass\n"

@@ -29,9 +29,9 @@ from refserver import Answer
 from tokwatch.bench.client import Deadlines, _fill_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import LengthRange, SyntheticWorkload
-from tokwatch.http_wire import ChunkedBody
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
+from tokwatch.transport.http_wire import ChunkedBody
 
 READ_GAP_S = 0.001  # stamps 1 ms apart, as refserver's default schedule
 

@@ -28,12 +28,12 @@ import aiohttp
 
 from exporter_rounds import scheduled_rounds
 from simproc import simulator, stop
-from tokwatch.app import App
-from tokwatch.config import load_config_text
-from tokwatch.result import RunResult, TimingSource
-from tokwatch.scheduler import run_round
-from tokwatch.server import start_site
-from tokwatch.stats import percentile
+from tokwatch.figures.result import RunResult, TimingSource
+from tokwatch.figures.stats import percentile
+from tokwatch.serve.server import start_site
+from tokwatch.service.app import App
+from tokwatch.service.scheduler import run_round
+from tokwatch.settings.config import load_config_text
 
 _SCRAPER = """
 import json, signal, sys, time, urllib.request

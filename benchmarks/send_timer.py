@@ -6,7 +6,7 @@ schedule), each waited for by
 
 - **loop timer**: the bench's wait before the timerfd (a future and `call_later(remaining)`, re-armed until
   the clock reaches the instant; on uvloop a delay under half a millisecond runs at once, so it spins);
-- **timerfd**: `tokwatch.precise_timer.PreciseTimer` (one timerfd armed at the absolute instant);
+- **timerfd**: `tokwatch.transport.precise_timer.PreciseTimer` (one timerfd armed at the absolute instant);
 
 on asyncio's loop and on uvloop's. Prints the lateness (clock at wake-up minus the instant) p50 / p99 / max
 in microseconds, the loop passes per wait, and the CPU per wait, side by side with ratios to the loop timer.
@@ -25,9 +25,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from tokwatch.measurement import loop_name, new_loop
-from tokwatch.precise_timer import PreciseTimer, available
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
+from tokwatch.transport.measurement import loop_name, new_loop
+from tokwatch.transport.precise_timer import PreciseTimer, available
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

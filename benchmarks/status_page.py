@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tokwatch.config import Config, load_config_text
+from tokwatch.settings.config import Config, load_config_text
 from tokwatch.statuspage.model import build_endpoint_page, build_overview
 from tokwatch.statuspage.render import render_endpoint, render_overview
 from tokwatch.storage.base import EndpointSpec, Store

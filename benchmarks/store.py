@@ -23,7 +23,7 @@ from tokwatch.storage.report import build_report
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.storage.window import fleet_comparison, window_figures
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests/support
 from tests.support.postgres import LocalPostgres, find_bindir

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
 
 REFSERVER = Path(__file__).resolve().parent / "refserver.py"
 SERVER_ENGINE_HELP = (

@@ -45,9 +45,9 @@ from dashboards.promql import (
     with_endpoint_info,
     wsel,
 )
-from tokwatch.config import ScheduleSettings
-from tokwatch.series import DEFAULT_WORKLOAD
-from tokwatch.window import window_label
+from tokwatch.figures.series import DEFAULT_WORKLOAD
+from tokwatch.settings.config import ScheduleSettings
+from tokwatch.windows.window import window_label
 
 # Defaults follow the exporter's own defaults, so a stock install shows data without touching variables.
 DEFAULT_SCHEDULE = ScheduleSettings.model_validate({})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 ENDPOINT = 'endpoint=~"$endpoint"'
 # Per-run, window and fleet families carry `workload`: one workload at a time, so that `max by (endpoint)`
@@ -10,7 +10,7 @@ ENDPOINT = 'endpoint=~"$endpoint"'
 WORKLOAD = 'workload="$workload"'
 
 # Status -> numeric state, so one series per endpoint can drive a stat pill and a state timeline.
-# Order follows tokwatch.result.Status; the codes are part of the dashboards' value mappings.
+# Order follows tokwatch.figures.result.Status; the codes are part of the dashboards' value mappings.
 STATUS_CODES: dict[Status, int] = {status: code for code, status in enumerate(Status, start=1)}
 STATUS_TEXT: dict[Status, str] = {status: status.value.replace("_", " ").upper() for status in Status}
 STATUS_COLORS: dict[Status, str] = {

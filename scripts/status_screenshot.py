@@ -197,7 +197,7 @@ def seeded_runs(now: float) -> list[Any]:
 
 def seed_store(state: Path, now: float) -> Path:
     """Write the seeded config and history into `state`; returns the config's path."""
-    from tokwatch.config import load_config
+    from tokwatch.settings.config import load_config
     from tokwatch.storage.base import EndpointSpec
     from tokwatch.storage.sqlite import SQLiteStore
 

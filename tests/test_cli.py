@@ -220,9 +220,9 @@ endpoints:
 
 
 async def test_log_redaction_follows_keys_added_by_a_reload(tmp_path: Path) -> None:
-    from tokwatch.app import App
     from tokwatch.cli import RedactingFilter
-    from tokwatch.config import load_config
+    from tokwatch.service.app import App
+    from tokwatch.settings.config import load_config
 
     def config(key: str) -> str:
         return (

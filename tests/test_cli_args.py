@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tokwatch.argtypes import http_url, listen_address
 from tokwatch.cli import build_parser
+from tokwatch.settings.argtypes import http_url, listen_address
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = str(ROOT / "examples" / "sim.yml")
@@ -39,7 +39,7 @@ def test_every_address_and_url_flag_is_validated() -> None:
         if "listen" in action.dest or "url" in action.dest
     }
     # healthcheck checks its --url itself and exits 1 with one line: exit 2 is reserved by Docker's
-    # HEALTHCHECK, so argparse must not reject it (tests/test_healthcheck.py covers its messages).
+    # HEALTHCHECK, so argparse must not reject it (tests/commands/test_healthcheck.py covers its messages).
     own_check = {("tokwatch healthcheck", "--url")}
     assert {k for k, v in found.items() if v not in (listen_address, http_url)} == own_check
     assert ("tokwatch serve", "--listen") in found and ("tokwatch bench", "--url") in found
@@ -80,7 +80,7 @@ def test_a_bad_address_is_one_line_naming_the_flag(argv: list[str], flag: str, s
 
 def test_a_bench_file_url_without_a_scheme_names_the_file_and_option(tmp_path: Path) -> None:
     from tokwatch.bench.config import build_options
-    from tokwatch.strict_yaml import ConfigError
+    from tokwatch.settings.strict_yaml import ConfigError
 
     with pytest.raises(ConfigError, match="url: must be an http:// or https:// URL"):
         build_options({"url": "127.0.0.1:28900", "model": "m"}, source="bench.yml")

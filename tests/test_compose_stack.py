@@ -62,7 +62,7 @@ def test_every_container_gets_only_its_own_variables(monkeypatch: pytest.MonkeyP
     """tokwatch gets its DSN and the API keys its config names, never the whole .env (Grafana's admin
     password, the database owner's password as such); Grafana gets its admin password and the read-only
     role's, not the owner's."""
-    from tokwatch.config import load_config
+    from tokwatch.settings.config import load_config
 
     services = _services()
     assert not [name for name, svc in services.items() if "env_file" in svc]

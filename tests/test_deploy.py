@@ -171,8 +171,8 @@ def test_compose_demo_profile_adds_the_simulator_and_its_own_exporter() -> None:
 def test_compose_mounts_exist_and_are_the_tested_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tokwatch.config import load_config
-    from tokwatch.demo import DEMO_SIM, demo_exporter_config
+    from tokwatch.commands.demo import DEMO_SIM, demo_exporter_config
+    from tokwatch.settings.config import load_config
     from tokwatch.sim.config import load_sim_config
 
     services: dict[str, dict[str, object]] = _compose()["services"]  # type: ignore[assignment]
@@ -370,7 +370,7 @@ def test_kubernetes_kustomizations_build() -> None:
 
 
 def test_kubernetes_stack_is_wired_and_hardened() -> None:
-    from tokwatch.config import load_config_text
+    from tokwatch.settings.config import load_config_text
 
     docs = _kustomize_build()
     by_kind: dict[str, list[dict[str, object]]] = {}
@@ -484,7 +484,7 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
 
 
 def test_example_configs_validate() -> None:
-    from tokwatch.config import load_config
+    from tokwatch.settings.config import load_config
 
     cfg = load_config(ROOT / "examples" / "tokwatch.yml")
     assert {e.kind for e in cfg.endpoints} == {"vllm", "ollama", "llamacpp", "openai"}
@@ -530,7 +530,7 @@ def test_bench_job_runs_one_schedule_over_its_pods(tmp_path: Path, monkeypatch: 
     import argparse
 
     from tokwatch.bench.commands import add_commands, options_from_args
-    from tokwatch.config import load_config_text
+    from tokwatch.settings.config import load_config_text
 
     config_map, job = yaml.safe_load_all(BENCH_JOB.read_text())
     assert (config_map["kind"], job["kind"]) == ("ConfigMap", "Job")

@@ -11,8 +11,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.lint import metrics_from_markdown
-from tokwatch.app import App
-from tokwatch.config import load_config_text
+from tokwatch.service.app import App
+from tokwatch.settings.config import load_config_text
 from tokwatch.sim.testing import RunningSim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,8 +84,8 @@ def test_readme_figures_follow_the_demo(tmp_path: Path) -> None:
     """The README's demo interval, window label and port are what `tokwatch demo` configures."""
     import re
 
-    from tokwatch.demo import DEFAULT_LISTEN, demo_exporter_config
-    from tokwatch.window import window_label
+    from tokwatch.commands.demo import DEFAULT_LISTEN, demo_exporter_config
+    from tokwatch.windows.window import window_label
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     config = demo_exporter_config("http://127.0.0.1:1", DEFAULT_LISTEN, tmp_path)

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from tokwatch import timing
 from tokwatch.bench.client import Deadlines, _fill_figures
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.result import TokenEvent
+from tokwatch.figures import timing
+from tokwatch.figures.result import TokenEvent
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamProtocolError, TextDelta
 from tokwatch.streams.framing import SseDecoder

@@ -119,7 +119,7 @@ def test_both_statefulsets_take_api_keys_from_an_optional_secret_and_no_token() 
 
 def test_health_checks_run_tokwatch_healthcheck_everywhere() -> None:
     """Kubernetes exec probes, the compose healthchecks and the Dockerfile HEALTHCHECK all run `tokwatch
-    healthcheck` with flags the real parser accepts (tests/test_healthcheck.py runs the command)."""
+    healthcheck` with flags the real parser accepts (tests/commands/test_healthcheck.py runs the command)."""
     commands = []
     for sts in _statefulsets():
         container = _container(sts)

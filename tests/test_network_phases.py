@@ -15,14 +15,14 @@ from aiohttp import web
 
 from tests.probes.test_openai import sse_handler
 from tests.support.pki import Pki, client_ssl, make_pki, server_ssl
-from tokwatch import http as http_module
-from tokwatch import rxwatch
-from tokwatch.config import EndpointSettings, ProbeSettings
-from tokwatch.http import ConnectionSetup, HttpClient
+from tokwatch.figures.result import RunResult, Status
 from tokwatch.metrics.probe import probe_result_families
 from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
 from tokwatch.probes.openai import OpenAIProbe
-from tokwatch.result import RunResult, Status
+from tokwatch.settings.config import EndpointSettings, ProbeSettings
+from tokwatch.transport import http as http_module
+from tokwatch.transport import rxwatch
+from tokwatch.transport.http import ConnectionSetup, HttpClient
 
 HANDSHAKE_PAUSE_S = 0.3  # the server accepts, then waits this long before its side of the TLS handshake
 ANSWER_PAUSE_S = 0.2  # the server read the request, then waits this long before the status line
@@ -137,7 +137,7 @@ async def test_a_tls_connection_has_connect_and_tls_phases(pki: Pki) -> None:
 def test_a_tls_connection_has_connect_and_tls_phases_on_uvloop_too(pki: Pki) -> None:
     """The probes' measurement loop runs uvloop when installed: its SSL protocol calls connection_made too."""
     pytest.importorskip("uvloop")
-    from tokwatch.measurement import loop_name, new_loop
+    from tokwatch.transport.measurement import loop_name, new_loop
 
     async def main() -> tuple[str, tuple[ConnectionSetup, float, float, float, bool]]:
         return loop_name(asyncio.get_running_loop()), await _tls_phases(pki)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from tokwatch.config import Config, EndpointSettings
+from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.statuspage.model import build_endpoint_page, build_overview
 from tokwatch.statuspage.render import render_endpoint, render_overview
 from tokwatch.storage.base import Store
 from tokwatch.storage.report import build_report, render_json, render_table
 from tokwatch.storage.rows import RunRow
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 NOW = 1_790_000_000.0
 HOUR = 3600.0

@@ -10,21 +10,21 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from tests.service.test_shard import SIM, fleet_config, own_outbox
 from tests.support.postgres import LocalPostgres
-from tests.test_shard import SIM, fleet_config, own_outbox
-from tokwatch.app import App
-from tokwatch.config import Config, load_config_text
 from tokwatch.counters import ServerCollector
 from tokwatch.counters.state import ServerState
-from tokwatch.scheduler import run_round
-from tokwatch.series import SeriesKey
-from tokwatch.shard import Shard, takeover_after
+from tokwatch.figures.series import SeriesKey
+from tokwatch.service.app import App
+from tokwatch.service.scheduler import run_round
+from tokwatch.service.shard import Shard, takeover_after
+from tokwatch.settings.config import Config, load_config_text
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
 from tokwatch.statuspage.model import build_overview
 from tokwatch.statuspage.render import render_overview
 from tokwatch.storage.report import build_report, render_table
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 
 def _site_config(sim_url: str, dsn: str, site: str, tmp: Path) -> Config:

@@ -8,8 +8,8 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
-from tokwatch.app import App
-from tokwatch.config import load_config_text
+from tokwatch.service.app import App
+from tokwatch.settings.config import load_config_text
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import run_sim
 

@@ -10,26 +10,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokwatch import __version__
-from tokwatch.app import App
-from tokwatch.argtypes import OneLineErrorParser, listen_address
 from tokwatch.bench.commands import add_commands as bench_commands
-from tokwatch.config import DEFAULT_LISTEN, Config, load_config
-from tokwatch.demo import add_commands as demo_commands
-from tokwatch.healthcheck import add_commands as healthcheck_commands
-from tokwatch.keys import Keys
-from tokwatch.launch import add_web_config_option, print_results, start_exporter, until_signal
-from tokwatch.log_throttle import RepeatThrottle
-from tokwatch.probe_service import prompt_sizers
-from tokwatch.redact import Redactor
-from tokwatch.result import RunResult
-from tokwatch.series import run_name
-from tokwatch.setting_values import parse_listen
-from tokwatch.shard import Shard, ShardError, parse_shard, shard_from_env
+from tokwatch.commands.demo import add_commands as demo_commands
+from tokwatch.commands.healthcheck import add_commands as healthcheck_commands
+from tokwatch.commands.launch import add_web_config_option, print_results, start_exporter, until_signal
+from tokwatch.commands.store_commands import add_commands as storage_commands
+from tokwatch.figures.result import RunResult
+from tokwatch.figures.series import run_name
+from tokwatch.logs.log_throttle import RepeatThrottle
+from tokwatch.service.app import App
+from tokwatch.service.probe_service import prompt_sizers
+from tokwatch.service.shard import Shard, ShardError, parse_shard, shard_from_env
+from tokwatch.settings.argtypes import OneLineErrorParser, listen_address
+from tokwatch.settings.config import DEFAULT_LISTEN, Config, load_config
+from tokwatch.settings.keys import Keys
+from tokwatch.settings.redact import Redactor
+from tokwatch.settings.setting_values import parse_listen
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.settings.webconfig import WebConfig, load_web_config
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import resolve_dsn
-from tokwatch.store_commands import add_commands as storage_commands
-from tokwatch.strict_yaml import ConfigError
-from tokwatch.webconfig import WebConfig, load_web_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("tokwatch")

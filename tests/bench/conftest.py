@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 
 def _record(i: int, *, ttft: float = 0.1, gap: float = 0.01, tokens: int = 11, **kw: Any) -> RequestRecord:

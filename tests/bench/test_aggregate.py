@@ -8,7 +8,7 @@ from tokwatch.bench.aggregate import (
     summarize,
     throughput,
 )
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 
 def test_summarize_matches_numpy():

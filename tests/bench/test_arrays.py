@@ -1,6 +1,7 @@
 """The numpy forms of the bench's statistics give what the pure-Python implementations gave.
 
-Percentiles bit for bit (`tokwatch.stats.percentile`, the definition), summaries and throughput windows
+Percentiles bit for bit (`tokwatch.figures.stats.percentile`, the definition), summaries and throughput
+windows
 against the code they replaced (copied here), and `bench compare`'s bootstrap against a plain per-resample
 computation with the same draws.
 """
@@ -19,7 +20,7 @@ from tokwatch.bench import arrays
 from tokwatch.bench.aggregate import Window, summarize, throughput, window_throughput
 from tokwatch.bench.compare import FIGURES, STATS, Run, compare
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.stats import percentile, percentile_sorted
+from tokwatch.figures.stats import percentile, percentile_sorted
 
 QS = [0, 0.1, 1, 2.5, 10, 25, 33.3, 50, 90, 95, 97.5, 99, 99.9, 100]
 

@@ -14,9 +14,9 @@ from tokwatch.bench.capacity import Capacity, parse_sweep, run_capacity, table_l
 from tokwatch.bench.config import BenchOptions, build_options
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
+from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.sim.testing import RunningSim
-from tokwatch.strict_yaml import ConfigError
 
 # max_running 2, 8 tokens at 200 tok/s (5 ms per token, prefill negligible): 40 ms per request, so the
 # server saturates at 2 / 0.04 = 50 requests/s; past it the queue (and TTFT) grows without bound. With 8

@@ -10,9 +10,9 @@ from aiohttp import web
 
 from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.http import HttpClient
-from tokwatch.redact import Redactor
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
+from tokwatch.settings.redact import Redactor
+from tokwatch.transport.http import HttpClient
 
 DELAY = 0.15
 BODIES = web.AppKey("bodies", list)

@@ -21,8 +21,8 @@ from tokwatch.bench.outputs import write_run
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.storing import store_outcome
 from tokwatch.cli import main
-from tokwatch.config import load_config
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
+from tokwatch.settings.config import load_config
 from tokwatch.sim.testing import RunningSim
 from tokwatch.storage.schema import known_version
 

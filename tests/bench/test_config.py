@@ -2,9 +2,9 @@ import argparse
 
 import pytest
 
-from tokwatch import kernel_stamps
 from tokwatch.bench.commands import add_commands, options_from_args
-from tokwatch.strict_yaml import ConfigError
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.transport import kernel_stamps
 
 
 def _parse(argv):

@@ -15,7 +15,7 @@ from tokwatch.bench.config import build_options
 from tokwatch.bench.conversations import cache_rates, trace_summary, turn_summary
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.session import run_bench
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 SIM = """listen: 127.0.0.1:{port}
 servers:

@@ -1,5 +1,5 @@
 from tokwatch.bench.live import LiveCollector, LiveStats
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 
 def test_live_line_and_collector(make_record):

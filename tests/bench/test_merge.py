@@ -18,9 +18,9 @@ from tokwatch.bench.merge import (
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.run_report import render_text
 from tokwatch.bench.storing import bench_rows, planned_run_row, request_row
-from tokwatch.redact import Redactor
-from tokwatch.result import Status
-from tokwatch.stats import percentile
+from tokwatch.figures.result import Status
+from tokwatch.figures.stats import percentile
+from tokwatch.settings.redact import Redactor
 from tokwatch.storage.bench_rows import BenchSegmentRow
 
 START = 1_800_000_000.0

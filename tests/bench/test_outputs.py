@@ -4,7 +4,7 @@ import json
 from tokwatch.bench.outcome import SCHEMA_VERSION, BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.slo import parse_slo
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 FILES = (
     "request_level_metrics.jsonl",

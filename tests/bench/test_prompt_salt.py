@@ -26,10 +26,10 @@ from tokwatch.bench.prompt_salt import (
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.workload import Conversation, LengthRange, RequestSpec, SyntheticConversations, Turn
-from tokwatch.http import HttpClient
-from tokwatch.redact import Redactor
-from tokwatch.strict_yaml import ConfigError
-from tokwatch.tokens import CharEstimate
+from tokwatch.figures.tokens import CharEstimate
+from tokwatch.settings.redact import Redactor
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.transport.http import HttpClient
 
 SIM = """listen: 127.0.0.1:{port}
 servers:

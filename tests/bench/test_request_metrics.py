@@ -1,5 +1,5 @@
-from tokwatch.result import Status, TimingSource
-from tokwatch.timing import normalized_latency
+from tokwatch.figures.result import Status, TimingSource
+from tokwatch.figures.timing import normalized_latency
 
 
 def test_record_lifecycle_figures_and_run_result(make_record):

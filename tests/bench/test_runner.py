@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tokwatch import kernel_stamps, precise_timer, rxwatch
 from tokwatch.bench.config import build_options
 from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
-from tokwatch.result import Status
-from tokwatch.strict_yaml import ConfigError
+from tokwatch.figures.result import Status
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.transport import kernel_stamps, precise_timer, rxwatch
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "datasets"
 TRACE = DATA / "trace.jsonl"
@@ -274,7 +274,7 @@ async def test_trace_replay_waits_between_turns_outside_latency(tmp_path, stream
 
 
 async def test_tokenizer_gives_exact_prompt_lengths(tmp_path, stream_server, tokenizer_json):
-    from tokwatch.tokens import HFTokenizer
+    from tokwatch.figures.tokens import HFTokenizer
 
     tok = HFTokenizer(tokenizer_json)
     outcome, _ = await _bench(tmp_path / "a", stream_server.url, concurrency=2, number=6, input_tokens="37",

@@ -14,8 +14,8 @@ from tokwatch.bench.prompt_salt import PromptSalt, SaltedPrompts
 from tokwatch.bench.segments import JOB_INDEX_ENV, Segment, SegmentError, parse_segment, spec_at
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.workload import LengthRange, SyntheticWorkload
-from tokwatch.strict_yaml import ConfigError
-from tokwatch.tokens import CharEstimate
+from tokwatch.figures.tokens import CharEstimate
+from tokwatch.settings.strict_yaml import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from tokwatch.bench.config import build_options
 from tokwatch.bench.session import run_bench
-from tokwatch.stats import median
+from tokwatch.figures.stats import median
 
 SIM = """
 servers:

@@ -2,7 +2,7 @@ import pytest
 
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.slo import SloError, evaluate, goodput, parse_slo, slo_from_mapping
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 
 def test_parse_cli_specs():

@@ -1,8 +1,8 @@
 import pytest
 
-from tokwatch import kernel_stamps, rxwatch
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.stamping import bench_http_client, receive_stamps
+from tokwatch.transport import kernel_stamps, rxwatch
 
 PLAIN, TLS = "http://127.0.0.1:1/v1", "https://127.0.0.1:1/v1"
 

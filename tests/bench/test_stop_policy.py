@@ -19,7 +19,7 @@ from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.stop_policy import Silence, check_period, failure_share, too_many_failures
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.testing import RunningSim, run_sim
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tokwatch.bench.workload import WorkloadError
-from tokwatch.tokens import CharEstimate, HFTokenizer, token_counter
+from tokwatch.figures.tokens import CharEstimate, HFTokenizer, token_counter
 
 
 def test_estimate_without_a_tokenizer():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tokwatch.bench.live import LiveStats
 from tokwatch.bench.workers import LiveCounters
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 
 def test_each_worker_counts_its_own_row_and_the_parent_sums_them(make_record):

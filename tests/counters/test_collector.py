@@ -11,7 +11,7 @@ from tokwatch.counters.collector import ServerCollector
 from tokwatch.counters.parse import parse_metrics
 from tokwatch.counters.state import ServerState
 from tokwatch.counters.vllm import read_vllm
-from tokwatch.result import RunResult, Status
+from tokwatch.figures.result import RunResult, Status
 
 
 def scrape(state: ServerState, text: str, at: float) -> None:

@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from tokwatch.config import EndpointSettings
 from tokwatch.counters import OllamaSignals, ServerCollector
 from tokwatch.counters.ollama import OllamaPsError, vram_ratio_from_ps
-from tokwatch.http import HttpClient
-from tokwatch.result import RunResult, Status
+from tokwatch.figures.result import RunResult, Status
+from tokwatch.settings.config import EndpointSettings
+from tokwatch.transport.http import HttpClient
 
 
 def ps_body(*models: tuple[str, int, int]) -> str:

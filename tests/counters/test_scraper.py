@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from tokwatch.config import EndpointSettings
 from tokwatch.counters import ServerCollector, ServerCounters
-from tokwatch.http import HttpClient
+from tokwatch.settings.config import EndpointSettings
+from tokwatch.transport.http import HttpClient
 
 
 @dataclass

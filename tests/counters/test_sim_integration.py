@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.counters import ServerCollector, ServerCounters
 from tokwatch.counters.window import ServerCounterWindow, WindowSnapshot
-from tokwatch.http import HttpClient
+from tokwatch.figures.result import Status, TimingSource
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import CounterMeasurement, ProbeContext, ProbeLog, run_probe
-from tokwatch.result import Status, TimingSource
+from tokwatch.settings.config import EndpointSettings, ProbeSettings
 from tokwatch.sim.config import SimConfig
 from tokwatch.sim.testing import RunningSim, run_sim
+from tokwatch.transport.http import HttpClient
 
 MODEL = "sim-model"
 

@@ -22,7 +22,7 @@ from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
 from tokwatch.bench.storing import bench_rows
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 from tokwatch.storage.postgres import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")

@@ -13,7 +13,7 @@ from grafanalib import core as g
 from dashboards import generate, panels
 from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, layout_problems
 from dashboards.promql import STATUS_CODES, WORKLOAD, divide, status_code, with_endpoint_info
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 
 MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap", "histogram"}
 # Keys only the legacy Angular heatmap model has (same `type`, different panel).

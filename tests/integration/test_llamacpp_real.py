@@ -25,15 +25,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.bench.processes import tokwatch_cli
-from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.counters import ServerCollector, ServerCounters
 from tokwatch.counters.window import WindowSnapshot
-from tokwatch.http import HttpClient
+from tokwatch.figures.result import PrefillSource, Status, TimingSource
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import ProbeContext, ProbeLog, prompt_sizer, run_probe
-from tokwatch.prompts import RecentStarts, fresh_prefix
-from tokwatch.result import PrefillSource, Status, TimingSource
-from tokwatch.workloads import PRESETS, Workload
+from tokwatch.probes.prompts import RecentStarts, fresh_prefix
+from tokwatch.settings.config import EndpointSettings, ProbeSettings
+from tokwatch.settings.workloads import PRESETS, Workload
+from tokwatch.transport.http import HttpClient
 
 # A loaded 2-CPU CI box can slow the 135M model to a few tok/s: generous, bounded deadlines.
 pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600)]

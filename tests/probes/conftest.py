@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tokwatch.config import EndpointSettings, ProbeSettings
-from tokwatch.http import HttpClient
 from tokwatch.probes.base import CounterWindow, ProbeContext, ProbeLog
-from tokwatch.redact import Redactor
+from tokwatch.settings.config import EndpointSettings, ProbeSettings
+from tokwatch.settings.redact import Redactor
+from tokwatch.transport.http import HttpClient
 
 MakeCtx = Callable[..., ProbeContext]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tokwatch.figures.result import Status, TimingSource
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import run_probe
-from tokwatch.result import Status, TimingSource
 
 
 @pytest.mark.parametrize("stream", [True, False])

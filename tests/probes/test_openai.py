@@ -12,10 +12,10 @@ import pytest
 from aiohttp import web
 
 from tests.support.thread_server import ThreadServer, read_request
+from tokwatch.figures.result import Status, TimingSource
 from tokwatch.probes import PROBES, get_probe
 from tokwatch.probes.base import CounterMeasurement, run_probe
 from tokwatch.probes.openai import OpenAIProbe
-from tokwatch.result import Status, TimingSource
 
 KEY = "sk-test-very-secret-123"
 

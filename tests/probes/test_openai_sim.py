@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tokwatch.figures.result import Status, TimingSource
+from tokwatch.figures.stats import percentile
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import run_probe
-from tokwatch.result import Status, TimingSource
-from tokwatch.stats import percentile
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The registry of kinds is the only place a kind lives: every kind answers for itself, and everyone asks.
 
-Adding a kind = its module under tokwatch/probes/, its entry in `PROBES`, its name in `tokwatch.kinds.Kind`
+Adding a kind = its module under tokwatch/probes/, its entry in `PROBES`, its name in
+`tokwatch.settings.kinds.Kind`
 and its tests; these tests fail when one of the first three is missing or when a kind literal creeps back
 into a module outside the registry.
 """
@@ -18,11 +19,11 @@ from pydantic import ValidationError
 import tokwatch
 from tokwatch.bench.commands import add_commands, options_from_args
 from tokwatch.bench.config import BenchOptions
-from tokwatch.config import EndpointSettings
 from tokwatch.counters.adapters import ADAPTERS
-from tokwatch.kinds import Kind
 from tokwatch.probes import PROBES, metrics_url, probe_class
 from tokwatch.probes.http import ChatRequest
+from tokwatch.settings.config import EndpointSettings
+from tokwatch.settings.kinds import Kind
 
 KINDS = sorted(PROBES)
 PACKAGE = Path(tokwatch.__file__).parent

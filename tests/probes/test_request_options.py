@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tokwatch.figures.result import Status
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import run_probe
-from tokwatch.prompts import fresh_prefix
-from tokwatch.result import Status
+from tokwatch.probes.prompts import fresh_prefix
 
 CHUNKS = [{"choices": [{"delta": {"content": w}}]} for w in ("one ", "two ", "three")]
 

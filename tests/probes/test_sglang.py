@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from tokwatch.figures.result import Status, TimingSource
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import run_probe
 from tokwatch.probes.sglang import SGLangProbe
-from tokwatch.result import Status, TimingSource
 
 
 async def test_sglang_ok(start_sim, server, make_ctx) -> None:

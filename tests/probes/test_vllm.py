@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tokwatch.figures.result import Status, TimingSource
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import CounterMeasurement, run_probe
 from tokwatch.probes.http import plan_for
 from tokwatch.probes.vllm import VllmProbe
-from tokwatch.request_options import merge_body
-from tokwatch.result import Status, TimingSource
+from tokwatch.transport.request_options import merge_body
 
 
 async def test_streamed_reasoning_and_chunks(start_sim, server, make_ctx) -> None:

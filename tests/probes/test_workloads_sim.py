@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from tokwatch.config import EndpointSettings, ProbeSettings
 from tokwatch.counters import ServerCounters
-from tokwatch.http import HttpClient
+from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import ProbeContext, ProbeLog, prompt_sizer, run_probe
-from tokwatch.prompts import RecentStarts, sized_prompt
-from tokwatch.result import PrefillSource, RunResult, Status, TimingSource
+from tokwatch.probes.prompts import RecentStarts, sized_prompt
+from tokwatch.probes.status import CONTEXT_EXCEEDED
+from tokwatch.settings.config import EndpointSettings, ProbeSettings
+from tokwatch.settings.workloads import PRESETS, Workload
 from tokwatch.sim.text import count_prompt_tokens
-from tokwatch.status import CONTEXT_EXCEEDED
-from tokwatch.workloads import PRESETS, Workload
+from tokwatch.transport.http import HttpClient
 
 DECODE_TPS = 1000.0
 PREFILL_TPS = 4000.0

@@ -14,7 +14,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokwatch.config import load_config_text
+from tokwatch.settings.config import load_config_text
 
 HOURS = 26  # past the 24 h windows
 INSTANCE = "tokwatch:9477"

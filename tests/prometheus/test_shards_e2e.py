@@ -26,7 +26,7 @@ import yaml
 from dashboards import generate
 from dashboards.lint import iter_panels
 from tests.dashboards import test_e2e_queries as dashboard_queries
-from tokwatch.shard import owner_of
+from tokwatch.service.shard import owner_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.sim.config import load_sim_config, load_sim_config_text
-from tokwatch.strict_yaml import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sim.yml"
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tokwatch.demo import demo_exporter_config
+from tokwatch.commands.demo import demo_exporter_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "status_screenshot.py"

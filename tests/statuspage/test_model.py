@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokwatch.config import Config, EndpointSettings
+from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.statuspage.model import (
     HEADLINE_LOOKBACK,
     HISTORY_DAYS,

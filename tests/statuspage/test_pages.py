@@ -12,9 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tokwatch.app import App
-from tokwatch.config import load_config_text
-from tokwatch.server import start_site
+from tokwatch.serve.server import start_site
+from tokwatch.service.app import App
+from tokwatch.settings.config import load_config_text
 from tokwatch.sim.testing import RunningSim
 from tokwatch.statuspage import StatusPages
 from tokwatch.storage.postgres import PostgresStore
@@ -175,7 +175,7 @@ async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
 ) -> None:
     """Two replicas of one config, each probing its share: either one's page has a tile per endpoint of the
     fleet. PostgreSQL is the shared store docs/scaling.md describes; one SQLite file works on one host."""
-    from tokwatch.shard import parse_shard
+    from tokwatch.service.shard import parse_shard
 
     if backend == "postgres":
         storage = f"dsn: '{request.getfixturevalue('pg_dsn')}', timescale: false"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.statuspage.test_model import HOUR, NOW, _ep, _row
 from tests.statuspage.test_pages import Dom
-from tokwatch.config import Config, load_config_text
+from tokwatch.settings.config import Config, load_config_text
 from tokwatch.statuspage import StatusPages
 from tokwatch.storage.base import EndpointSpec
 from tokwatch.storage.rows import RunRow

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tokwatch.result import RunResult, Status, TimingSource
+from tokwatch.figures.result import RunResult, Status, TimingSource
 
 
 def _make_run(

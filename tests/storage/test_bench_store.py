@@ -16,13 +16,13 @@ from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
 from tokwatch.bench.storing import bench_rows
-from tokwatch.result import Status
+from tokwatch.commands.store_commands import add_commands
+from tokwatch.figures.result import Status
 from tokwatch.storage.base import Store
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version, migrations_for
 from tokwatch.storage.sqlite import SQLiteStore
-from tokwatch.store_commands import add_commands
 
 T0 = 1_790_000_000.0
 SECRET = "sk-bench-secret-123456"

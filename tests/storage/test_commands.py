@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.postgres import PASSWORD
+from tokwatch.commands.store_commands import add_commands
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version
 from tokwatch.storage.sqlite import SQLiteStore
-from tokwatch.store_commands import add_commands
 
 
 def _run(argv: list[str]) -> int:

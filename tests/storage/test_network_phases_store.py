@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tokwatch.result import RunResult, Status
+from tokwatch.figures.result import RunResult, Status
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import migrations_for, select_migrations

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.postgres import PASSWORD, LocalPostgres
 from tests.support.stores import run_row
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
 from tokwatch.storage import (
     RunWriter,
     StorageError,
@@ -212,8 +212,8 @@ async def test_writes_resume_within_the_probe_interval_after_postgres_returns(
     pg_server: LocalPostgres, pg_dsn: str, tmp_path: Path, make_run: Any
 ) -> None:
     # The exporter as shipped, with a 10 s probe interval: writes must resume within min(30 s, 10 s).
-    from tokwatch.app import App
-    from tokwatch.config import load_config_text
+    from tokwatch.service.app import App
+    from tokwatch.settings.config import load_config_text
     from tokwatch.storage.writer import resume_bound
 
     cfg = load_config_text(f"""

@@ -9,7 +9,7 @@ from pathlib import Path
 from tokwatch.storage.report import build_report, render_json, render_markdown, render_table
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 
 async def test_report_figures_and_formats(tmp_path: Path) -> None:

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from tokwatch.result import PrefillSource, RunResult, Status, TimingSource
-from tokwatch.series import SeriesKey
+from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource
+from tokwatch.figures.series import SeriesKey
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.window import window_figures
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 NOW = time.time() // 3600 * 3600 + 1800  # mid-hour: every run below falls in two known hours
 

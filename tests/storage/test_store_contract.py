@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from tests.support.stores import Database, run_row
-from tokwatch.series import SeriesKey
+from tokwatch.figures.series import SeriesKey
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
 from tokwatch.storage.base import Store
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version
-from tokwatch.window_rule import WINDOW_INCLUDABLE, WindowRule
+from tokwatch.windows.window_rule import WINDOW_INCLUDABLE, WindowRule
 
 MIGRATIONS = {flavor: list(range(1, known_version(flavor) + 1)) for flavor in ("sqlite", "postgres")}
 # SQLite's statistics are computed in Python, PostgreSQL's by stddev_samp in SQL.

@@ -19,7 +19,7 @@ from tokwatch.storage.bench_rows import BENCH_RUN_COLUMNS, BenchRunRow
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 pytestmark = pytest.mark.timescale
 

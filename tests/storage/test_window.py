@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tokwatch.config import EndpointSettings
+from tokwatch.figures.series import SeriesKey
 from tokwatch.metrics.window import WindowCollector
-from tokwatch.series import SeriesKey
+from tokwatch.settings.config import EndpointSettings
 from tokwatch.storage import RunWriter, StorageCollector, WindowCache
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
-from tokwatch.window import compare_fleet, cv_band, window_label
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window import compare_fleet, cv_band, window_label
+from tokwatch.windows.window_rule import WindowRule
 
 
 def _ep(name: str, **labels: str) -> EndpointSettings:
@@ -130,7 +130,7 @@ def test_helpers() -> None:
 
 
 def test_ranking_is_exported_once_with_neighbour_ratios() -> None:
-    from tokwatch.window import WindowSnapshot, rank_fleet
+    from tokwatch.windows.window import WindowSnapshot, rank_fleet
 
     ranking = rank_fleet({"a": 30.0, "b": 45.0, "c": None, "d": 40.0}, "7d")
     snap = WindowSnapshot(fleet=ranking.extremes, ranking=ranking)

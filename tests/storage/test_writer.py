@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.postgres import free_port
-from tokwatch.redact import Redactor
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
+from tokwatch.settings.redact import Redactor
 from tokwatch.storage import RunWriter
 from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
@@ -94,7 +94,7 @@ async def test_database_down_then_close_keeps_everything(tmp_path: Path, make_ru
 _CHILD = """
 import asyncio, sys, time
 from pathlib import Path
-from tokwatch.result import RunResult, Status
+from tokwatch.figures.result import RunResult, Status
 from tokwatch.storage import RunWriter
 from tokwatch.storage.postgres import PostgresStore
 
@@ -216,8 +216,8 @@ def test_retry_timings_follow_the_resume_bound() -> None:
 
 
 async def test_the_writer_follows_the_probe_interval_across_reloads(tmp_path: Path) -> None:
-    from tokwatch.app import App
-    from tokwatch.config import load_config
+    from tokwatch.service.app import App
+    from tokwatch.settings.config import load_config
 
     def write(interval: str) -> None:
         cfg.write_text(f"""

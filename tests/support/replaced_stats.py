@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 
 from tokwatch.bench.aggregate import PERCENTILES
-from tokwatch.stats import percentile_sorted
+from tokwatch.figures.stats import percentile_sorted
 
 
 def old_summarize(values: Sequence[float]) -> dict[str, float | int | None]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from tokwatch.config import StorageSettings
+from tokwatch.settings.config import StorageSettings
 from tokwatch.storage.base import Store
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow

@@ -13,8 +13,8 @@ import numpy as np
 from tokwatch.bench import arrays
 from tokwatch.bench.arrays import Floats
 from tokwatch.bench.request_metrics import LIST_METRICS, SCALAR_METRICS, RequestRecord
-from tokwatch.result import Status
-from tokwatch.stats import percentile
+from tokwatch.figures.result import Status
+from tokwatch.figures.stats import percentile
 
 PERCENTILES = (50, 90, 95, 99)
 SEND_METRICS = ("scheduling_lag", "queue_time", "connect")  # client-side, before the latency clock starts

@@ -1,7 +1,8 @@
 """The bench's statistics over large inputs with numpy: a run's 10^5 requests and millions of per-token gaps,
 and `bench compare`'s bootstrap resamples.
 
-The percentile is `tokwatch.stats.percentile`'s linear interpolation computed with the same float operations
+The percentile is `tokwatch.figures.stats.percentile`'s linear interpolation computed with the same float
+operations
 in the same order, element for element, so every value is bit for bit what the pure-Python function gives
 (tests/bench/test_arrays.py compares them); only sorting and gathering move into numpy.
 """

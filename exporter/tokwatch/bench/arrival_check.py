@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
 
 _KS_TERMS = 100
 

@@ -24,8 +24,8 @@ from typing import Any, Literal
 from tokwatch.bench.aggregate import metric_values
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.outcome import BenchOutcome
-from tokwatch.stats import percentiles
-from tokwatch.strict_yaml import ConfigError
+from tokwatch.figures.stats import percentiles
+from tokwatch.settings.strict_yaml import ConfigError
 
 SCHEMA_VERSION = 1
 Dimension = Literal["rate", "concurrency"]

@@ -1,7 +1,8 @@
 """Sends one benchmark request over the shared HTTP layer and turns the stream into a RequestRecord.
 
 URL, body and stream parser are the kind's own (`tokwatch.probes`), parsing is `tokwatch.streams`, token
-counting and latency math are `tokwatch.timing`, failure statuses are `tokwatch.status`: the benchmark
+counting and latency math are `tokwatch.figures.timing`, failure statuses are `tokwatch.probes.status`: the
+benchmark
 measures exactly what the probe measures.
 """
 
@@ -13,19 +14,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokwatch import status as status_mod
-from tokwatch import timing
 from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
-from tokwatch.http import HttpClient
-from tokwatch.measurement import StampLateness
+from tokwatch.figures import timing
+from tokwatch.figures.result import Status
 from tokwatch.probes import probe_class
+from tokwatch.probes import status as status_mod
 from tokwatch.probes.http import ChatRequest, HttpProbe
-from tokwatch.redact import Redactor
-from tokwatch.request_options import merge_body
-from tokwatch.result import Status
+from tokwatch.settings.redact import Redactor
 from tokwatch.streams.collector import StreamCollector
+from tokwatch.transport.http import HttpClient
+from tokwatch.transport.measurement import StampLateness
+from tokwatch.transport.request_options import merge_body
 
 
 @dataclass(frozen=True, slots=True)

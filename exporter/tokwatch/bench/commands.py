@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from tokwatch.argtypes import http_url, listen_address
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import (
     DEFAULT_GATE,
@@ -35,10 +34,11 @@ from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.run_report import cmd_report
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
-from tokwatch.config import Config, load_config
-from tokwatch.measurement import new_loop
 from tokwatch.probes import PROBES
-from tokwatch.strict_yaml import ConfigError
+from tokwatch.settings.argtypes import http_url, listen_address
+from tokwatch.settings.config import Config, load_config
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.transport.measurement import new_loop
 
 T = TypeVar("T")
 

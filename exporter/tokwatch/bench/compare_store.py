@@ -19,13 +19,13 @@ from pathlib import Path
 
 from tokwatch.bench.compare import FIGURES, CompareError, Run, load_run
 from tokwatch.bench.load_shape import LoadShape, shape_of
-from tokwatch.config import Config, load_config
+from tokwatch.settings.config import Config, load_config
+from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage.base import Store
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, resolve_dsn, sqlite_path
 from tokwatch.storage.postgres import PostgresStore
-from tokwatch.strict_yaml import ConfigError
 
 STORE_PREFIX = "store:"
 # Stored from schema SQLite v5 / PostgreSQL v6 on; rows written before have NULL there.

@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tokwatch import kernel_stamps
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.segments import Segment, SegmentError, parse_segment
@@ -16,9 +15,9 @@ from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
 from tokwatch.bench.wallclock import StartAtError, parse_start_at
 from tokwatch.bench.workload import LengthRange, WorkloadError
-from tokwatch.kinds import Kind
-from tokwatch.setting_values import check_http_url, duration_fields, parse_listen
-from tokwatch.strict_yaml import (
+from tokwatch.settings.kinds import Kind
+from tokwatch.settings.setting_values import check_http_url, duration_fields, parse_listen
+from tokwatch.settings.strict_yaml import (
     ConfigError,
     StrictModel,
     format_validation_error,
@@ -26,6 +25,7 @@ from tokwatch.strict_yaml import (
     parse_yaml_doc,
     read_config_file,
 )
+from tokwatch.transport import kernel_stamps
 
 DEFAULT_NUMBER = 100
 RANDOM_MULTI_TURN = "random-multi-turn"  # --dataset name of seed 003's synthetic conversations
@@ -105,9 +105,11 @@ class BenchOptions(StrictModel):
     # With duration: requests still in flight this long after it are abandoned (counted as failed).
     drain_timeout: float | None = Field(None, gt=0)
     workers: int = Field(1, ge=1, le=64)
-    # Reads stamped with the kernel's receive time (tokwatch.kernel_stamps) where the platform gives it.
+    # Reads stamped with the kernel's receive time (tokwatch.transport.kernel_stamps) where the platform
+    # gives it.
     kernel_stamps: Literal["on", "off"] = "on"
-    # Receive stamps from a watcher thread (tokwatch.rxwatch): auto = closed loops, whose synchronised
+    # Receive stamps from a watcher thread (tokwatch.transport.rxwatch): auto = closed loops, whose
+    # synchronised
     # completions and re-sends keep the loop busy while tokens arrive, unless the kernel stamps the reads
     # (as accurate there at half the CPU: docs/performance.md "Run 6"); open loops stamp on the loop.
     receive_watcher: Literal["auto", "on", "off"] = "auto"

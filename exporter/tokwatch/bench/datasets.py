@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tokwatch.bench.workload import Conversation, LengthRange, Message, RequestSpec, Turn, WorkloadError
-from tokwatch.tokens import CharEstimate, TokenCounter, count_messages
+from tokwatch.figures.tokens import CharEstimate, TokenCounter, count_messages
 
 # ShareGPT `from` values: every name seen for the user and the assistant side.
 _USER_NAMES = frozenset({"human", "user"})

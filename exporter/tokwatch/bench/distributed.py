@@ -29,13 +29,13 @@ from tokwatch.bench.segments import planned_arrivals
 from tokwatch.bench.session import echo_options, run_bench
 from tokwatch.bench.storing import instance_name, planned_run_row, request_row, summary_text
 from tokwatch.bench.wallclock import ClockOffset, measure_offset
-from tokwatch.config import Config
-from tokwatch.redact import Redactor
+from tokwatch.settings.config import Config
+from tokwatch.settings.redact import Redactor
+from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage.base import Store
 from tokwatch.storage.bench_rows import BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import open_store
-from tokwatch.strict_yaml import ConfigError
 
 _SAME_START_S = 1e-3  # a stored plan whose start differs by more is another run under the same id
 

@@ -10,7 +10,7 @@ from typing import Literal
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.stats import median, percentile
+from tokwatch.figures.stats import median, percentile
 
 RATE_TOLERANCE = 0.01
 LAG_P99_LIMIT_S = 0.005

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.result import Status
-from tokwatch.stats import percentile, percentiles
+from tokwatch.figures.result import Status
+from tokwatch.figures.stats import percentile, percentiles
 
 _RECENT = 5000  # values kept for live percentiles; the final figures use every value
 

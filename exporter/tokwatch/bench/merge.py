@@ -23,9 +23,9 @@ from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, SloError, parse_slo
 from tokwatch.bench.storing import run_row
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
+from tokwatch.figures.timing import TokensSource
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
-from tokwatch.timing import TokensSource
 
 # Figures a stored request row does not carry: left out of the merged summary, never shown as zeros.
 NOT_MERGED = ("connect", "inter_chunk", "output_itl")

@@ -13,7 +13,7 @@ from tokwatch.bench.prompt_cache import cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
 from tokwatch.bench.stop_policy import failure_share, too_many_failures
-from tokwatch.result import RunResult
+from tokwatch.figures.result import RunResult
 
 SCHEMA_VERSION = 1
 

@@ -22,11 +22,11 @@ from tokwatch.bench.workload import (
     SyntheticConversations,
     SyntheticWorkload,
 )
-from tokwatch.config import load_config
+from tokwatch.figures.tokens import token_counter
 from tokwatch.probes import metrics_url, probe_class
-from tokwatch.request_options import merge_body
-from tokwatch.strict_yaml import ConfigError
-from tokwatch.tokens import token_counter
+from tokwatch.settings.config import load_config
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.transport.request_options import merge_body
 
 
 def local_options(opts: BenchOptions, segment: Segment) -> BenchOptions:

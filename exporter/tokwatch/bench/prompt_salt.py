@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokwatch.bench.workload import Conversation, EndlessConversations, RequestSpec
-from tokwatch.tokens import TokenCounter
+from tokwatch.figures.tokens import TokenCounter
 
 NONCE_TOKENS = 3  # random single-token words: 1 in ~8 million that two requests share them all
 SALT_CHARS = 12  # hex characters of the run id's digest used as the salt

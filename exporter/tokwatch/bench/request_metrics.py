@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from itertools import accumulate
 from typing import Any
 
-from tokwatch.result import RunResult, Status, TimingSource
-from tokwatch.timing import TokensSource, normalized_latency
+from tokwatch.figures.result import RunResult, Status, TimingSource
+from tokwatch.figures.timing import TokensSource, normalized_latency
 
 # Scalar per-request figures, in seconds unless named otherwise; list figures are per token or chunk.
 SCALAR_METRICS = (

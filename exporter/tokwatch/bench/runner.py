@@ -28,13 +28,18 @@ from tokwatch.bench.segments import WHOLE, Segment, spec_at
 from tokwatch.bench.stop_policy import Silence, check_period
 from tokwatch.bench.wallclock import StartMissed
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
-from tokwatch.event_wait import wait_event
-from tokwatch.http import HttpClient
-from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, collector_out_of_the_way
-from tokwatch.precise_timer import PreciseTimer
-from tokwatch.redact import Redactor
-from tokwatch.result import Status
-from tokwatch.tokens import count_messages, token_counter
+from tokwatch.figures.result import Status
+from tokwatch.figures.tokens import count_messages, token_counter
+from tokwatch.settings.redact import Redactor
+from tokwatch.transport.event_wait import wait_event
+from tokwatch.transport.http import HttpClient
+from tokwatch.transport.measurement import (
+    StallMonitor,
+    StampLateness,
+    ThreadHeartbeat,
+    collector_out_of_the_way,
+)
+from tokwatch.transport.precise_timer import PreciseTimer
 
 RequestSource = SyntheticWorkload | SaltedPrompts | list[RequestSpec]
 OnRecord = Callable[[RequestRecord], None]
@@ -112,7 +117,8 @@ class BenchRunner:
         self._backoff_s = 0.0  # current pause after connection errors; 0 after a success
         self._resume_at = 0.0  # perf_counter time before which closed-loop workers do not send
         self._sleeper: asyncio.Future[None] | None = None  # the open loop waiting for its next send time
-        # The open loop's send instants, to the microsecond where the platform allows (tokwatch.precise_timer)
+        # The open loop's send instants, to the microsecond where the platform allows
+        # (tokwatch.transport.precise_timer)
         self._precise: PreciseTimer | None = None
         self.send_timer: str | None = None  # what paced the open loop: "timerfd" or "event_loop"
         self.silence = Silence(time.perf_counter())

@@ -11,9 +11,9 @@ from typing import Any
 from tokwatch.counters.adapters import read_counters
 from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_metrics
 from tokwatch.counters.reading import CounterReading
-from tokwatch.http import HttpClient, HttpStatusError, TransportError
-from tokwatch.measurement import MeasurementLoop
 from tokwatch.probes import probe_class
+from tokwatch.transport.http import HttpClient, HttpStatusError, TransportError
+from tokwatch.transport.measurement import MeasurementLoop
 
 SCRAPE_TIMEOUT_S = 5.0
 

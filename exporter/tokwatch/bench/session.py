@@ -13,7 +13,6 @@ from typing import Any
 
 from rich.console import Console
 
-from tokwatch import precise_timer
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
@@ -27,10 +26,11 @@ from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
 from tokwatch.bench.stamping import bench_http_client, receive_stamps
 from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
-from tokwatch.http import HttpClient
-from tokwatch.measurement import FREEZE_EVERY_S, loop_name
-from tokwatch.redact import Redactor
-from tokwatch.setting_values import parse_listen
+from tokwatch.settings.redact import Redactor
+from tokwatch.settings.setting_values import parse_listen
+from tokwatch.transport import precise_timer
+from tokwatch.transport.http import HttpClient
+from tokwatch.transport.measurement import FREEZE_EVERY_S, loop_name
 
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from tokwatch.bench import arrays
 from tokwatch.bench.aggregate import SEND_METRICS, metric_array
 from tokwatch.bench.request_metrics import HIGHER_IS_BETTER, LIST_METRICS, SCALAR_METRICS, RequestRecord
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
 
 # Peers' names for the same figures (Veeksha: ttfc, tbc; etalon/vLLM: itl).
 ALIASES = {

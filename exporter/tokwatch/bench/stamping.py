@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tokwatch import rxwatch
 from tokwatch.bench.config import BenchOptions
-from tokwatch.http import HttpClient
+from tokwatch.transport import rxwatch
+from tokwatch.transport.http import HttpClient
 
 
 def bench_http_client(opts: BenchOptions) -> HttpClient:

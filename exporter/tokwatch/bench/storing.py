@@ -2,7 +2,7 @@
 
 The bench maps its outcome onto the store's row types here (one `BenchRunRow`, one `BenchRequestRow` per
 measured request), so the store knows nothing of the bench. Every text that could carry a secret passes
-through `tokwatch.redact`.
+through `tokwatch.settings.redact`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.config import Config
-from tokwatch.redact import Redactor
-from tokwatch.stats import percentile
+from tokwatch.figures.stats import percentile
+from tokwatch.settings.config import Config
+from tokwatch.settings.redact import Redactor
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.factory import open_store
 from tokwatch.storage.rows import ERROR_CLASS_MAX

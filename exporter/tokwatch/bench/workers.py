@@ -37,8 +37,8 @@ from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.segments import Segment, parse_segment
 from tokwatch.bench.stamping import bench_http_client
 from tokwatch.bench.wallclock import check_start
-from tokwatch.measurement import new_loop
-from tokwatch.result import Status
+from tokwatch.figures.result import Status
+from tokwatch.transport.measurement import new_loop
 
 _START_DELAY_S = 0.05  # lead time between the barrier and the common measured start
 _BARRIER_TIMEOUT_S = 600.0  # the longest warm-up a worker may take

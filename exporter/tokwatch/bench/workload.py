@@ -12,7 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
-from tokwatch.tokens import CharEstimate, TokenCounter, WorkloadError, estimate_tokens, synthetic_prompt
+from tokwatch.figures.tokens import (
+    CharEstimate,
+    TokenCounter,
+    WorkloadError,
+    estimate_tokens,
+    synthetic_prompt,
+)
 
 Message = dict[str, str]
 Category = Literal["chat", "reasoning", "dataset"]

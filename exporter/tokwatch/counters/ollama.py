@@ -20,16 +20,16 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from tokwatch.config import server_root
 from tokwatch.counters.loop import BackgroundLoop
 from tokwatch.counters.scraper import effective_interval, scrape_timeout
 from tokwatch.counters.state import ServerState, log
-from tokwatch.http import HttpStatusError, TransportError
-from tokwatch.result import RunResult
+from tokwatch.figures.result import RunResult
+from tokwatch.settings.config import server_root
+from tokwatch.transport.http import HttpStatusError, TransportError
 
 if TYPE_CHECKING:
-    from tokwatch.config import EndpointSettings
-    from tokwatch.http import HttpClient
+    from tokwatch.settings.config import EndpointSettings
+    from tokwatch.transport.http import HttpClient
 
 MAX_PS_BYTES = 1024 * 1024
 

@@ -28,13 +28,13 @@ from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_me
 from tokwatch.counters.reading import CounterReading
 from tokwatch.counters.state import ServerState, log
 from tokwatch.counters.window import ServerCounterWindow
-from tokwatch.http import HttpStatusError, TransportError
 from tokwatch.probes import metrics_url, probe_class
-from tokwatch.redact import Redactor
+from tokwatch.settings.redact import Redactor
+from tokwatch.transport.http import HttpStatusError, TransportError
 
 if TYPE_CHECKING:
-    from tokwatch.config import EndpointSettings
-    from tokwatch.http import HttpClient
+    from tokwatch.settings.config import EndpointSettings
+    from tokwatch.transport.http import HttpClient
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 MAX_SCRAPE_TIMEOUT_S = 10.0

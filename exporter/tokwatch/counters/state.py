@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from tokwatch.counters.parse import MetricsSnapshot
 from tokwatch.counters.reading import CounterReading, created_name, delta, reset_between
-from tokwatch.redact import redact
+from tokwatch.settings.redact import redact
 
 log = logging.getLogger("tokwatch.counters")
 

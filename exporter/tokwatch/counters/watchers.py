@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from tokwatch.config import EndpointSettings
 from tokwatch.counters.collector import ServerCollector
 from tokwatch.counters.ollama import OllamaSignals
 from tokwatch.counters.scraper import ServerCounters
-from tokwatch.http import HttpClient
 from tokwatch.probes import metrics_url, probe_class
+from tokwatch.settings.config import EndpointSettings
+from tokwatch.transport.http import HttpClient
 
 W = TypeVar("W", ServerCounters, OllamaSignals)
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from tokwatch import __version__
 
 if TYPE_CHECKING:
-    from tokwatch.scheduler import SchedulerStats
+    from tokwatch.service.scheduler import SchedulerStats
 
 @dataclass
 class ExporterStatus:

@@ -18,11 +18,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tokwatch.result import RunResult, Status
-from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
+from tokwatch.figures.result import RunResult, Status
+from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
 
 if TYPE_CHECKING:
-    from tokwatch.config import EndpointSettings
+    from tokwatch.settings.config import EndpointSettings
 
 # Buckets suited to LLM serving: TTFT spans ~10 ms (warm, local) to a minute (cold, overloaded); per-token
 # gaps span a few ms (fast batched decode) to a second (stalls, preemption). 10-12 buckets each, dense where
@@ -209,7 +209,7 @@ class ProbeMetrics(Collector):
         return []
 
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
-        """One part per endpoint (see tokwatch.exposition)."""
+        """One part per endpoint (see tokwatch.serve.exposition)."""
         gen = self._generation
         for name in self._endpoints:
             yield name, (gen, self._revisions.get(name, 0))

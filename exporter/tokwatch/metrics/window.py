@@ -1,6 +1,7 @@
 """Window and fleet figures: the `tokwatch_window_*` and `tokwatch_fleet_*` gauges, read from a snapshot.
 
-The snapshot comes from the store's window cache or the in-memory window (tokwatch.window); collecting it
+The snapshot comes from the store's window cache or the in-memory window (tokwatch.windows.window);
+collecting it
 does no I/O. Every figure is one series' (endpoint x workload, and the exporter's site) over one configured
 window: `workload`, `window` and (when configured) `site` labels; percentiles add `percentile` (50, 90,
 99). Names, types and labels are the contract in docs/metrics.md.
@@ -14,11 +15,11 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tokwatch.series import SeriesKey
+from tokwatch.figures.series import SeriesKey
 
 if TYPE_CHECKING:
-    from tokwatch.window import WindowFigures, WindowSnapshot
-    from tokwatch.window_percentiles import Percentiles
+    from tokwatch.windows.window import WindowFigures, WindowSnapshot
+    from tokwatch.windows.window_percentiles import Percentiles
 
 _FLEET = "__fleet__"  # the window collector's part that is not an endpoint
 

@@ -3,7 +3,7 @@
 Everything tokwatch knows about a kind (URL, request body, stream parser, fixed-output fields, server
 counters) is a class-level answer of its probe class; the bench client, the request options and the
 server-counter readers ask `probe_class(kind)`. The typed configs validate kind names against
-`tokwatch.kinds.Kind`, which tests pin to the keys of `PROBES`.
+`tokwatch.settings.kinds.Kind`, which tests pin to the keys of `PROBES`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tokwatch.probes.sglang import SGLangProbe
 from tokwatch.probes.vllm import VllmProbe
 
 if TYPE_CHECKING:
-    from tokwatch.config import EndpointSettings
+    from tokwatch.settings.config import EndpointSettings
 
 PROBES: dict[str, type[HttpProbe]] = {
     p.kind: p for p in (OpenAIProbe, OllamaProbe, LlamaCppProbe, VllmProbe, SGLangProbe)

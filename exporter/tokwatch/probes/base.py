@@ -7,17 +7,17 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from tokwatch.prompts import PromptSizer, RecentStarts
-from tokwatch.redact import Redactor
-from tokwatch.result import RunResult
-from tokwatch.series import NO_SITE
-from tokwatch.tokens import token_counter
-from tokwatch.workloads import SEED000, Workload
+from tokwatch.figures.result import RunResult
+from tokwatch.figures.series import NO_SITE
+from tokwatch.figures.tokens import token_counter
+from tokwatch.probes.prompts import PromptSizer, RecentStarts
+from tokwatch.settings.redact import Redactor
+from tokwatch.settings.workloads import SEED000, Workload
 
 if TYPE_CHECKING:
-    from tokwatch.config import EndpointSettings, ProbeSettings
-    from tokwatch.http import HttpClient
-    from tokwatch.measurement import StallMonitor, StampLateness
+    from tokwatch.settings.config import EndpointSettings, ProbeSettings
+    from tokwatch.transport.http import HttpClient
+    from tokwatch.transport.measurement import StallMonitor, StampLateness
 
 
 class ProbeLog:

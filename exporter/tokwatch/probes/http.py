@@ -9,19 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from tokwatch import status as status_mod
-from tokwatch.config import server_root
-from tokwatch.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
-from tokwatch.http import StreamResponse
-from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.prompts import FreshPrompt, fresh_prefix
-from tokwatch.request_options import merge_body
-from tokwatch.result import PrefillSource, RunResult, Status, TimingSource, TokenEvent
-from tokwatch.streams.collector import StreamCollector
-from tokwatch.streams.events import StreamEvent, StreamParser
-from tokwatch.streams.framing import decode_utf8
-from tokwatch.streams.payload import loads_json
-from tokwatch.timing import (
+from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource, TokenEvent
+from tokwatch.figures.timing import (
     client_prefill_tps,
     client_stream_tps,
     client_wall_tps,
@@ -36,6 +25,17 @@ from tokwatch.timing import (
     ttft,
     ttot,
 )
+from tokwatch.probes import status as status_mod
+from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
+from tokwatch.probes.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
+from tokwatch.probes.prompts import FreshPrompt, fresh_prefix
+from tokwatch.settings.config import server_root
+from tokwatch.streams.collector import StreamCollector
+from tokwatch.streams.events import StreamEvent, StreamParser
+from tokwatch.streams.framing import decode_utf8
+from tokwatch.streams.payload import loads_json
+from tokwatch.transport.http import StreamResponse
+from tokwatch.transport.request_options import merge_body
 
 # A sized workload's warm-up asks for at most this many tokens: it loads the model and calibrates the
 # prompt size; a long workload's full output would double its cost for nothing measured.

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from tokwatch.config import server_root
+from tokwatch.figures.result import RunResult, TimingSource
+from tokwatch.figures.timing import ollama_engine_tps, ollama_prefill_tps, ollama_server_wall_tps
 from tokwatch.probes.base import ProbeContext
 from tokwatch.probes.http import ChatRequest, HttpProbe, RequestPlan
-from tokwatch.result import RunResult, TimingSource
+from tokwatch.settings.config import server_root
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.ollama import OllamaStreamParser
-from tokwatch.timing import ollama_engine_tps, ollama_prefill_tps, ollama_server_wall_tps
 
 # Ollama reports a few milliseconds of load_duration even when the model is already resident; a reload of
 # an evicted model takes hundreds of milliseconds at least. Anything above this counts as a cold load.

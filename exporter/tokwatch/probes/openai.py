@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokwatch.config import server_root
 from tokwatch.probes.http import ChatRequest, HttpProbe
+from tokwatch.settings.config import server_root
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
 

@@ -13,8 +13,8 @@ from pydantic import (
     model_validator,
 )
 
-from tokwatch.setting_values import duration_fields, parse_listen
-from tokwatch.strict_yaml import StrictModel, read_config_file, validate_yaml
+from tokwatch.settings.setting_values import duration_fields, parse_listen
+from tokwatch.settings.strict_yaml import StrictModel, read_config_file, validate_yaml
 
 DEFAULT_SIM_LISTEN = "127.0.0.1:8900"
 FAULT_KINDS = (

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from tokwatch.result import Phase
+from tokwatch.figures.result import Phase
 from tokwatch.sim.config import ModelProfile
 from tokwatch.sim.engine import Engine, Sequence
 from tokwatch.sim.profile import TokenPlan

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from tokwatch.result import Phase
+from tokwatch.figures.result import Phase
 from tokwatch.sim.config import ModelProfile
 from tokwatch.sim.text import output_word, think_word
 

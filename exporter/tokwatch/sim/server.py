@@ -12,7 +12,7 @@ from contextlib import aclosing, suppress
 from aiohttp import web
 from pydantic import ValidationError
 
-from tokwatch.setting_values import parse_listen
+from tokwatch.settings.setting_values import parse_listen
 from tokwatch.sim.config import FaultSettings, SimConfig
 from tokwatch.sim.context import open_request
 from tokwatch.sim.dialects.llamacpp import handle_llamacpp_route

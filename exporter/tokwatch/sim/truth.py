@@ -6,7 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokwatch.result import Phase
+from tokwatch.figures.result import Phase
 
 MAX_RECORDED_TOKENS = 100_000  # an endless stream stops recording here so memory stays bounded
 

@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tokwatch.config import Config
-from tokwatch.redact import redact
+from tokwatch.settings.config import Config
+from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import Overview, Tile, build_endpoint_page, build_overview
 from tokwatch.statuspage.render import endpoint_href, render_endpoint, render_message, render_overview
 from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StorageError
-from tokwatch.window import FleetRanking
+from tokwatch.windows.window import FleetRanking
 
 log = logging.getLogger(__name__)
 

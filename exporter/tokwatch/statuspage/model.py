@@ -2,7 +2,8 @@
 
 A tile per series: each configured endpoint, with each of its workloads, from each site that stored runs
 of it (the exporter's own site always), side by side. Figures use the definitions of docs/methodology.md
-and the same window rule as the exported gauges and `tokwatch report` (`tokwatch.window_rule`: on-demand
+and the same window rule as the exported gauges and `tokwatch report` (`tokwatch.windows.window_rule`:
+on-demand
 runs and set-aside tok/s figures left out unless `schedule.window_includes` names them), through the same
 `window_figures`.
 """
@@ -14,12 +15,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tokwatch.config import Config, EndpointSettings
-from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
-from tokwatch.stats import median
+from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
+from tokwatch.figures.stats import median
+from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.storage.base import LastRun, RunPoint, Store
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
-from tokwatch.window import (
+from tokwatch.windows.window import (
     FleetRanking,
     WindowFigures,
     primary_ranking,
@@ -27,7 +28,7 @@ from tokwatch.window import (
     window_label,
     window_lengths,
 )
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 SPARK_RUNS = 48  # runs on a tile's sparkline
 HEADLINE_LOOKBACK = 8 * SPARK_RUNS  # first page of older runs searched for a headline during a long incident

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from importlib import resources
 from urllib.parse import quote, urlencode
 
-from tokwatch.config import Config, EndpointSettings
-from tokwatch.series import DEFAULT_WORKLOAD, SeriesKey
+from tokwatch.figures.series import DEFAULT_WORKLOAD, SeriesKey
+from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.statuspage import svg
 from tokwatch.statuspage.model import (
     HISTORY_DAYS,
@@ -21,8 +21,8 @@ from tokwatch.statuspage.model import (
     Tile,
 )
 from tokwatch.storage.base import RunPoint
-from tokwatch.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
-from tokwatch.window_percentiles import MIN_SAMPLES, Percentiles
+from tokwatch.windows.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
+from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles
 
 REFRESH_S = 30
 STATUS_LABELS = {

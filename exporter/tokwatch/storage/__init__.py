@@ -2,7 +2,7 @@
 
 Entry points for the exporter: `open_store`, `make_writer` (a `RunWriter`), `WindowCache` (read by
 `tokwatch.metrics.window.WindowCollector`) and `StorageCollector`; the CLI commands are in
-tokwatch.store_commands.
+tokwatch.commands.store_commands.
 """
 
 from tokwatch.storage.base import EndpointSpec, LastRun, Store, WindowStats

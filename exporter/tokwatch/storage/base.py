@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
+from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
-from tokwatch.window_percentiles import NO_PERCENTILES, Percentiles
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_percentiles import NO_PERCENTILES, Percentiles
+from tokwatch.windows.window_rule import WindowRule
 
 HOUR_S = 3600.0
 
@@ -32,7 +32,7 @@ class EndpointSpec:
 @dataclass(frozen=True, slots=True)
 class WindowStats:
     """Aggregates of one series' runs in a time window; tok/s figures cover `ok` runs with a figure, the
-    prefill median the window rule's prefill samples (tokwatch.window_rule)."""
+    prefill median the window rule's prefill samples (tokwatch.windows.window_rule)."""
 
     endpoint: str
     runs: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tokwatch.config import StorageSettings
+from tokwatch.settings.config import StorageSettings
 from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StoreUnavailableError
 from tokwatch.storage.postgres import PostgresStore

@@ -18,8 +18,8 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from tokwatch.redact import Redactor
-from tokwatch.series import SeriesKey
+from tokwatch.figures.series import SeriesKey
+from tokwatch.settings.redact import Redactor
 from tokwatch.storage import timescale
 from tokwatch.storage.base import (
     RUN_POINT_COLUMNS,
@@ -54,8 +54,8 @@ from tokwatch.storage.schema import (
     not_ready_message,
     too_new_message,
 )
-from tokwatch.window_percentiles import QUANTILES, Percentiles
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_percentiles import QUANTILES, Percentiles
+from tokwatch.windows.window_rule import WindowRule
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
+from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
 from tokwatch.storage.base import Store
 from tokwatch.storage.window import WINDOW_S, window_figures
-from tokwatch.window import FleetComparison, WindowFigures, primary_ranking, rank_series, window_label
-from tokwatch.window_percentiles import MIN_SAMPLES, QUANTILES, Percentiles, percentile_label
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window import FleetComparison, WindowFigures, primary_ranking, rank_series, window_label
+from tokwatch.windows.window_percentiles import MIN_SAMPLES, QUANTILES, Percentiles, percentile_label
+from tokwatch.windows.window_rule import WindowRule
 
 
 @dataclass(frozen=True, slots=True)

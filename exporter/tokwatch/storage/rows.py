@@ -1,4 +1,4 @@
-"""The stored form of a run: a flat, JSON-safe row mapped from `tokwatch.result.RunResult`."""
+"""The stored form of a run: a flat, JSON-safe row mapped from `tokwatch.figures.result.RunResult`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from tokwatch.redact import Redactor
-from tokwatch.result import RunResult
-from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE
+from tokwatch.figures.result import RunResult
+from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
+from tokwatch.settings.redact import Redactor
 
 ERROR_CLASS_MAX = 64
 ERROR_MESSAGE_MAX = 500
@@ -48,7 +48,8 @@ class RunRow:
     duration_s: float | None = None  # wall time of the timed run until it completed or failed
     # Error bounds from the client's own lateness (docs/methodology.md, "Disturbance"): relative for tok/s
     # (0: a server figure), seconds for the latencies; the figures set aside (comma-separated FIGURES of
-    # tokwatch.error_bounds) and whether tok/s is one (NULL: stored before figures were judged one by one).
+    # tokwatch.probes.error_bounds) and whether tok/s is one (NULL: stored before figures were judged one by
+    # one).
     tps_error_ratio: float | None = None
     ttft_error_s: float | None = None
     itl_error_s: float | None = None

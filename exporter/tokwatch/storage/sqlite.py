@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tokwatch.series import SeriesKey
-from tokwatch.stats import median, sample_stddev
+from tokwatch.figures.series import SeriesKey
+from tokwatch.figures.stats import median, sample_stddev
 from tokwatch.storage.base import (
     HOUR_S,
     RUN_POINT_COLUMNS,
@@ -40,8 +40,8 @@ from tokwatch.storage.bench_rows import (
 from tokwatch.storage.errors import SchemaNotReadyError, SchemaTooNewError, StorageError
 from tokwatch.storage.rows import RUN_COLUMNS, RunRow, series_spans
 from tokwatch.storage.schema import SchemaStatus, migrations_for, not_ready_message, too_new_message
-from tokwatch.window_percentiles import Percentiles
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_percentiles import Percentiles
+from tokwatch.windows.window_rule import WindowRule
 
 T = TypeVar("T")
 
@@ -531,7 +531,7 @@ class SQLiteStore(Store):
     async def window_stats(
         self, since: float, until: float, *, rule: WindowRule, site: str | None = None
     ) -> dict[SeriesKey, WindowStats]:
-        """Aggregates computed in Python with tokwatch.stats (SQLite has no percentile_cont)."""
+        """Aggregates computed in Python with tokwatch.figures.stats (SQLite has no percentile_cont)."""
         await self.ensure_ready()
         return await self._run(lambda conn: self._window_sync(conn, since, until, rule, site))
 

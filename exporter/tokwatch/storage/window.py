@@ -14,10 +14,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from tokwatch.config import EndpointSettings
-from tokwatch.series import SeriesKey
+from tokwatch.figures.series import SeriesKey
+from tokwatch.settings.config import EndpointSettings
 from tokwatch.storage.base import Store, WindowStats
-from tokwatch.window import (
+from tokwatch.windows.window import (
     FleetComparison,
     FleetRanking,
     WindowFigures,
@@ -28,7 +28,7 @@ from tokwatch.window import (
     window_label,
     window_lengths,
 )
-from tokwatch.window_rule import WindowRule
+from tokwatch.windows.window_rule import WindowRule
 
 log = logging.getLogger(__name__)
 

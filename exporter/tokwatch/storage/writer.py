@@ -19,15 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokwatch.config import EndpointSettings
-from tokwatch.event_wait import wait_event
-from tokwatch.log_throttle import BurstLog
-from tokwatch.redact import Redactor
-from tokwatch.result import RunResult
+from tokwatch.figures.result import RunResult
+from tokwatch.logs.log_throttle import BurstLog
+from tokwatch.settings.config import EndpointSettings
+from tokwatch.settings.redact import Redactor
 from tokwatch.storage.base import EndpointSpec, Store
 from tokwatch.storage.errors import SchemaTooNewError, StorageError
 from tokwatch.storage.outbox import Outbox, OutboxWriteError, Pending
 from tokwatch.storage.rows import RunRow
+from tokwatch.transport.event_wait import wait_event
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from tokwatch.result import Phase
+from tokwatch.figures.result import Phase
 
 ProtocolErrorClass = Literal["malformed_json", "bad_shape", "stream_error", "bad_encoding", "not_json"]
 

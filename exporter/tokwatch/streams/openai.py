@@ -88,7 +88,7 @@ class OpenAIStreamParser:
 
     def _event(self, t: float, payload: str, out: list[StreamEvent]) -> None:
         # Written for the per-chunk cost (one `get` per field, helpers only off the common shape); what each
-        # payload yields is pinned by tests/test_streams.py.
+        # payload yields is pinned by tests/streams/test_streams.py.
         if payload[:1] != "{" and payload.strip() == "[DONE]":
             self.done = True
             out.append(Done(t))

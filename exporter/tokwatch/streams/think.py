@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tokwatch.result import Phase
+from tokwatch.figures.result import Phase
+from tokwatch.figures.timing import apportion
 from tokwatch.streams.events import TextDelta
-from tokwatch.timing import apportion
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -1,0 +1,1 @@
+"""Logging for a fleet: volume control that never hides a distinct problem."""

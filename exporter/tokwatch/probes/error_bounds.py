@@ -1,0 +1,132 @@
+"""How far the client's own lateness can have moved each client-timed figure of a run, and which of them a
+run therefore sets aside (docs/methodology.md, "Disturbance").
+
+A stamp taken on a loop that ran late carries that lateness: it is up to λ seconds after the bytes arrived,
+never before (`tokwatch.transport.measurement.StallMonitor.lateness` gives λ per stamp). A figure moves by at
+most what
+the lateness of the stamps it is made of allows, so each figure's bound is worked out from its own stamps: a
+stall in the middle of a long decode moves neither the TTFT nor the ends of the client tok/s window, and
+a server-sourced figure (engine timings, counter deltas, server wall time) is not moved at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokwatch.figures.result import SERVER_SOURCES, RunResult, TimingSource, TokenEvent
+from tokwatch.figures.stats import percentiles
+from tokwatch.settings.config import Tolerance
+
+ITL_PERCENTILES = (50.0, 95.0, 99.0)  # the ITL percentiles a run stores (itl_p50_s, itl_p95_s, itl_p99_s)
+CLIENT_STALL = "client_stall"  # the reason a figure is set aside: the client's own lateness (a busy host)
+# The figures a run can set aside, as `set_aside` keys and the `figure` label of
+# tokwatch_probe_figures_set_aside_total.
+# `prefill` is the prefill tok/s taken from TTFT (source client_ttft): set aside with the TTFT it divides by.
+FIGURES = ("tokens_per_second", "ttft", "itl", "tpot", "ttot", "e2e", "prefill")
+
+
+@dataclass(frozen=True, slots=True)
+class FigureBounds:
+    """The largest error each client-timed figure of one run can carry from the client's lateness.
+
+    Latency bounds are in seconds; tok/s bounds are relative to the figure (0.01 = 1 %)."""
+
+    ttft_s: float | None = None
+    itl_s: tuple[float, ...] = ()  # one per ITL_PERCENTILES
+    tpot_s: float | None = None
+    ttot_s: float | None = None
+    e2e_s: float | None = None
+    client_stream: float | None = None
+    client_wall: float | None = None
+
+    def tps(self) -> dict[TimingSource, float]:
+        """Relative bounds of the client tok/s candidates; server sources are never moved (0)."""
+        out = dict.fromkeys(SERVER_SOURCES, 0.0)
+        if self.client_stream is not None:
+            out[TimingSource.CLIENT_STREAM] = self.client_stream
+        if self.client_wall is not None:
+            out[TimingSource.CLIENT_WALL] = self.client_wall
+        return out
+
+
+def figure_bounds(
+    events: Sequence[TokenEvent], e2e_s: float | None, n_tokens: int, late: Sequence[float], late_end: float
+) -> FigureBounds:
+    """Bounds of a run's figures from the lateness of each event's stamp (`late[i]`) and of the last byte's
+    (`late_end`), all in seconds; `n_tokens` is the completion-token count the figures divide by."""
+    if not events:
+        wall = late_end / e2e_s if e2e_s else None
+        return FigureBounds(e2e_s=late_end if e2e_s is not None else None, client_wall=wall)
+    first, last = late[0], late[-1]
+    window = events[-1].t - events[0].t
+    # TPOT and client_stream's window run between two stamps: each end moves one way only, so the error is at
+    # most the larger of the two ends' lateness (the width of the interval the true value lies in).
+    return FigureBounds(
+        ttft_s=first,
+        itl_s=_itl_bounds(events, late),
+        tpot_s=max(first, late_end) / (n_tokens - 1) if n_tokens >= 2 else None,
+        ttot_s=_ttot_bound(events, late),
+        e2e_s=late_end if e2e_s is not None else None,
+        client_stream=max(first, last) / window if len(events) >= 2 and window > 0 else None,
+        client_wall=late_end / e2e_s if e2e_s else None,
+    )
+
+
+def _itl_bounds(events: Sequence[TokenEvent], late: Sequence[float]) -> tuple[float, ...]:
+    """Bounds of the ITL percentiles: each gap lies in [gap - λ(its end), gap + λ(its start)], and a
+    percentile is monotone in every value, so the true one lies between those of the two shifted lists."""
+    gaps: list[float] = []
+    low: list[float] = []
+    high: list[float] = []
+    for i, e in enumerate(events):
+        if i:
+            gap = e.t - events[i - 1].t
+            gaps.append(gap)
+            low.append(max(0.0, gap - late[i]))
+            high.append(gap + late[i - 1])
+        # A chunk's extra tokens arrived with it: their zero gaps are the server's chunking, not a stamp.
+        gaps.extend([0.0] * (e.tokens - 1))
+        low.extend([0.0] * (e.tokens - 1))
+        high.extend([0.0] * (e.tokens - 1))
+    if not gaps:
+        return ()
+    if not any(late):
+        return tuple(0.0 for _ in ITL_PERCENTILES)
+    mid = percentiles(gaps, ITL_PERCENTILES)
+    lows = percentiles(low, ITL_PERCENTILES)
+    highs = percentiles(high, ITL_PERCENTILES)
+    return tuple(max(m - lo, hi - m) for m, lo, hi in zip(mid, lows, highs, strict=True))
+
+
+def _ttot_bound(events: Sequence[TokenEvent], late: Sequence[float]) -> float | None:
+    """TTOT runs from the last reasoning stamp to the first output stamp (as
+    `tokwatch.figures.timing.ttot`)."""
+    last_think: int | None = None
+    for i, e in enumerate(events):
+        if e.phase == "think":
+            last_think = i
+        elif last_think is not None:
+            return max(late[last_think], late[i])
+    return None
+
+
+def judge_latencies(result: RunResult, bounds: FigureBounds, tolerance: Tolerance) -> None:
+    """Store each latency figure's bound on the run and set aside those beyond their tolerance: the larger of
+    `tolerance.latency_floor` and `tolerance.latency` of the figure."""
+    result.ttft_error_s = bounds.ttft_s if result.ttft_s is not None else None
+    result.tpot_error_s = bounds.tpot_s if result.tpot_s is not None else None
+    result.ttot_error_s = bounds.ttot_s if result.ttot_s is not None else None
+    result.e2e_error_s = bounds.e2e_s if result.e2e_s is not None else None
+    itl_values = percentiles(result.itl_s, ITL_PERCENTILES) if result.itl_s and bounds.itl_s else []
+    result.itl_error_s = max(bounds.itl_s) if itl_values else None
+    checks: list[tuple[str, float | None, float | None]] = [
+        ("ttft", result.ttft_s, result.ttft_error_s),
+        *(("itl", v, b) for v, b in zip(itl_values, bounds.itl_s, strict=False)),
+        ("tpot", result.tpot_s, result.tpot_error_s),
+        ("ttot", result.ttot_s, result.ttot_error_s),
+        ("e2e", result.e2e_s, result.e2e_error_s),
+    ]
+    for figure, value, bound in checks:
+        if value is not None and bound is not None and bound > tolerance.latency_limit(value):
+            result.set_aside[figure] = CLIENT_STALL

@@ -1,0 +1,424 @@
+"""The exporter's typed configuration (tokwatch.yml): pydantic models, loaded through
+tokwatch.settings.strict_yaml so
+that every error names file, line and field."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from tokwatch.figures.result import TimingSource
+from tokwatch.settings.kinds import Kind
+from tokwatch.settings.setting_values import (
+    check_http_url,
+    duration_fields,
+    parse_listen,
+    parse_positive_duration,
+    positive_duration_fields,
+    ratio_fields,
+)
+from tokwatch.settings.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
+from tokwatch.settings.workloads import SEED000, Workload, check_workloads
+
+DEFAULT_LISTEN = "127.0.0.1:9477"
+DEFAULT_PROMPT = "Explain theory of relativity simply"
+DEFAULT_TIMEOUT_S = 60.0
+LOCAL_TIMEOUT_S = 30.0
+
+_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_SITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RESERVED_LABELS = frozenset(
+    {
+        "endpoint", "status", "source", "le", "quantile", "kind", "model", "instance", "job", "phase",
+        "metric", "workload", "window", "percentile",
+    }
+)  # fmt: skip
+
+
+class Tolerance(StrictModel):
+    """How far the client's own lateness may have moved a client-timed figure before the figure is set
+    aside (docs/methodology.md, "Disturbance"): a relative bound for tok/s, and for latencies (TTFT, ITL
+    percentiles, TPOT, TTOT, E2E) the larger of an absolute floor and a share of the figure."""
+
+    tokens_per_second: float = 0.01
+    latency: float = 0.05
+    latency_floor: float = 0.001
+    _ratios = ratio_fields("tokens_per_second", "latency")
+    _floor = positive_duration_fields("latency_floor")
+
+    def latency_limit(self, value_s: float) -> float:
+        """The largest error bound a latency figure of `value_s` seconds may carry and still count."""
+        return max(self.latency_floor, self.latency * value_s)
+
+
+class ProbeSettings(StrictModel):
+    """What a probe sends and how a run is judged; endpoints may override some of it."""
+
+    prompt: str = DEFAULT_PROMPT
+    system_prompt: str | None = None
+    max_tokens: int = Field(256, ge=1, le=131072)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    stream: bool = True
+    warmup: bool = True
+    # The timed run's prompt starts with a unique prefix, so its TTFT is prefill on a loaded model, never a
+    # prompt-cache hit left by the warm-up ("same": the old behaviour, identical prompts).
+    timed_prompt: Literal["unique", "same"] = "unique"
+    # ignore_eos/min_tokens so the server generates exactly max_tokens; None = where the kind supports it.
+    fixed_output: bool | None = None
+    short_output: Literal["degraded", "ok"] = "degraded"
+    timing_preference: tuple[TimingSource, ...] = (
+        TimingSource.ENGINE,
+        TimingSource.VLLM_METRICS,
+        TimingSource.SERVER_WALL,
+        TimingSource.CLIENT_STREAM,
+        TimingSource.CLIENT_WALL,
+    )
+    # What to do with a counter-delta figure whose window saw other requests.
+    shared_server_window: Literal["flag", "fallback"] = "fallback"
+    max_response_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # A tok/s above this cannot come from a real decode (the fastest single-stream serving is a few
+    # thousand tok/s): such a run is garbage, not a record.
+    max_plausible_tokens_per_second: float = Field(20000.0, gt=0)
+    # A client-timed figure whose error bound (from the measurement loop's stalls) exceeds its tolerance is
+    # set aside; the run's status, and every server-sourced figure, always count.
+    tolerance: Tolerance = Field(default_factory=Tolerance)
+    # The setting `tolerance` replaced: named only to say so when an old config still sets it.
+    disturbance_threshold: None = None
+    # What each timed run sends (tokwatch.settings.workloads); seed000 alone by default. Endpoints may
+    # override.
+    workloads: tuple[Workload, ...] = (SEED000,)
+    # A sized prompt whose server-counted size misses the workload's input_tokens by more than this share
+    # is flagged `prompt_size_missed`.
+    prompt_tolerance: float = Field(0.10, gt=0.0, lt=1.0)
+    # Cached prompt tokens a fresh prompt may get from the chat template's own preamble (its default system
+    # prompt, which every request shares); a run with more is `cache_assisted`. Endpoints may override.
+    cache_preamble_tokens: int = Field(64, ge=0)
+
+    @field_validator("disturbance_threshold", mode="before")
+    @classmethod
+    def _replaced(cls, v: Any) -> None:
+        raise ValueError(
+            "replaced by probe.tolerance: a stall now sets aside only the figures it could have moved beyond "
+            "their tolerance (docs/configuration.md)"
+        )
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: tuple[Workload, ...]) -> tuple[Workload, ...]:
+        return check_workloads(v)
+
+    @field_validator("timing_preference")
+    @classmethod
+    def _unique_sources(cls, v: tuple[TimingSource, ...]) -> tuple[TimingSource, ...]:
+        if not v:
+            raise ValueError("needs at least one timing source")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a timing source twice")
+        return v
+
+
+MAX_WINDOWS = 8  # window figures are exported per window: a bounded `window` label
+
+
+class ScheduleSettings(StrictModel):
+    """When rounds run: every `interval`, aligned so rounds start at `offset` past the interval boundary."""
+
+    interval: float = 3600.0
+    offset: float = 1800.0
+    parallelism: int = Field(4, ge=1, le=64)  # servers (host:port) probed at once
+    per_server: int = Field(1, ge=1, le=64)  # probes at once against one server
+    # /probe?target= within this long after the endpoint's last run returns that run instead of probing.
+    on_demand_min_interval: float = 60.0
+    # What the window figures (median, CV, uptime, fleet comparison) take in besides scheduled runs and the
+    # tok/s figures within tolerance: "on_demand" (/probe runs) and/or "timing_disturbed" (tok/s figures a
+    # client stall set aside).
+    window_includes: tuple[Literal["on_demand", "timing_disturbed"], ...] = ()
+    window: float = 86400.0  # always among the exported windows; storage off: the fleet comparison's
+    # Every window the window figures (median, CV, uptime, p50/p90/p99...) are computed and exported over,
+    # besides `window`: 30 min and 1 day uptime as OpenRouter's, 72 h as Artificial Analysis' headline.
+    windows: tuple[float, ...] = Field((1800.0, 86400.0, 259200.0, 604800.0), max_length=MAX_WINDOWS)
+    run_on_start: bool = (
+        True  # one round at start-up, so a restart does not leave the gauges empty for an hour
+    )
+    _durations = positive_duration_fields("interval", "window", "on_demand_min_interval")
+    _offsets = duration_fields("offset")
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleSettings:
+        if self.interval < 1:
+            raise ValueError("interval must be at least 1s")
+        if self.offset >= self.interval:
+            raise ValueError(f"offset ({self.offset:g}s) must be shorter than interval ({self.interval:g}s)")
+        return self
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple):
+            return v
+        out = []
+        for item in v:
+            try:
+                out.append(parse_positive_duration(item))
+            except ValueError as exc:
+                raise ValueError(f"windows: {item!r}: {exc}") from None
+        if any(s != int(s) for s in out):
+            raise ValueError("windows: a window is a whole number of seconds")
+        return out
+
+
+class StorageSettings(StrictModel):
+    """Where every run is kept: PostgreSQL when a DSN is set, else an embedded SQLite file."""
+
+    dsn: SecretStr | None = None
+    sqlite_path: str | None = None
+    outbox_path: str | None = None
+    retention: float = 400 * 86400.0
+    enabled: bool = True
+    queue_size: int = Field(10000, ge=1)  # runs held in memory when the outbox cannot be written
+    pool_size: int = Field(4, ge=1, le=64)  # PostgreSQL connections
+    write_timeout: float = 5.0  # a write slower than this fails; its runs stay in the outbox
+    compress_after: float = 7 * 86400.0  # TimescaleDB: compress chunks older than this
+    timescale: bool = True  # use TimescaleDB when the extension is available
+    _durations = positive_duration_fields("retention", "write_timeout", "compress_after")
+
+
+class EndpointSettings(StrictModel):
+    """One probed endpoint."""
+
+    name: str
+    kind: Kind
+    base_url: str
+    model: str
+    api_key: SecretStr | None = None
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    timeout: float | None = None
+    enabled: bool = True
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Other names the answer's `model` may carry for this endpoint ("*": any; see methodology).
+    model_aliases: tuple[str, ...] = ()
+    stream: bool | None = None
+    prompt: str | None = None
+    system_prompt: str | None = None
+    max_tokens: int | None = Field(None, ge=1, le=131072)
+    ollama_api: Literal["chat", "generate"] = "chat"
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    metrics_url: str | None = None
+    scrape_interval: float = 15.0
+    mirror_metrics: tuple[str, ...] = ()
+    renamed_from: tuple[str, ...] = ()
+    # This endpoint's own workloads instead of probe.workloads.
+    workloads: tuple[Workload, ...] | None = None
+    # The model's context length where known: a workload that cannot fit is a config error.
+    context_tokens: int | None = Field(None, ge=1)
+    # A local HuggingFace tokenizer.json of the model: sized prompts are counted with it (else estimated).
+    tokenizer: str | None = None
+    cache_preamble_tokens: int | None = Field(None, ge=0)
+    _durations = positive_duration_fields("timeout", "scrape_interval")
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: tuple[Workload, ...] | None) -> tuple[Workload, ...] | None:
+        return v if v is None else check_workloads(v)
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _scrape_interval(cls, v: float) -> float:
+        if v < 0.05:
+            raise ValueError("must be at least 50ms: faster scraping only adds load on the server")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be 1-100 characters of letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("base_url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return v if v is None else check_http_url(v).rstrip("/")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not _LABEL_RE.match(key) or key.startswith("__"):
+                raise ValueError(f"label name {key!r} is not a valid Prometheus label name")
+            if key in RESERVED_LABELS:
+                raise ValueError(f"label name {key!r} is reserved by tokwatch")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> EndpointSettings:
+        given = [n for n in ("api_key", "api_key_env", "api_key_file") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"set only one of api_key, api_key_env and api_key_file (got {', '.join(given)})"
+            )
+        return self
+
+    @property
+    def is_local(self) -> bool:
+        """Loopback or private-range host: seed 000 gives these a 30 s timeout instead of 60 s."""
+        host = urlsplit(self.base_url).hostname or ""
+        if host == "localhost" or host.endswith(".local"):
+            return True
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return ip.is_loopback or ip.is_private
+
+    @property
+    def effective_timeout(self) -> float:
+        """Timeout for one request in seconds."""
+        if self.timeout is not None:
+            return self.timeout
+        return LOCAL_TIMEOUT_S if self.is_local else DEFAULT_TIMEOUT_S
+
+    def resolve_api_key(self) -> str | None:
+        """The API key from inline value, environment variable or file; raises ConfigError if unreadable."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env is not None:
+            value = os.environ.get(self.api_key_env)
+            if value is None:
+                raise ConfigError(f"endpoint {self.name}: environment variable {self.api_key_env} is not set")
+            return value.strip()
+        if self.api_key_file is not None:
+            try:
+                return Path(self.api_key_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"endpoint {self.name}: cannot read api_key_file {self.api_key_file}: {exc.strerror}"
+                ) from None
+        return None
+
+
+class Config(StrictModel):
+    """The whole tokwatch.yml."""
+
+    listen: str = DEFAULT_LISTEN
+    instance: str | None = None
+    # The vantage point this exporter probes from (eu-west, office, k8s-a): a `site` label on every series
+    # and stored run, so exporters at several sites can share one store (docs/scaling.md).
+    site: str | None = None
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)  # type: ignore[arg-type]
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)  # type: ignore[arg-type]
+    storage: StorageSettings = Field(default_factory=StorageSettings)  # type: ignore[arg-type]
+    endpoints: tuple[EndpointSettings, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> Config:
+        seen: dict[str, int] = {}
+        for i, ep in enumerate(self.endpoints):
+            if ep.name in seen:
+                raise ValueError(f"endpoints[{i}] repeats the name {ep.name!r} of endpoints[{seen[ep.name]}]")
+            seen[ep.name] = i
+        for ep in self.endpoints:
+            for old in ep.renamed_from:
+                if old in seen:
+                    raise ValueError(
+                        f"endpoint {ep.name!r}: renamed_from {old!r} is still a configured endpoint"
+                    )
+        parse_listen(self.listen)
+        for i, ep in enumerate(self.endpoints):
+            if self.site is not None and "site" in ep.labels:
+                raise ValueError(
+                    f"endpoints[{i}] ({ep.name}): labels.site clashes with the top-level site "
+                    f"{self.site!r}, which labels every series: remove one of them"
+                )
+            for w in self.workloads_for(ep):
+                _check_fits(i, ep, w, self.probe_for(ep).max_tokens)
+        return self
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, v: str | None) -> str | None:
+        if v is not None and not _SITE_RE.match(v):
+            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
+        return v
+
+    @property
+    def site_name(self) -> str:
+        """The site runs are stored under ("" when none is configured)."""
+        return self.site or ""
+
+    def workloads_for(self, ep: EndpointSettings) -> tuple[Workload, ...]:
+        """The endpoint's own workloads, else probe.workloads."""
+        return ep.workloads if ep.workloads is not None else self.probe.workloads
+
+    def workload_for(self, ep: EndpointSettings, name: str) -> Workload | None:
+        """One of the endpoint's workloads by name, or None."""
+        return next((w for w in self.workloads_for(ep) if w.name == name), None)
+
+    def endpoint(self, name: str) -> EndpointSettings | None:
+        """The configured endpoint with this name, or None."""
+        return next((e for e in self.endpoints if e.name == name), None)
+
+    @property
+    def enabled_endpoints(self) -> tuple[EndpointSettings, ...]:
+        """Endpoints the scheduler probes."""
+        return tuple(e for e in self.endpoints if e.enabled)
+
+    def probe_for(self, ep: EndpointSettings) -> ProbeSettings:
+        """Probe settings with the endpoint's overrides applied."""
+        overrides: dict[str, Any] = {}
+        for name in ("stream", "prompt", "system_prompt", "max_tokens", "cache_preamble_tokens"):
+            value = getattr(ep, name)
+            if value is not None:
+                overrides[name] = value
+        return self.probe.model_copy(update=overrides) if overrides else self.probe
+
+
+def _check_fits(index: int, ep: EndpointSettings, w: Workload, max_tokens: int) -> None:
+    """A workload that cannot fit the endpoint's known context is a config error, not failed runs."""
+    if ep.context_tokens is None:
+        return
+    needed = (w.input_tokens or 0) + w.max_tokens(max_tokens)
+    if needed > ep.context_tokens:
+        size = f"{w.input_tokens} input + " if w.input_tokens is not None else ""
+        output = w.max_tokens(max_tokens)
+        raise ValueError(
+            f"endpoints[{index}] ({ep.name}): workload {w.name} needs {size}{output} output "
+            f"tokens, more than its context_tokens {ep.context_tokens}: shrink the workload "
+            f"({{name: {w.name}, input_tokens: ...}}) or give the endpoint its own workloads"
+        )
+
+
+def server_key(base_url: str) -> str:
+    """scheme://host:port of a URL (default port filled in): endpoints on one server share it."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def server_root(base_url: str) -> str:
+    """The server root of a base URL: a trailing `/v1` (OpenAI-style) is dropped, so both forms work."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def load_config_text(text: str, filename: str = "<config>") -> Config:
+    """Parse and validate tokwatch config text; raises ConfigError with `file:line: field: message` lines."""
+    return validate_yaml(text, filename, Config)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file."""
+    return load_config_text(*read_config_file(path))

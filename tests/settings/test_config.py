@@ -1,0 +1,179 @@
+"""Config loading: typed models, defaults from seed 000, and errors naming file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokwatch.cli import main
+from tokwatch.probes import metrics_url
+from tokwatch.settings.config import load_config, load_config_text, server_root
+from tokwatch.settings.setting_values import parse_duration
+from tokwatch.settings.strict_yaml import ConfigError
+
+BASE = """
+endpoints:
+  - name: local
+    kind: openai
+    base_url: http://127.0.0.1:8000/v1
+    model: m
+"""
+
+
+def errors_of(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text, "t.yml")
+    return str(info.value)
+
+
+def test_defaults_follow_seed_000() -> None:
+    cfg = load_config_text(BASE)
+    assert cfg.probe.prompt == "Explain theory of relativity simply"
+    assert cfg.probe.temperature == 0 and cfg.probe.max_tokens == 256 and cfg.probe.system_prompt is None
+    assert cfg.probe.warmup is True
+    assert cfg.schedule.interval == 3600 and cfg.schedule.offset == 1800
+    # sequential within a server (as the seed's one-after-another), servers side by side
+    assert cfg.schedule.per_server == 1 and cfg.schedule.parallelism == 4
+    assert [s.value for s in cfg.probe.timing_preference] == [
+        "engine",
+        "vllm_metrics",
+        "server_wall",
+        "client_stream",
+        "client_wall",
+    ]
+    assert cfg.endpoints[0].effective_timeout == 30.0  # loopback
+
+
+def test_remote_endpoint_gets_60s_and_private_30s() -> None:
+    cfg = load_config_text(
+        BASE
+        + "  - {name: cloud, kind: openai, base_url: 'https://api.example.com/v1', model: m}\n"
+        + "  - {name: lan, kind: ollama, base_url: 'http://192.168.1.5:11434', model: m}\n"
+    )
+    assert cfg.endpoint("cloud").effective_timeout == 60.0  # type: ignore[union-attr]
+    assert cfg.endpoint("lan").effective_timeout == 30.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("500ms", 0.5), ("30s", 30), ("15m", 900), ("1h", 3600), ("7d", 604800), (12, 12)]
+)
+def test_durations(value: object, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+def test_unknown_key_names_file_line_and_field() -> None:
+    msg = errors_of(BASE + "    bogus: 1\n")
+    assert msg == "t.yml:7: endpoints[0].bogus: unknown setting"
+
+
+def test_bad_value_names_line() -> None:
+    msg = errors_of(BASE.replace("kind: openai", "kind: tgi"))
+    assert msg.startswith("t.yml:4: endpoints[0].kind: Input should be")
+
+
+def test_cross_field_errors() -> None:
+    assert "offset (7200s) must be shorter than interval (3600s)" in errors_of(
+        "schedule: {interval: 1h, offset: 2h}\n"
+    )
+    assert "repeats the name 'local'" in errors_of(BASE + BASE.split("endpoints:\n")[1])
+    msg = errors_of(BASE + "    api_key_env: A\n    api_key_file: /x\n")
+    assert "set only one of api_key, api_key_env and api_key_file" in msg
+    assert "reserved by tokwatch" in errors_of(BASE + "    labels: {status: x}\n")
+    for name in ("window", "percentile"):  # labels of the window families
+        assert "reserved by tokwatch" in errors_of(BASE + f"    labels: {{{name}: x}}\n")
+
+
+def test_invalid_yaml_names_line() -> None:
+    assert errors_of("endpoints:\n  - name: [\n").startswith("t.yml:3: invalid YAML")
+
+
+def test_duplicate_key_is_an_error() -> None:
+    assert "duplicate key 'listen'" in errors_of("listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n")
+
+
+def test_env_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TW_KEY", "sk-secret-value")
+    cfg = load_config_text(BASE + "    api_key: ${TW_KEY}\n")
+    assert cfg.endpoints[0].resolve_api_key() == "sk-secret-value"
+    assert "sk-secret-value" not in repr(cfg)  # SecretStr
+    assert errors_of(BASE + "    api_key: ${TW_MISSING}\n") == (
+        "t.yml:7: endpoints[0].api_key: environment variable TW_MISSING is not set"
+    )
+    assert load_config_text(BASE.replace("model: m", "model: ${TW_MISSING:-fallback}")).endpoints[
+        0
+    ].model == ("fallback")
+
+
+def test_api_key_from_file(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-from-file\n")
+    cfg = load_config_text(BASE + f"    api_key_file: {key}\n")
+    assert cfg.endpoints[0].resolve_api_key() == "sk-from-file"
+
+
+def test_metrics_url_default_strips_v1() -> None:
+    assert server_root("http://h:1/vllm-a/v1/") == "http://h:1/vllm-a"
+    cfg = load_config_text(BASE.replace("kind: openai", "kind: vllm"))
+    assert metrics_url(cfg.endpoints[0]) == "http://127.0.0.1:8000/metrics"
+    assert metrics_url(load_config_text(BASE).endpoints[0]) is None
+
+
+def test_probe_overrides_per_endpoint() -> None:
+    cfg = load_config_text(BASE + "    stream: false\n    max_tokens: 32\n")
+    settings = cfg.probe_for(cfg.endpoints[0])
+    assert settings.stream is False and settings.max_tokens == 32 and cfg.probe.max_tokens == 256
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config("/nonexistent/tokwatch.yml")
+
+
+def test_check_config_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yml"
+    good.write_text(BASE)
+    assert main(["check-config", str(good)]) == 0
+    assert "ok (1 endpoints" in capsys.readouterr().out
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BASE + "    timeout: soon\n")
+    assert main(["check-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:7: endpoints[0].timeout: invalid duration 'soon'" in err
+    assert "Traceback" not in err
+
+
+def test_check_config_reports_missing_key_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "k.yml"
+    f.write_text(BASE + "    api_key_env: TW_NOT_SET_ANYWHERE\n")
+    assert main(["check-config", str(f)]) == 2
+    assert "environment variable TW_NOT_SET_ANYWHERE is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ("schedule: {interval: .nan}", "interval", "must be finite"),
+        ("schedule: {interval: .inf}", "interval", "must be finite"),
+        ("schedule: {window: 0}", "window", "above zero"),
+        ("schedule: {window: 0s}", "window", "above zero"),
+        ("storage: {write_timeout: -1}", "write_timeout", "cannot be negative"),
+    ],
+)
+def test_durations_must_be_finite_and_above_zero(section: str, value: str, message: str) -> None:
+    text = section + "\nendpoints: [{name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}]\n"
+    err = errors_of(text)
+    assert "t.yml:1" in err and value in err and message in err
+
+
+def test_an_endpoint_timeout_of_zero_is_refused_with_its_line() -> None:
+    text = (
+        "endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m, timeout: 0}\n"
+    )
+    err = errors_of(text)
+    assert "t.yml:2" in err and "timeout" in err and "above zero" in err
+
+
+def test_an_offset_of_zero_is_fine() -> None:
+    text = "schedule: {offset: 0s}\nendpoints: []\n"
+    assert load_config_text(text, "t.yml").schedule.offset == 0

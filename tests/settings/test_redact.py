@@ -1,0 +1,39 @@
+"""Secrets never survive redaction, whatever form they take in a URL, a header or a DSN."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokwatch.settings.redact import MASK, Redactor, redact
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("GET https://api.example/v1/metrics?key=AIzaSyD-abcdef123 failed", "AIzaSyD-abcdef123"),
+        ("https://blob.example/m?sv=2024&sig=Zm9vYmFy%2Bqq&se=1", "Zm9vYmFy%2Bqq"),
+        ("http://h/metrics?token=t0k3n&x=1", "t0k3n"),
+        ("http://h/metrics?access_token=abc", "abc"),
+        ("http://admin:hunter22@h:9090/metrics", "hunter22"),
+        ("http://:hunter22@h/metrics", "hunter22"),
+        ("Authorization: Basic YWRtaW46aHVudGVyMjI=", "YWRtaW46aHVudGVyMjI="),
+        ("Authorization: Bearer sk-abcdef123456", "sk-abcdef123456"),
+        ("host=db user=tw password='two words here' dbname=tw", "two words here"),
+        ("host=db password=plainpass dbname=tw", "plainpass"),
+        ("postgresql://tw:s3cr3t@db:5432/tw", "s3cr3t"),
+    ],
+)
+def test_credentials_are_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out
+    for part in secret.split():
+        assert part not in out
+
+
+def test_known_secret_values_are_masked_anywhere() -> None:
+    assert Redactor(["sk-live-123456"])("a sk-live-123456 b") == f"a {MASK} b"
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "GET http://127.0.0.1:8000/v1/models?limit=5 took 12 ms (status=ok)"
+    assert redact(text) == text
