@@ -38,9 +38,9 @@ from tokwatch.counters.parse import parse_metrics
 from tokwatch.counters.state import ServerState
 from tokwatch.figures.result import RunResult, Status, TimingSource
 from tokwatch.figures.series import SeriesKey
+from tokwatch.metrics.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.metrics.window import WindowCollector
-from tokwatch.serve.exposition import Exposition
 from tokwatch.settings.config import EndpointSettings, load_config_text
 from tokwatch.sim.config import load_sim_config_text
 from tokwatch.sim.runtime import SimState

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokwatch.serve.exposition import CONTENT_TYPES
+from tokwatch.metrics.exposition import CONTENT_TYPES
 from tokwatch.serve.server import start_site
 from tokwatch.service.app import App
 from tokwatch.settings.config import load_config_text

@@ -78,7 +78,7 @@ class ServerCollector(Collector):
         return []
 
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
-        """One part per endpoint (see tokwatch.serve.exposition), revised when its state changes."""
+        """One part per endpoint (see tokwatch.metrics.exposition), revised when its state changes."""
         extra = self._parts_extra = self._extra()
         for name, state in self._states.items():
             yield name, (state.revision, id(state), extra, self.site)

@@ -8,15 +8,23 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tokwatch import __version__
 
-if TYPE_CHECKING:
-    from tokwatch.service.scheduler import SchedulerStats
+
+@dataclass
+class SchedulerStats:
+    """What the scheduler reports about itself (exported as self-metrics)."""
+
+    rounds: int = 0
+    skipped_slots: int = 0  # planned rounds not run because the previous one overran them
+    crashes: int = 0  # the scheduler loop itself failed and was restarted
+    running: bool = False
+    last_error: str | None = None
+
 
 @dataclass
 class ExporterStatus:

@@ -209,7 +209,7 @@ class ProbeMetrics(Collector):
         return []
 
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
-        """One part per endpoint (see tokwatch.serve.exposition)."""
+        """One part per endpoint (see tokwatch.metrics.exposition)."""
         gen = self._generation
         for name in self._endpoints:
             yield name, (gen, self._revisions.get(name, 0))

@@ -1,1 +1,1 @@
-"""The exporter's HTTP face: /metrics exposition, the status API and its schema, the server's routes."""
+"""The exporter's HTTP face: the server's routes (status page, /metrics, /probe, health), the status API and its schema."""

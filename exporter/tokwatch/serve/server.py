@@ -14,8 +14,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 
+from tokwatch.metrics.exposition import CONTENT_TYPES, negotiate
 from tokwatch.metrics.probe import probe_result_families
-from tokwatch.serve.exposition import CONTENT_TYPES, negotiate
 from tokwatch.serve.status_api import ApiAnswer, StatusApi
 from tokwatch.settings import webconfig
 from tokwatch.settings.webconfig import WebConfig

@@ -26,13 +26,13 @@ from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from tokwatch.counters import ServerCollector
 from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.figures.result import Trigger
-from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus
+from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus, SchedulerStats
+from tokwatch.metrics.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.metrics.window import WindowCollector
-from tokwatch.serve.exposition import Exposition
 from tokwatch.service.probe_service import ProbeService
 from tokwatch.service.runner import ProbeOutcome
-from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler, SchedulerStats
+from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler
 from tokwatch.service.shard import FleetDuty, Shard
 from tokwatch.settings.config import Config, load_config, server_key
 from tokwatch.settings.keys import Keys

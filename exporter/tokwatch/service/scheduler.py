@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tokwatch.metrics.exporter import SchedulerStats
 from tokwatch.transport.event_wait import wait_event
 
 log = logging.getLogger("tokwatch.service.scheduler")
@@ -102,17 +103,6 @@ def _describe(target: Hashable) -> str:
     if isinstance(target, tuple):
         return "endpoint " + " workload ".join(str(part) for part in target)
     return f"endpoint {target}"
-
-
-@dataclass
-class SchedulerStats:
-    """What the scheduler reports about itself (exported as self-metrics)."""
-
-    rounds: int = 0
-    skipped_slots: int = 0  # planned rounds not run because the previous one overran them
-    crashes: int = 0  # the scheduler loop itself failed and was restarted
-    running: bool = False
-    last_error: str | None = None
 
 
 class Scheduler:

@@ -10,8 +10,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.metrics.test_metrics import CONFIG, ok_run
+from tokwatch.metrics.exposition import Exposition, Families, _One, negotiate, render_families
 from tokwatch.metrics.probe import ProbeMetrics
-from tokwatch.serve.exposition import Exposition, Families, _One, negotiate, render_families
 
 
 def samples(text: bytes) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:

@@ -2,7 +2,7 @@
 
 The collectors can be rearranged (split by subject, registered elsewhere) without changing one byte that
 Prometheus reads; when a change to the output is intended, regenerate the file with
-`TOKWATCH_REGENERATE_GOLDEN=1 python -m pytest tests/serve/test_exposition_golden.py` and review its diff.
+`TOKWATCH_REGENERATE_GOLDEN=1 python -m pytest tests/metrics/test_exposition_golden.py` and review its diff.
 """
 
 from __future__ import annotations
