@@ -1,1 +1,2 @@
-"""The exporter's HTTP face: the server's routes (status page, /metrics, /probe, health), the status API and its schema."""
+"""The exporter's HTTP face: the server's routes (status page, /metrics, /probe, health), the status API
+and its schema."""
