@@ -98,6 +98,16 @@ class ModelProfile(StrictModel):
         return v
 
 
+class GpuPowerSettings(StrictModel):
+    """A simulated server's GPUs as a DCGM exporter shows them (`/<server>/dcgm/metrics`)."""
+
+    gpus: int = Field(1, ge=1, le=64)
+    idle_watts: float = Field(60.0, ge=0, le=2000)
+    watts_per_running: float = Field(40.0, ge=0, le=2000)  # added per running request
+    max_watts: float = Field(350.0, gt=0, le=2000)  # each GPU's cap
+    model_name: str = "NVIDIA H100 80GB HBM3"
+
+
 class ServerSettings(StrictModel):
     """One simulated inference server, reachable under `/<name>/`."""
 
@@ -114,6 +124,7 @@ class ServerSettings(StrictModel):
     data_parallel: int = Field(1, ge=1, le=64)
     prefix_caching: bool = True
     api_key: SecretStr | None = None
+    gpu_power: GpuPowerSettings | None = None
 
     @field_validator("name")
     @classmethod

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 from tokwatch.sim.config import FaultSettings, ModelProfile, ServerSettings, SimConfig
 from tokwatch.sim.engine import Engine, EngineObserver
+from tokwatch.sim.power import PowerMeter
 from tokwatch.sim.server_metrics import MetricsBackend, make_metrics
 from tokwatch.sim.text import PROMPT_TOKENS_PER_WORD
-from tokwatch.sim.truth import TruthStore
+from tokwatch.sim.truth import RequestTruth, TruthStore
 
 PREFIX_CACHE_ENTRIES = 4096  # message prefixes remembered (least recently used dropped first)
 VLLM_BLOCK = 16
@@ -47,6 +48,8 @@ class ServerState:
         self.truth = truth
         self.models = {m.name: ModelState(m, m.faults) for m in settings.models}
         self.metrics: MetricsBackend = make_metrics(settings)
+        self.power = PowerMeter(settings.gpu_power) if settings.gpu_power is not None else None
+        self._observers = _BothObservers(self)
         self.engines = [
             Engine(i, settings.kv_capacity_tokens, settings.max_running, self)
             for i in range(settings.data_parallel)
@@ -56,8 +59,9 @@ class ServerState:
         self._prefix: OrderedDict[str, int] = OrderedDict()
 
     def get(self) -> EngineObserver:
-        """The current metrics backend (engines hold this state as their observer reference)."""
-        return self.metrics
+        """The current metrics backend, and the power meter beside it when the server has GPUs (engines hold
+        this state as their observer reference)."""
+        return self.metrics if self.power is None else self._observers
 
     def next_seq(self) -> int:
         """Sequence number of the next client request; drives the deterministic RNG streams."""
@@ -109,6 +113,37 @@ class ServerState:
         self._prefix.clear()
         for engine in self.engines:
             engine.republish()
+
+
+class _BothObservers:
+    """Engine events to the server's current metrics backend and to its power meter."""
+
+    def __init__(self, server: ServerState) -> None:
+        self._server = server
+
+    def _all(self) -> tuple[EngineObserver, ...]:
+        power = self._server.power
+        return (self._server.metrics,) if power is None else (self._server.metrics, power)
+
+    def on_state(self, engine: int, running: int, waiting: int, kv_used: int) -> None:
+        for o in self._all():
+            o.on_state(engine, running, waiting, kv_used)
+
+    def on_scheduled(self, engine: int, rec: RequestTruth) -> None:
+        for o in self._all():
+            o.on_scheduled(engine, rec)
+
+    def on_token(self, engine: int, rec: RequestTruth, running: int, gap: float | None) -> None:
+        for o in self._all():
+            o.on_token(engine, rec, running, gap)
+
+    def on_preempted(self, engine: int, rec: RequestTruth) -> None:
+        for o in self._all():
+            o.on_preempted(engine, rec)
+
+    def on_finished(self, engine: int, rec: RequestTruth) -> None:
+        for o in self._all():
+            o.on_finished(engine, rec)
 
 
 @dataclass

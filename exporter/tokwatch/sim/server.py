@@ -20,13 +20,14 @@ from tokwatch.sim.dialects.ollama import handle_ollama_route
 from tokwatch.sim.dialects.openai import handle_openai_route
 from tokwatch.sim.faults import error_payload, error_response
 from tokwatch.sim.generation import Chunk, Ping
+from tokwatch.sim.power import CONTENT_TYPE as POWER_CONTENT_TYPE
 from tokwatch.sim.profile import Limits
 from tokwatch.sim.runtime import ServerState, SimState
 
 log = logging.getLogger("tokwatch.sim")
 SIM_STATE = web.AppKey("sim_state", SimState)
 _BACKGROUND = web.AppKey("sim_background", list[asyncio.Task[None]])
-_PUBLIC_PATHS = frozenset({"health", "metrics", "", "api/version"})
+_PUBLIC_PATHS = frozenset({"health", "metrics", "", "api/version", "dcgm/metrics"})
 SHUTDOWN_TIMEOUT_S = 1.0
 
 
@@ -58,6 +59,8 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     authorized = key is None or request.headers.get("Authorization", "") == f"Bearer {key.get_secret_value()}"
     if not authorized and path not in _PUBLIC_PATHS:
         return error_response(dialect, 401, None)
+    if path == "dcgm/metrics" and request.method == "GET" and server.power is not None:
+        return web.Response(body=server.power.render(), headers={"Content-Type": POWER_CONTENT_TYPE})
     if path == "metrics" and request.method == "GET":
         rendered = server.metrics.render()
         if rendered is not None:

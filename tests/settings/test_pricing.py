@@ -1,0 +1,91 @@
+"""Prices from the config, a price table and OpenRouter's models list: which wins, field by field, and every
+bad value a one-line error naming file, line and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokwatch.settings.pricing import (
+    Pricing,
+    PricingSettings,
+    read_openrouter_models,
+    read_price_table,
+    resolve_pricing,
+)
+from tokwatch.settings.strict_yaml import ConfigError, validate_yaml
+
+# A slice of OpenRouter's GET /api/v1/models answer in its published shape (USD per token as decimal
+# strings; "-1" marks a router whose price varies), trimmed to the fields tokwatch reads.
+OPENROUTER = {
+    "data": [
+        {"id": "openai/gpt-4o", "pricing": {"prompt": "0.0000025", "completion": "0.00001",
+                                             "input_cache_read": "0.00000125"}},
+        {"id": "meta-llama/llama-3.1-8b-instruct",
+         "pricing": {"prompt": "0.00000002", "completion": "0.00000005"}},
+        {"id": "openrouter/auto", "pricing": {"prompt": "-1", "completion": "-1"}},
+        {"id": "broken", "pricing": {"prompt": "n/a", "completion": "0.1"}},
+        {"name": "no id"},
+    ]
+}
+
+
+def test_openrouter_prices_per_token_become_prices_per_million_tokens() -> None:
+    prices = read_openrouter_models(json.dumps(OPENROUTER), "models.json")
+    assert set(prices) == {"openai/gpt-4o", "meta-llama/llama-3.1-8b-instruct"}
+    gpt = prices["openai/gpt-4o"]
+    assert (gpt.input_per_mtok, gpt.output_per_mtok, gpt.cached_input_per_mtok) == (2.5, 10.0, 1.25)
+    assert prices["meta-llama/llama-3.1-8b-instruct"].cached_input_per_mtok is None
+
+
+def test_a_file_that_is_not_a_models_list_is_one_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"^models.json: expected OpenRouter's models list"):
+        read_openrouter_models('{"models": []}', "models.json")
+    with pytest.raises(ConfigError, match=r"^models.json: not JSON"):
+        read_openrouter_models("<html>", "models.json")
+
+
+def test_a_price_table_names_the_line_and_field_of_a_bad_price(tmp_path: Path) -> None:
+    table = read_price_table("llama-70b:\n  gpu_hour: 2.0\n  gpus: 4\n  kwh: 0.12\n", "prices.yml")
+    assert table["llama-70b"].hourly == 8.0
+    with pytest.raises(ConfigError) as bad:
+        read_price_table("a:\n  input_per_mtok: 1\nb:\n  output_per_mtok: -3\n", "prices.yml")
+    assert str(bad.value).startswith("prices.yml:4: b.output_per_mtok:")
+    with pytest.raises(ConfigError, match=r"prices.yml:2: a.gpus: .*integer"):
+        read_price_table("a:\n  gpus: true\n  gpu_hour: 1\n", "prices.yml")
+    with pytest.raises(ConfigError, match=r"prices.yml:2: a.kwh: .*finite"):
+        read_price_table("a:\n  kwh: .inf\n", "prices.yml")
+    with pytest.raises(ConfigError, match=r"prices.yml:2: a.input_per_mtok: .*not true/false"):
+        read_price_table("a:\n  input_per_mtok: true\n", "prices.yml")
+
+
+def test_the_endpoints_own_prices_win_field_by_field_then_models_then_each_source() -> None:
+    settings = PricingSettings(models={"m": Pricing(input_per_mtok=1.0, output_per_mtok=2.0, kwh=0.2)})
+    table = {"m": Pricing(cached_input_per_mtok=0.5, input_per_mtok=9.0)}
+    own = Pricing(output_per_mtok=3.0)
+    found = resolve_pricing(own, "m", settings, table)
+    assert found is not None
+    assert (found.input_per_mtok, found.output_per_mtok, found.cached_input_per_mtok, found.kwh) == (
+        1.0, 3.0, 0.5, 0.2)
+    assert resolve_pricing(None, "unknown", settings, table) is None
+
+
+def test_prices_in_another_currency_are_not_mixed_into_an_endpoints_own() -> None:
+    own = Pricing(input_per_mtok=1.0, currency="EUR")
+    other = Pricing(output_per_mtok=2.0, currency="USD")
+    found = resolve_pricing(own, "m", PricingSettings(), {"m": other})
+    assert found is not None and found.currency == "EUR" and found.output_per_mtok is None
+
+
+def test_the_pricing_block_checks_its_blend_and_self_hosted_fields() -> None:
+    assert validate_yaml("blend: '10:1'\n", "t.yml", PricingSettings).blend_parts == (10.0, 1.0)
+    with pytest.raises(ConfigError, match=r"^t.yml:1: blend: must be INPUT:OUTPUT"):
+        validate_yaml("blend: three\n", "t.yml", PricingSettings)
+    with pytest.raises(ConfigError, match=r"gpu_hour .* or node_hour, not both"):
+        validate_yaml("models:\n  m:\n    gpu_hour: 1\n    node_hour: 2\n", "t.yml", PricingSettings)
+    with pytest.raises(ConfigError, match="gpus needs gpu_hour"):
+        validate_yaml("models:\n  m:\n    gpus: 2\n", "t.yml", PricingSettings)
+    with pytest.raises(ConfigError, match="three-letter"):
+        validate_yaml("models:\n  m:\n    currency: dollars\n", "t.yml", PricingSettings)
