@@ -7,7 +7,6 @@ expanded the way Grafana's PostgreSQL datasource does before the query reaches t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import tokwatch
 from dashboards import generate
 from dashboards.lint import iter_panels
+from tests.support.grafana_sql import expand_sql
 from tests.support.postgres import LocalPostgres
 
 psycopg = pytest.importorskip("psycopg")
@@ -99,20 +99,9 @@ def expand(
     workloads: tuple[str, ...] = ("seed000",),
     sites: tuple[str, ...] = ("",),
 ) -> str:
-    """Expand the Grafana macros and variables the dashboard uses, as Grafana's PostgreSQL datasource does."""
-    start, end = (t.isoformat() for t in RANGE)
-    sql = sql.replace("$__interval", f"'{interval_s}s'")
-    sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{start}' AND '{end}'", sql)
-    sql = re.sub(
-        r"\$__timeGroupAlias\(([^,]+),\s*'\d+s'\)",
-        rf'floor(extract(epoch from \1)/{interval_s})*{interval_s} AS "time"',
-        sql,
-    )
-    sql = sql.replace("$endpoint", ",".join(f"'{e}'" for e in endpoints))
-    sql = sql.replace("$workload", ",".join(f"'{w}'" for w in workloads))
-    sql = sql.replace("$site", ",".join(f"'{s}'" for s in sites))
-    assert "$" not in sql, f"unexpanded Grafana macro or variable in: {sql}"
-    return sql
+    """The panel's SQL as Grafana's PostgreSQL datasource sends it for this selection."""
+    variables = {"endpoint": endpoints, "workload": workloads, "site": sites}
+    return expand_sql(sql, *RANGE, variables, interval_s)
 
 
 def _queries() -> dict[str, str]:
