@@ -223,7 +223,7 @@ def _duration(seconds: float) -> str:
     return f"{max(1, int(seconds))}s"
 
 
-def expand(expr: str, interval: str, window: str, range_s: float) -> str:
+def expand(expr: str, interval: str = "15s", window: str = "24h", range_s: float = 60.0) -> str:
     """Grafana's substitution with every multi-value variable at All (`.*`) and the window at its
     default."""
     values = {
