@@ -400,22 +400,24 @@ def stacked_bars(
     transformations: list[dict[str, Any]],
 ) -> BarChart:
     """Horizontal stacked bars, one per row of the (transformed) table, one segment per other column."""
-    return BarChart(
-        title=title,
-        description=description,
-        dataSource=PROMETHEUS,
-        targets=list(targets),
-        transformations=transformations,
-        orientation="horizontal",
-        stacking="normal",
-        showValue="never",
-        legendDisplayMode="list",
-        legendPlacement="bottom",
-        tooltipMode="multi",
-        fillOpacity=80,
-        x_field=x_field,
-        unit=unit,
-    )
+    # A dict, as for Heatmap: mypy's attrs plugin sees only the fields declared here, not grafanalib's.
+    fields: dict[str, Any] = {
+        "title": title,
+        "description": description,
+        "dataSource": PROMETHEUS,
+        "targets": list(targets),
+        "transformations": transformations,
+        "orientation": "horizontal",
+        "stacking": "normal",
+        "showValue": "never",
+        "legendDisplayMode": "list",
+        "legendPlacement": "bottom",
+        "tooltipMode": "multi",
+        "fillOpacity": 80,
+        "x_field": x_field,
+        "unit": unit,
+    }
+    return BarChart(**fields)
 
 
 def value_mapping(options: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
