@@ -19,6 +19,7 @@ from dashboards.panels import (
     RATIO,
     RED,
     REF_LATENCY,
+    REF_NETWORK,
     REF_STATUS,
     REF_TIMING,
     REF_WINDOW,
@@ -121,6 +122,24 @@ SELECT r.time, {SERIES} || ' ITL p99', r.itl_p99_s
 FROM {RUNS}
 WHERE {FILTER} AND r.itl_p99_s IS NOT NULL
 ORDER BY 1"""
+
+# Where each series' time to first byte goes, from the phases stored with every run that got a response.
+NETWORK_PHASES = f"""SELECT
+  e.name AS "endpoint",
+  r.site AS "site",
+  r.workload AS "workload",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_resolve_s) AS "resolve p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_connect_s) AS "connect p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_tls_s) AS "TLS p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_processing_s) AS "processing p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.network_rtt_s) AS "network RTT p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.ttft_s - r.network_rtt_s) AS "server TTFT p50",
+  avg(CASE WHEN r.connection_reused THEN 1.0 ELSE 0.0 END) AS "connection kept open",
+  count(*) AS "runs with phases"
+FROM {RUNS}
+WHERE {FILTER} AND r.phase_processing_s IS NOT NULL
+GROUP BY e.name, r.site, r.workload
+ORDER BY 1, 2, 3"""
 
 ENDPOINTS = "SELECT name FROM endpoints ORDER BY name"
 # run_series holds one row per endpoint, workload and site that has runs; a run without a site has ''.
@@ -258,6 +277,37 @@ def _details(grid: Grid) -> None:
     )
 
 
+def _network(grid: Grid) -> None:
+    grid.row("Network")
+    seconds = [
+        "resolve p50",
+        "connect p50",
+        "TLS p50",
+        "processing p50",
+        "network RTT p50",
+        "server TTFT p50",
+    ]
+    grid.add(
+        table(
+            "Network phases over the selected time range",
+            describe(
+                "Medians over the stored runs of each endpoint, site and workload: DNS resolve, TCP connect "
+                "and TLS handshake of the connection a run was sent on (0 when it was kept open from an "
+                "earlier round), processing (request sent to first response byte), one network round trip, "
+                "and the server's share of TTFT (TTFT minus that round trip); and how often the connection "
+                "was kept open.",
+                REF_NETWORK,
+            ),
+            [sql(NETWORK_PHASES)],
+            datasource=POSTGRES,
+            overrides=[_override(name, unit=SECONDS, decimals=4) for name in seconds]
+            + [_override("connection kept open", unit=RATIO, decimals=0)],
+        ),
+        w=24,
+        h=7,
+    )
+
+
 def endpoint_variable() -> g.Template:
     """`$endpoint` from the store's endpoints table (current names; renamed endpoints keep their history)."""
     return store_variable("endpoint", "Endpoint", ENDPOINTS)
@@ -283,6 +333,7 @@ def build() -> g.Dashboard:
     grid = Grid()
     _runs(grid)
     _details(grid)
+    _network(grid)
     return common.dashboard(
         title=TITLE,
         uid=UID,

@@ -470,6 +470,10 @@ def test_every_sql_panel_runs_on_the_store(fleet: Fleet) -> None:
         # The stored runs come back per site: the window table has a row per endpoint, site and workload.
         summary = returned["tokwatch-history.json: Window figures over the selected time range/A"]
         assert {(r[0], r[1]) for r in summary} >= {(e, s) for e in ("plain", "limited") for s in SITES}
+        # The network phases the exporters stored: processing (request sent to first byte) for every series.
+        phases = returned["tokwatch-history.json: Network phases over the selected time range/A"]
+        assert {(r[0], r[1]) for r in phases} >= {("plain", s) for s in SITES}
+        assert all(r[6] is not None and r[6] > 0 for r in phases)
         assert returned["tokwatch-benchmarks.json: Bench runs/A"]
         assert returned["tokwatch-benchmarks.json: Request TTFT distribution/A"]
 

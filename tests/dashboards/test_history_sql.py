@@ -124,7 +124,7 @@ def _rows(conn: Any, sql: str, **selected: Any) -> list[dict[str, Any]]:
 
 def test_every_history_query_runs_on_the_real_schema(store: Any) -> None:
     queries = _queries()
-    assert len(queries) == 9
+    assert len(queries) == 10
     for where, sql in queries.items():
         try:
             _rows(store, sql)
