@@ -29,7 +29,9 @@ def datasource_variable() -> g.Template:
 def query_variable(
     name: str, label: str, query: str, multi: bool = True, default: str | None = "$__all"
 ) -> g.Template:
-    """A Prometheus `label_values(...)` variable; multi-select with All unless told otherwise."""
+    """A Prometheus `label_values(...)` variable; multi-select with All unless told otherwise. All is `.*`
+    rather than the list of values: it also matches a series without the label (no `site:` configured) and
+    stays short at fleet size."""
     return g.Template(
         name=name,
         label=label,
@@ -37,10 +39,21 @@ def query_variable(
         dataSource=PROMETHEUS,
         multi=multi,
         includeAll=multi,
+        allValue=".*" if multi else None,
         default=default,
         refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
         sort=g.SORT_ALPHA_IGNORE_CASE_ASC,
     )
+
+
+def site_variable() -> g.Template:
+    """`$site`: the vantage points (exporters' `site:`), several at once; All also matches no site."""
+    return query_variable("site", "Site", "label_values(tokwatch_endpoint_info, site)")
+
+
+def workload_variable() -> g.Template:
+    """`$workload`: the probe workloads, several at once (every per-run query keeps `workload` apart)."""
+    return query_variable("workload", "Workload", "label_values(tokwatch_probe_runs_total, workload)")
 
 
 def custom_variable(name: str, label: str, values: Sequence[str], default: str) -> g.Template:

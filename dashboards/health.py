@@ -14,6 +14,7 @@ from dashboards.panels import (
     REF_SELF_METRICS,
     REF_SERVER,
     REF_STORAGE,
+    SCRAPE_FAILED,
     SECONDS,
     Grid,
     by_ref,
@@ -25,6 +26,7 @@ from dashboards.panels import (
     timeseries,
     value_mapping,
 )
+from dashboards.promql import SERVER_BY, SERVER_LEGEND, SITE
 
 UID = "tokwatch-health"
 TITLE = "tokwatch — Exporter health"
@@ -35,8 +37,8 @@ def _sel(metric: str, *matchers: str) -> str:
     return f"{metric}{{{', '.join((INSTANCE, *matchers))}}}"
 
 
-def _per_bucket(metric: str, by: str = "instance") -> str:
-    return f"sum by ({by}) (increase({_sel(metric)}[$__interval]))"
+def _per_bucket(metric: str, by: str = "instance", *matchers: str) -> str:
+    return f"sum by ({by}) (increase({_sel(metric, *matchers)}[$__interval]))"
 
 
 def _exporter(grid: Grid) -> None:
@@ -285,11 +287,15 @@ def _scrapes(grid: Grid) -> None:
     grid.add(
         timeseries(
             "Server /metrics scrape errors per bucket",
-            describe("Failed scrapes of the inference servers' /metrics, by endpoint.", REF_SERVER),
+            describe(
+                "Failed scrapes of the inference servers' /metrics, by endpoint and site.",
+                REF_SERVER,
+                SCRAPE_FAILED,
+            ),
             [
                 prom(
-                    f"{_per_bucket('tokwatch_server_scrape_errors_total', by='endpoint')} > 0",
-                    "{{endpoint}}",
+                    f"{_per_bucket('tokwatch_server_scrape_errors_total', SERVER_BY, SITE)} > 0",
+                    SERVER_LEGEND,
                 )
             ],
             unit=COUNT,
@@ -328,6 +334,7 @@ def build() -> g.Dashboard:
         variables=[
             common.datasource_variable(),
             common.query_variable("instance", "Exporter", "label_values(tokwatch_build_info, instance)"),
+            common.site_variable(),
         ],
         time_from="now-6h",
     )

@@ -19,6 +19,7 @@ from dashboards.panels import (
     RATIO,
     RED,
     REF_LATENCY,
+    REF_NETWORK,
     REF_STATUS,
     REF_TIMING,
     REF_WINDOW,
@@ -38,11 +39,22 @@ TITLE = "tokwatch — Run history"
 
 # Runs are stored under a stable endpoint id; joining on it keeps history continuous across renames.
 RUNS = "runs r JOIN endpoints e ON e.id = r.endpoint_id"
-FILTER = "$__timeFilter(r.time) AND e.name IN ($endpoint)"
+# Every run belongs to one series: endpoint, workload (the prompt) and site (the vantage point); no panel
+# mixes two workloads' or two sites' runs under one name.
+FILTER = "$__timeFilter(r.time) AND e.name IN ($endpoint) AND r.workload IN ($workload) AND r.site IN ($site)"
+
+
+def series_name(alias: str) -> str:
+    """`endpoint @ site · workload` of a runs (or runs_hourly) row (no `@` part for runs without a site)."""
+    site = f"CASE WHEN {alias}.site <> '' THEN ' @ ' || {alias}.site ELSE '' END"
+    return f"e.name || {site} || ' · ' || {alias}.workload"
+
+
+SERIES = series_name("r")
 
 TPS_PER_RUN = f"""SELECT
   r.time AS "time",
-  e.name AS metric,
+  {SERIES} AS metric,
   CASE WHEN r.status = 'ok' THEN r.tokens_per_second END AS value
 FROM {RUNS}
 WHERE {FILTER}
@@ -50,7 +62,7 @@ ORDER BY 1"""
 
 FAILED_PER_BUCKET = f"""SELECT
   $__timeGroupAlias(r.time, $__interval),
-  e.name || ' failed runs' AS metric,
+  {SERIES} || ' failed runs' AS metric,
   count(*) AS value
 FROM {RUNS}
 WHERE {FILTER} AND r.status <> 'ok'
@@ -59,6 +71,8 @@ ORDER BY 1"""
 
 SUMMARY = f"""SELECT
   e.name AS "endpoint",
+  r.site AS "site",
+  r.workload AS "workload",
   percentile_cont(0.5) WITHIN GROUP (ORDER BY r.tokens_per_second)
     FILTER (WHERE r.status = 'ok') AS "median tok/s",
   stddev_samp(r.tokens_per_second) FILTER (WHERE r.status = 'ok') AS "stddev tok/s",
@@ -70,12 +84,14 @@ SUMMARY = f"""SELECT
   max(r.time) AS "last run"
 FROM {RUNS}
 WHERE {FILTER}
-GROUP BY e.name
-ORDER BY 2 DESC NULLS LAST"""
+GROUP BY e.name, r.site, r.workload
+ORDER BY 4 DESC NULLS LAST"""
 
 RECENT_FAILURES = f"""SELECT
   r.time AS "time",
   e.name AS "endpoint",
+  r.site AS "site",
+  r.workload AS "workload",
   upper(replace(r.status, '_', ' ')) AS "status",
   r.http_status AS "HTTP",
   r.error_class AS "error class",
@@ -86,27 +102,53 @@ WHERE {FILTER} AND r.status <> 'ok'
 ORDER BY r.time DESC
 LIMIT 200"""
 
-HOURLY_MEDIAN = """SELECT
+# The rollup holds one row per endpoint, workload, site and hour.
+HOURLY_MEDIAN = f"""SELECT
   h.bucket AS "time",
-  e.name AS metric,
+  {series_name("h")} AS metric,
   h.tps_median AS value
 FROM runs_hourly h JOIN endpoints e ON e.id = h.endpoint_id
-WHERE $__timeFilter(h.bucket) AND e.name IN ($endpoint)
+WHERE $__timeFilter(h.bucket) AND e.name IN ($endpoint) AND h.workload IN ($workload) AND h.site IN ($site)
 ORDER BY 1"""
 
 LATENCY_PER_RUN = f"""SELECT
   r.time AS "time",
-  e.name || ' TTFT' AS metric,
+  {SERIES} || ' TTFT' AS metric,
   r.ttft_s AS value
 FROM {RUNS}
 WHERE {FILTER} AND r.ttft_s IS NOT NULL
 UNION ALL
-SELECT r.time, e.name || ' ITL p99', r.itl_p99_s
+SELECT r.time, {SERIES} || ' ITL p99', r.itl_p99_s
 FROM {RUNS}
 WHERE {FILTER} AND r.itl_p99_s IS NOT NULL
 ORDER BY 1"""
 
+# Where each series' time to first byte goes, from the phases stored with every run that got a response.
+NETWORK_PHASES = f"""SELECT
+  e.name AS "endpoint",
+  r.site AS "site",
+  r.workload AS "workload",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_resolve_s) AS "resolve p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_connect_s) AS "connect p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_tls_s) AS "TLS p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.phase_processing_s) AS "processing p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.network_rtt_s) AS "network RTT p50",
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.ttft_s - r.network_rtt_s) AS "server TTFT p50",
+  avg(CASE WHEN r.connection_reused THEN 1.0 ELSE 0.0 END) AS "connection kept open",
+  count(*) AS "runs with phases"
+FROM {RUNS}
+WHERE {FILTER} AND r.phase_processing_s IS NOT NULL
+GROUP BY e.name, r.site, r.workload
+ORDER BY 1, 2, 3"""
+
 ENDPOINTS = "SELECT name FROM endpoints ORDER BY name"
+# run_series holds one row per endpoint, workload and site that has runs; a run without a site has ''.
+WORKLOADS = "SELECT DISTINCT workload FROM run_series ORDER BY 1"
+SITES = """SELECT DISTINCT
+  CASE WHEN site = '' THEN '(no site)' ELSE site END AS __text,
+  site AS __value
+FROM run_series
+ORDER BY 1"""
 
 
 def _override(name: str, **properties: Any) -> dict[str, Any]:
@@ -153,7 +195,8 @@ def _runs(grid: Grid) -> None:
             "Window figures over the selected time range",
             describe(
                 "The tile numbers recomputed from every stored run in the dashboard's time range: median, "
-                "sample stddev and CV of ok-run tok/s, uptime (ok / all).",
+                "sample stddev and CV of ok-run tok/s, uptime (ok / all); one row per endpoint, site and "
+                "workload.",
                 REF_WINDOW,
             ),
             [sql(SUMMARY)],
@@ -210,7 +253,8 @@ def _details(grid: Grid) -> None:
         timeseries(
             "Hourly median tok/s (rollup)",
             describe(
-                "Median tok/s of ok runs per endpoint and hour, from the runs_hourly rollup.", REF_TIMING
+                "Median tok/s of ok runs per endpoint, site, workload and hour, from the runs_hourly rollup.",
+                REF_TIMING,
             ),
             [sql(HOURLY_MEDIAN, fmt="time_series")],
             unit=TOKS,
@@ -233,12 +277,48 @@ def _details(grid: Grid) -> None:
     )
 
 
+def _network(grid: Grid) -> None:
+    grid.row("Network")
+    seconds = [
+        "resolve p50",
+        "connect p50",
+        "TLS p50",
+        "processing p50",
+        "network RTT p50",
+        "server TTFT p50",
+    ]
+    grid.add(
+        table(
+            "Network phases over the selected time range",
+            describe(
+                "Medians over the stored runs of each endpoint, site and workload: DNS resolve, TCP connect "
+                "and TLS handshake of the connection a run was sent on (0 when it was kept open from an "
+                "earlier round), processing (request sent to first response byte), one network round trip, "
+                "and the server's share of TTFT (TTFT minus that round trip); and how often the connection "
+                "was kept open.",
+                REF_NETWORK,
+            ),
+            [sql(NETWORK_PHASES)],
+            datasource=POSTGRES,
+            overrides=[_override(name, unit=SECONDS, decimals=4) for name in seconds]
+            + [_override("connection kept open", unit=RATIO, decimals=0)],
+        ),
+        w=24,
+        h=7,
+    )
+
+
 def endpoint_variable() -> g.Template:
     """`$endpoint` from the store's endpoints table (current names; renamed endpoints keep their history)."""
+    return store_variable("endpoint", "Endpoint", ENDPOINTS)
+
+
+def store_variable(name: str, label: str, query: str) -> g.Template:
+    """A multi-value variable (All included) whose choices a query of the store lists."""
     return g.Template(
-        name="endpoint",
-        label="Endpoint",
-        query=ENDPOINTS,
+        name=name,
+        label=label,
+        query=query,
         dataSource=POSTGRES,
         multi=True,
         includeAll=True,
@@ -253,12 +333,17 @@ def build() -> g.Dashboard:
     grid = Grid()
     _runs(grid)
     _details(grid)
+    _network(grid)
     return common.dashboard(
         title=TITLE,
         uid=UID,
         description="Every probe run from tokwatch's PostgreSQL/TimescaleDB store: per-run tok/s, failures.",
         panels=grid.panels,
-        variables=[endpoint_variable()],
+        variables=[
+            endpoint_variable(),
+            store_variable("site", "Site", SITES),
+            store_variable("workload", "Workload", WORKLOADS),
+        ],
         time_from="now-7d",
         refresh="5m",
     )

@@ -9,10 +9,12 @@ from dashboards.panels import (
     AMBER,
     COUNT,
     GREEN,
+    HISTOGRAMS,
     MIN_INTERVAL,
     RATIO,
     RED,
     REF_LATENCY,
+    REF_NETWORK,
     REF_PERCENTILES,
     REF_STATUS,
     REF_TIMING,
@@ -26,6 +28,7 @@ from dashboards.panels import (
     describe,
     heatmap,
     prom,
+    stacked_bars,
     stat,
     state_timeline,
     steps,
@@ -34,18 +37,22 @@ from dashboards.panels import (
     value_mapping,
 )
 from dashboards.promql import (
+    BY,
+    LEGEND,
+    SERVER_BY,
+    SITE,
     STATUS_CODES,
     STATUS_COLORS,
     STATUS_TEXT,
     WORKLOAD,
     histogram_mean,
     histogram_quantile,
+    per_series,
     sel,
     status_code,
     with_endpoint_info,
     wsel,
 )
-from tokwatch.figures.series import DEFAULT_WORKLOAD
 from tokwatch.settings.config import ScheduleSettings
 from tokwatch.windows.window import window_label
 
@@ -59,11 +66,16 @@ TITLE = "tokwatch — Endpoints overview"
 IN_WINDOW = 'window="$window"'
 RUN = (WORKLOAD,)  # matchers of the per-run histograms
 LATENCY_WINDOW = "$latency_window"
+# Network phases, in the order a request goes through them; `proxy_connect` (a CONNECT through an HTTP
+# proxy) is stacked where the exporter reports it.
+PHASES = ("resolve", "connect", "proxy_connect", "tls", "processing")
+STATUS_LEGEND = f"{LEGEND} — {{{{kind}}}} · {{{{model}}}}"
 
 
 def window_figure(metric: str) -> str:
-    """A window gauge per endpoint for the selected `$window` (24h unless configured otherwise)."""
-    return f"max by (endpoint) ({wsel(metric, IN_WINDOW)})"
+    """A window gauge per endpoint, site and workload for the selected `$window` (24h unless configured
+    otherwise)."""
+    return per_series(wsel(metric, IN_WINDOW))
 
 
 def status_mappings() -> list[dict[str, object]]:
@@ -76,19 +88,20 @@ def status_mappings() -> list[dict[str, object]]:
 def failed_runs_expr(window: str) -> str:
     """Non-ok timed runs per endpoint in each `window` bucket; only buckets with failures return a sample."""
     runs = wsel("tokwatch_probe_runs_total", 'status!="ok"')
-    return f"sum by (endpoint) (increase({runs}[{window}])) > 0"
+    return f"sum by ({BY}) (increase({runs}[{window}])) > 0"
 
 
 def ok_tps_expr() -> str:
     """Last ok tok/s per endpoint, hidden while the latest run is not ok so the line breaks at incidents."""
-    tps = f"max by (endpoint) ({wsel('tokwatch_probe_decode_tokens_per_second')})"
-    ok = f"max by (endpoint) ({wsel('tokwatch_probe_success')}) == 1"
-    return f"{tps} and on (endpoint) ({ok})"
+    tps = per_series(wsel("tokwatch_probe_decode_tokens_per_second"))
+    ok = f"{per_series(wsel('tokwatch_probe_success'))} == 1"
+    return f"{tps} and on ({BY}) ({ok})"
 
 
-def fleet_expr(metric: str, by: str = "endpoint") -> str:
-    """A fleet-wide figure: every endpoint, whatever `$endpoint` selects (the strip ranks the whole fleet)."""
-    return f"max by ({by}) ({metric}{{{WORKLOAD}}})"
+def fleet_expr(metric: str, by: str = f"{BY}, window") -> str:
+    """A fleet-wide figure: every endpoint, whatever `$endpoint` selects (the strip ranks the whole fleet),
+    per site and workload (each site ranks its own measurements)."""
+    return f"max by ({by}) ({metric}{{{SITE}, {WORKLOAD}}})"
 
 
 def _tiles(grid: Grid) -> None:
@@ -103,7 +116,7 @@ def _tiles(grid: Grid) -> None:
                 "kind and model.",
                 REF_STATUS,
             ),
-            [prom(with_endpoint_info(status_code(RUN)), "{{kind}} · {{model}}", instant=True)],
+            [prom(with_endpoint_info(status_code(RUN)), STATUS_LEGEND, instant=True)],
             unit="none",
             mappings=status_mappings(),
             color_mode="background",
@@ -123,8 +136,8 @@ def _tiles(grid: Grid) -> None:
             ),
             [
                 prom(
-                    f"max by (endpoint, source) ({wsel('tokwatch_probe_decode_tokens_per_second')})",
-                    "{{source}}",
+                    per_series(wsel("tokwatch_probe_decode_tokens_per_second"), "source"),
+                    f"{LEGEND} ({{{{source}}}})",
                     instant=True,
                 )
             ],
@@ -146,13 +159,12 @@ def _tiles(grid: Grid) -> None:
             [
                 prom(
                     window_figure("tokwatch_window_decode_tokens_per_second_median"),
-                    "{{endpoint}}",
+                    LEGEND,
                     instant=True,
                 )
             ],
             unit=TOKS,
             decimals=1,
-            text_mode="value",
             no_value="—",
         ),
         w=3,
@@ -169,7 +181,7 @@ def _tiles(grid: Grid) -> None:
             [
                 prom(
                     window_figure("tokwatch_window_decode_tokens_per_second_cv_ratio"),
-                    "{{endpoint}}",
+                    LEGEND,
                     instant=True,
                 )
             ],
@@ -177,7 +189,6 @@ def _tiles(grid: Grid) -> None:
             decimals=1,
             thresholds=steps((GREEN, None), (AMBER, 0.05), (RED, 0.15)),
             color_mode="background",
-            text_mode="value",
             no_value="— (2+ ok runs)",
         ),
         w=3,
@@ -190,13 +201,12 @@ def _tiles(grid: Grid) -> None:
             [
                 prom(
                     window_figure("tokwatch_window_decode_tokens_per_second_stddev"),
-                    "{{endpoint}}",
+                    LEGEND,
                     instant=True,
                 )
             ],
             unit=TOKS,
             decimals=1,
-            text_mode="value",
             no_value="—",
         ),
         w=2,
@@ -210,11 +220,10 @@ def _tiles(grid: Grid) -> None:
                 "provider_error, auth_failure, unreachable, degraded) lowers it.",
                 REF_WINDOW,
             ),
-            [prom(window_figure("tokwatch_window_uptime_ratio"), "{{endpoint}}", instant=True)],
+            [prom(window_figure("tokwatch_window_uptime_ratio"), LEGEND, instant=True)],
             unit=RATIO,
             decimals=1,
             thresholds=steps((RED, None), (AMBER, 0.95), (GREEN, 0.99)),
-            text_mode="value",
             no_value="—",
         ),
         w=3,
@@ -229,8 +238,8 @@ def _tiles(grid: Grid) -> None:
                 REF_TIMING,
             ),
             [
-                prom(ok_tps_expr(), "tok/s", ref="A"),
-                prom(failed_runs_expr("$__interval"), "failed runs", ref="B"),
+                prom(ok_tps_expr(), f"{LEGEND} tok/s", ref="A"),
+                prom(failed_runs_expr("$__interval"), f"{LEGEND} failed runs", ref="B"),
             ],
             unit=TOKS,
             min_interval=MIN_INTERVAL,
@@ -279,7 +288,7 @@ _PERCENTILES = (
 def _percentiles(grid: Grid) -> None:
     """p50/p90/p99 over the selected window (one sample per run, as Artificial Analysis' and OpenRouter's
     published percentiles), with the sample counts beside them."""
-    grid.row("Percentiles over $window, workload $workload")
+    grid.row("Percentiles over $window")
     for title, metric, what, unit in _PERCENTILES:
         grid.add(
             timeseries(
@@ -292,8 +301,8 @@ def _percentiles(grid: Grid) -> None:
                 ),
                 [
                     prom(
-                        f"max by (endpoint, percentile) ({wsel(metric, IN_WINDOW)})",
-                        "{{endpoint}} p{{percentile}}",
+                        per_series(wsel(metric, IN_WINDOW), "percentile"),
+                        f"{LEGEND} p{{{{percentile}}}}",
                     )
                 ],
                 unit=unit,
@@ -317,15 +326,16 @@ def _percentiles(grid: Grid) -> None:
                 REF_PERCENTILES,
             ),
             [
-                prom(f"max by (endpoint) ({wsel(metric, IN_WINDOW)})", ref=ref, instant=True, fmt="table")
+                prom(window_figure(metric), ref=ref, instant=True, fmt="table")
                 for ref, (metric, _) in zip(refs, counts, strict=True)
             ],
             transformations=[
-                {"id": "joinByField", "options": {"byField": "endpoint", "mode": "outer"}},
+                {"id": "merge", "options": {}},  # one row per endpoint, site and workload
                 {
                     "id": "organize",
                     "options": {
-                        "excludeByName": {"Time": True, **{f"Time {i}": True for i in range(1, 4)}},
+                        "excludeByName": {"Time": True},
+                        "indexByName": {"endpoint": 0, "site": 1, "workload": 2},
                         "renameByName": {
                             f"Value #{ref}": name for ref, (_, name) in zip(refs, counts, strict=True)
                         },
@@ -340,19 +350,19 @@ def _percentiles(grid: Grid) -> None:
 
 def _comparison(grid: Grid) -> None:
     """Seed 000's comparison strip over the whole fleet: ranked 7-day medians and each neighbouring pair."""
-    grid.row("Comparison — 7-day median of ok runs, whole fleet")
+    grid.row("Comparison — 7-day median of ok runs, whole fleet, per site and workload")
     grid.add(
         bargauge(
             "Ranking (7-day median tok/s)",
             describe(
-                "Every endpoint with an ok run in 7 days, fastest first. A longer window than the tiles, so "
-                "one bad hour does not reorder it.",
+                "Every endpoint with an ok run in 7 days, fastest first, each site's and workload's "
+                "ranking apart. A longer window than the tiles, so one bad hour does not reorder it.",
                 REF_WINDOW,
             ),
             [
                 prom(
                     f"sort_desc({fleet_expr('tokwatch_fleet_median_tokens_per_second')})",
-                    "{{endpoint}}",
+                    LEGEND,
                     instant=True,
                 )
             ],
@@ -364,14 +374,15 @@ def _comparison(grid: Grid) -> None:
     )
     grid.add(
         table(
-            "X is N % faster than Y",
+            "X is N % faster than the next",
             describe(
-                "Each endpoint against the next slower one in the ranking: 7-day median ratio - 1.",
+                "Each endpoint against the next slower one in its site's and workload's ranking (the row "
+                "below it): 7-day median ratio - 1.",
                 REF_WINDOW,
             ),
             [
                 prom(
-                    f"{fleet_expr('tokwatch_fleet_faster_than_next_ratio', 'endpoint, next')} - 1",
+                    f"{fleet_expr('tokwatch_fleet_faster_than_next_ratio')} - 1",
                     "",
                     ref="A",
                     instant=True,
@@ -385,20 +396,27 @@ def _comparison(grid: Grid) -> None:
                 {
                     "id": "organize",
                     "options": {
-                        "excludeByName": {"Time": True},
-                        "indexByName": {"Value #B": 0, "endpoint": 1, "Value #A": 2, "next": 3},
+                        "excludeByName": {"Time": True, "window": True},
+                        "indexByName": {
+                            "site": 0,
+                            "workload": 1,
+                            "Value #B": 2,
+                            "endpoint": 3,
+                            "Value #A": 4,
+                        },
                         "renameByName": {
+                            "site": "Site",
+                            "workload": "Workload",
                             "Value #B": "Rank",
                             "endpoint": "Endpoint",
-                            "Value #A": "is faster by",
-                            "next": "than",
+                            "Value #A": "is faster than the next by",
                         },
                     },
                 },
             ],
             overrides=[
                 {
-                    "matcher": {"id": "byName", "options": "is faster by"},
+                    "matcher": {"id": "byName", "options": "is faster than the next by"},
                     "properties": [{"id": "unit", "value": "percentunit"}, {"id": "decimals", "value": 0}],
                 }
             ],
@@ -411,14 +429,14 @@ def _comparison(grid: Grid) -> None:
             "Fastest vs slowest",
             describe(
                 "How much faster the fastest endpoint is than the slowest, by 7-day median tok/s of ok runs "
-                "(fastest / slowest - 1).",
+                "(fastest / slowest - 1), per site and workload; which endpoints they are is the top and the "
+                "bottom of the ranking beside.",
                 REF_WINDOW,
             ),
             [
                 prom(
-                    "max by (fastest, slowest, window) "
-                    f"(tokwatch_fleet_fastest_vs_slowest_ratio{{{WORKLOAD}}}) - 1",
-                    "{{fastest}} faster than {{slowest}}",
+                    f"{fleet_expr('tokwatch_fleet_fastest_vs_slowest_ratio', 'site, workload, window')} - 1",
+                    "fastest vs slowest @ {{site}} · {{workload}}",
                     instant=True,
                 )
             ],
@@ -441,8 +459,8 @@ def _trend(grid: Grid) -> None:
                 REF_TIMING,
             ),
             [
-                prom(ok_tps_expr(), "{{endpoint}}", ref="A"),
-                prom(failed_runs_expr("$__interval"), "{{endpoint}} failed runs", ref="B"),
+                prom(ok_tps_expr(), LEGEND, ref="A"),
+                prom(failed_runs_expr("$__interval"), f"{LEGEND} failed runs", ref="B"),
             ],
             unit=TOKS,
             min_interval=MIN_INTERVAL,
@@ -468,7 +486,7 @@ def _trend(grid: Grid) -> None:
         state_timeline(
             "Status timeline",
             describe("Status of the latest run per endpoint over time.", REF_STATUS),
-            [prom(status_code(RUN), "{{endpoint}}")],
+            [prom(status_code(RUN), LEGEND)],
             mappings=status_mappings(),
             min_interval=MIN_INTERVAL,
         ),
@@ -478,14 +496,60 @@ def _trend(grid: Grid) -> None:
 
 
 def _latency(grid: Grid) -> None:
-    grid.row("Latency (histograms over $latency_window)")
+    grid.row("Latency")
+    grid.add(
+        timeseries(
+            "TTFT per run and p50 ($window)",
+            describe(
+                "Time to first token: request sent to the first content or reasoning token. Points: each "
+                "endpoint's last run (tokwatch_probe_ttft_seconds, one sample per run); dashed: the exact "
+                "p50 over the window's runs (tokwatch_window_ttft_percentile_seconds, not a histogram "
+                "estimate).",
+                REF_LATENCY,
+            ),
+            [
+                prom(per_series(wsel("tokwatch_probe_ttft_seconds")), f"{LEGEND} last run", ref="A"),
+                prom(
+                    per_series(wsel("tokwatch_window_ttft_percentile_seconds", IN_WINDOW, 'percentile="50"')),
+                    f"{LEGEND} p50 ($window)",
+                    ref="B",
+                ),
+            ],
+            unit=SECONDS,
+            points="always",
+            min_interval=MIN_INTERVAL,
+            overrides=[by_ref("B", **{"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}})],
+        ),
+        w=12,
+        h=8,
+    )
+    grid.add(
+        timeseries(
+            "E2E latency per run",
+            describe(
+                "Request sent to last byte of each endpoint's last completed run "
+                "(tokwatch_probe_e2e_seconds), and the run's wall time until it completed or failed "
+                "(tokwatch_probe_duration_seconds, dashed).",
+                REF_LATENCY,
+            ),
+            [
+                prom(per_series(wsel("tokwatch_probe_e2e_seconds")), LEGEND, ref="A"),
+                prom(per_series(wsel("tokwatch_probe_duration_seconds")), f"{LEGEND} duration", ref="B"),
+            ],
+            unit=SECONDS,
+            points="always",
+            overrides=[by_ref("B", **{"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}})],
+        ),
+        w=12,
+        h=8,
+    )
 
     def quantiles(histogram: str, qs: tuple[float, ...]) -> list[g.Target]:
         refs = "ABCDEFG"
         return [
             prom(
                 histogram_quantile(q, histogram, LATENCY_WINDOW, matchers=RUN),
-                f"{{{{endpoint}}}} p{q * 100:g}",
+                f"{LEGEND} p{q * 100:g}",
                 ref=refs[i],
             )
             for i, q in enumerate(qs)
@@ -493,48 +557,15 @@ def _latency(grid: Grid) -> None:
 
     grid.add(
         timeseries(
-            "TTFT p50 / p95 / p99",
-            describe(
-                "Time to first token: request sent to the first content or reasoning token, from the "
-                "tokwatch_ttft_seconds histogram over $latency_window.",
-                REF_LATENCY,
-            ),
-            quantiles("tokwatch_ttft_seconds", (0.5, 0.95, 0.99)),
-            unit=SECONDS,
-        ),
-        w=12,
-        h=8,
-    )
-    grid.add(
-        timeseries(
-            "Inter-token latency p50 / p99",
+            "Inter-token latency p50 / p99 (histogram)",
             describe(
                 "Gap before each token after the first; a chunk of k tokens counts its gap once and k-1 "
-                "zero gaps (tokwatch_inter_token_latency_seconds).",
+                "zero gaps (tokwatch_inter_token_latency_seconds over $latency_window; bucket boundaries "
+                "1 ms … 10 s).",
                 REF_LATENCY,
+                HISTOGRAMS,
             ),
             quantiles("tokwatch_inter_token_latency_seconds", (0.5, 0.99)),
-            unit=SECONDS,
-        ),
-        w=12,
-        h=8,
-    )
-    grid.add(
-        timeseries(
-            "TPOT p50 / p95 / mean",
-            describe(
-                "Time per output token per run: (E2E - TTFT) / (tokens - 1) "
-                "(tokwatch_time_per_output_token_seconds); mean = histogram sum / count.",
-                REF_LATENCY,
-            ),
-            [
-                *quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
-                prom(
-                    histogram_mean("tokwatch_time_per_output_token_seconds", LATENCY_WINDOW, matchers=RUN),
-                    "{{endpoint}} mean",
-                    ref="C",
-                ),
-            ],
             unit=SECONDS,
         ),
         w=8,
@@ -542,11 +573,22 @@ def _latency(grid: Grid) -> None:
     )
     grid.add(
         timeseries(
-            "E2E latency p50 / p95 / p99",
+            "TPOT p50 / p95 / mean (histogram)",
             describe(
-                "Request sent to last byte of completed runs (tokwatch_e2e_latency_seconds).", REF_LATENCY
+                "Time per output token per run: (E2E - TTFT) / (tokens - 1) "
+                "(tokwatch_time_per_output_token_seconds over $latency_window); mean = histogram sum / "
+                "count.",
+                REF_LATENCY,
+                HISTOGRAMS,
             ),
-            quantiles("tokwatch_e2e_latency_seconds", (0.5, 0.95, 0.99)),
+            [
+                *quantiles("tokwatch_time_per_output_token_seconds", (0.5, 0.95)),
+                prom(
+                    histogram_mean("tokwatch_time_per_output_token_seconds", LATENCY_WINDOW, matchers=RUN),
+                    f"{LEGEND} mean",
+                    ref="C",
+                ),
+            ],
             unit=SECONDS,
         ),
         w=8,
@@ -556,11 +598,12 @@ def _latency(grid: Grid) -> None:
     itl_buckets = wsel("tokwatch_inter_token_latency_seconds_bucket")
     grid.add(
         heatmap(
-            "Inter-token latency distribution",
+            "Inter-token latency distribution (histogram)",
             describe(
                 "How the per-token gaps of the selected endpoints spread over the histogram buckets in "
                 "each time bucket; darker = more tokens. Stalls show as cells high above the band.",
                 REF_LATENCY,
+                HISTOGRAMS,
             ),
             f"sum by (le) (increase({itl_buckets}[$__interval]))",
             unit=SECONDS,
@@ -579,20 +622,22 @@ def _last_run_table() -> g.Table:
         ("tokwatch_probe_think_tokens", "Think tokens", COUNT),
     ]
     refs = "ABCDE"
-    targets = []
-    for ref, (metric, _, _) in zip(refs, columns, strict=True):
-        targets.append(prom(f"max by (endpoint) ({wsel(metric)})", ref=ref, instant=True, fmt="table"))
+    targets = [
+        prom(per_series(wsel(metric)), ref=ref, instant=True, fmt="table")
+        for ref, (metric, _, _) in zip(refs, columns, strict=True)
+    ]
     rename = {f"Value #{ref}": name for ref, (_, name, _) in zip(refs, columns, strict=True)}
     return table(
         "Last run",
         describe("Figures of each endpoint's most recent run (any status that produced them).", REF_STATUS),
         targets,
         transformations=[
-            {"id": "joinByField", "options": {"byField": "endpoint", "mode": "outer"}},
+            {"id": "merge", "options": {}},  # one row per endpoint, site and workload
             {
                 "id": "organize",
                 "options": {
-                    "excludeByName": {"Time": True, **{f"Time {i}": True for i in range(1, len(refs) + 1)}},
+                    "excludeByName": {"Time": True},
+                    "indexByName": {"endpoint": 0, "site": 1, "workload": 2},
                     "renameByName": rename,
                 },
             },
@@ -607,52 +652,94 @@ def _last_run_table() -> g.Table:
     )
 
 
+def phases_expr() -> str:
+    """The last run's network phases per endpoint, site and workload, with one `series` label naming the
+    three (a bar of the stacked chart each)."""
+    phases = 'phase=~"' + "|".join(PHASES) + '"'
+    figures = per_series(wsel("tokwatch_probe_phase_seconds", phases), "phase")
+    named = f'label_join({figures}, "series", " @ ", "endpoint", "site")'
+    return f'label_join({named}, "series", " · ", "series", "workload")'
+
+
+def _network(grid: Grid) -> None:
+    grid.row("Network phases (last run)")
+    grid.add(
+        stacked_bars(
+            "Network phases per endpoint",
+            describe(
+                "Where the last run's time to first byte went, stacked per endpoint, site and workload: DNS "
+                "resolve, TCP connect, proxy CONNECT (only through a proxy), TLS handshake, and processing "
+                "(request sent to first response byte: the server's queue and prefill plus one network "
+                "round trip). Resolve, connect and TLS are the time the round spent opening the connection "
+                "the run was sent on: 0 when it was kept open from an earlier round.",
+                REF_NETWORK,
+            ),
+            [prom(phases_expr(), ref="A", instant=True, fmt="table")],
+            unit=SECONDS,
+            x_field="series",
+            transformations=[
+                {
+                    "id": "groupingToMatrix",
+                    "options": {
+                        "columnField": "phase",
+                        "rowField": "series",
+                        "valueField": "Value",
+                        "emptyValue": "null",
+                    },
+                },
+                {
+                    "id": "organize",
+                    "options": {
+                        "renameByName": {"series\\phase": "series"},
+                        "indexByName": {"series\\phase": 0, **{p: i for i, p in enumerate(PHASES, start=1)}},
+                    },
+                },
+            ],
+        ),
+        w=24,
+        h=8,
+    )
+
+
 def _reasoning(grid: Grid) -> None:
     grid.row("Reasoning endpoints")
     grid.add(
         timeseries(
-            "TTOT p50 / p95",
+            "TTOT per run",
             describe(
                 "Time to first output token after the reasoning phase: last reasoning token to first "
-                "answer token (tokwatch_ttot_seconds). Only reasoning endpoints report it.",
+                "answer token of each reasoning endpoint's last run (tokwatch_probe_ttot_seconds). Only "
+                "reasoning endpoints report it.",
                 REF_LATENCY,
             ),
-            [
-                prom(
-                    histogram_quantile(0.5, "tokwatch_ttot_seconds", LATENCY_WINDOW, matchers=RUN),
-                    "{{endpoint}} p50",
-                ),
-                prom(
-                    histogram_quantile(0.95, "tokwatch_ttot_seconds", LATENCY_WINDOW, matchers=RUN),
-                    "{{endpoint}} p95",
-                    ref="B",
-                ),
-            ],
+            [prom(per_series(wsel("tokwatch_probe_ttot_seconds")), LEGEND)],
             unit=SECONDS,
+            points="always",
         ),
         w=8,
         h=8,
     )
     grid.add(
         timeseries(
-            "Output-phase inter-token latency p50 / p99",
+            "Output-phase inter-token latency p50 / p99 (histogram)",
             describe(
                 "Inter-token gaps of the answer phase only, so a fast reasoning phase cannot hide a slow "
-                "answer (tokwatch_output_inter_token_latency_seconds).",
+                "answer (tokwatch_output_inter_token_latency_seconds over $latency_window).",
                 REF_LATENCY,
+                HISTOGRAMS,
             ),
             [
                 prom(
                     histogram_quantile(
                         0.5, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW, matchers=RUN
                     ),
-                    "{{endpoint}} p50",
+                    f"{LEGEND} p50",
                 ),
                 prom(
                     histogram_quantile(
                         0.99, "tokwatch_output_inter_token_latency_seconds", LATENCY_WINDOW, matchers=RUN
                     ),
-                    "{{endpoint}} p99",
+                    f"{LEGEND} p99",
                     ref="B",
                 ),
             ],
@@ -661,6 +748,7 @@ def _reasoning(grid: Grid) -> None:
         w=8,
         h=8,
     )
+    think = f"{per_series(wsel('tokwatch_probe_think_tokens'))} > 0"
     grid.add(
         timeseries(
             "Think vs output tokens (last run)",
@@ -669,11 +757,10 @@ def _reasoning(grid: Grid) -> None:
                 REF_TOKENS,
             ),
             [
-                prom(f"max by (endpoint) ({wsel('tokwatch_probe_think_tokens')}) > 0", "{{endpoint}} think"),
+                prom(think, f"{LEGEND} think"),
                 prom(
-                    f"max by (endpoint) ({wsel('tokwatch_probe_output_tokens')}) "
-                    f"and on (endpoint) (max by (endpoint) ({wsel('tokwatch_probe_think_tokens')}) > 0)",
-                    "{{endpoint}} output",
+                    f"{per_series(wsel('tokwatch_probe_output_tokens'))} and on ({BY}) ({think})",
+                    f"{LEGEND} output",
                     ref="B",
                 ),
             ],
@@ -690,10 +777,11 @@ def _inventory(grid: Grid) -> None:
     grid.add(
         table(
             "Probed endpoints",
-            "What each endpoint is: probe kind and model, from tokwatch_endpoint_info (config).",
+            "What each endpoint is, at each site: probe kind and model, from tokwatch_endpoint_info "
+            "(config).",
             [
                 prom(
-                    f"max by (endpoint, kind, model) ({sel('tokwatch_endpoint_info')})",
+                    f"max by ({SERVER_BY}, kind, model) ({sel('tokwatch_endpoint_info')})",
                     instant=True,
                     fmt="table",
                 )
@@ -715,24 +803,21 @@ def build() -> g.Dashboard:
     _comparison(grid)
     _trend(grid)
     _latency(grid)
+    _network(grid)
     _reasoning(grid)
     _inventory(grid)
     failed = wsel("tokwatch_probe_runs_total", 'status!="ok"')
     return common.dashboard(
         title=TITLE,
         uid=UID,
-        description="Per-endpoint decode tok/s, variance, uptime, status and latency from tokwatch probes.",
+        description="Per-endpoint decode tok/s, variance, uptime, status and latency from tokwatch probes, "
+        "per site and workload.",
         panels=grid.panels,
         variables=[
             common.datasource_variable(),
             common.query_variable("endpoint", "Endpoint", "label_values(tokwatch_endpoint_info, endpoint)"),
-            common.query_variable(
-                "workload",
-                "Workload",
-                "label_values(tokwatch_probe_runs_total, workload)",
-                multi=False,
-                default=DEFAULT_WORKLOAD,
-            ),
+            common.site_variable(),
+            common.workload_variable(),
             common.query_variable(
                 "window",
                 "Window",
@@ -741,16 +826,16 @@ def build() -> g.Dashboard:
                 default=DEFAULT_WINDOW,
             ),
             common.custom_variable(
-                "latency_window", "Latency window", ["1h", "6h", "24h", "7d"], DEFAULT_WINDOW
+                "latency_window", "Latency window (histograms)", ["1h", "6h", "24h", "7d"], DEFAULT_WINDOW
             ),
         ],
         annotations=[
             common.prometheus_annotation(
                 "Failed runs",
-                f"sum by (endpoint, status) (increase({failed}[5m])) > 0",
+                f"sum by ({BY}, status) (increase({failed}[5m])) > 0",
                 title="{{status}}",
-                text="{{endpoint}}",
-                tags="endpoint,status",
+                text="{{endpoint}} @ {{site}} · {{workload}}",
+                tags="endpoint,site,workload,status",
                 color="red",
             )
         ],

@@ -40,6 +40,7 @@ REF_WINDOW = DocRef("docs/metrics.md", "Window figures")
 REF_PERCENTILES = DocRef("docs/methodology.md", "Percentiles over windows")
 REF_SELF_METRICS = DocRef("docs/metrics.md", "Exporter self-metrics")
 REF_SERVER = DocRef("docs/methodology.md", "Server counters")
+REF_NETWORK = DocRef("docs/methodology.md", "Network phases")
 REF_STORAGE = DocRef("docs/metrics.md", "Storage")
 
 GREEN, AMBER, RED = "green", "#EAB839", "red"
@@ -83,9 +84,66 @@ def sql(raw_sql: str, ref: str = "A", fmt: str = "table") -> SqlTarget:
     return SqlTarget(rawSql=raw_sql, refId=ref, format=fmt, datasource=POSTGRES, intervalFactor=1, step=None)
 
 
-def describe(text: str, ref: DocRef) -> str:
-    """Panel description ending with where the number is defined (docs file and section)."""
-    return f'{text} Definition: {ref.doc}, section "{ref.section}".'
+class Condition(NamedTuple):
+    """What must hold for a panel to show data on a healthy install (the conditional panels), and a PromQL
+    query that returns a sample exactly when it holds: the panel test (tests/dashboards) requires data from
+    the panel whenever `probe` returns some, and lets it be empty otherwise. `$__range` is the time range."""
+
+    text: str
+    probe: str
+
+
+CONDITION_PREFIX = "Shows data only when "
+HISTOGRAMS = Condition(
+    "the exporter's latency histograms are on (`metrics.histograms: true`; off by default)",
+    "count(tokwatch_ttft_seconds_bucket)",
+)
+SCRAPE_FAILED = Condition(
+    "a scrape of an inference server's /metrics failed in the time range",
+    "sum(increase(tokwatch_server_scrape_errors_total[$__range])) > 0",
+)
+PREEMPTED = Condition(
+    "a server preempted (vLLM) or retracted (SGLang) requests in the time range",
+    "sum(increase(tokwatch_server_preemptions_total[$__range])) > 0",
+)
+MIRRORED_COUNTERS = Condition(
+    "an endpoint lists a counter in `mirror_metrics` and it increased in the time range",
+    "sum(increase(tokwatch_server_mirrored_total[$__range])) > 0",
+)
+MIRRORED_GAUGES = Condition(
+    "an endpoint lists a gauge in `mirror_metrics`", "count(tokwatch_server_mirrored_value)"
+)
+OLLAMA = Condition(
+    "an Ollama endpoint is probed (its /api/ps answers)", "count(tokwatch_server_model_vram_ratio)"
+)
+OLLAMA_RELOADED = Condition(
+    "an Ollama endpoint had to reload its model in the time range",
+    "sum(increase(tokwatch_server_model_reloads_total[$__range])) > 0",
+)
+CONDITIONS = (
+    HISTOGRAMS,
+    SCRAPE_FAILED,
+    PREEMPTED,
+    MIRRORED_COUNTERS,
+    MIRRORED_GAUGES,
+    OLLAMA,
+    OLLAMA_RELOADED,
+)
+
+
+def describe(text: str, ref: DocRef, condition: Condition | None = None) -> str:
+    """Panel description ending with where the number is defined (docs file and section), and for a
+    conditional panel with what must hold for it to show data (read back by `condition_of`)."""
+    described = f'{text} Definition: {ref.doc}, section "{ref.section}".'
+    return f"{described} {CONDITION_PREFIX}{condition.text}." if condition else described
+
+
+def condition_of(description: str) -> Condition | None:
+    """The condition a panel's description names (None: the panel always shows data once probes ran)."""
+    for condition in CONDITIONS:
+        if description.endswith(f"{CONDITION_PREFIX}{condition.text}."):
+            return condition
+    return None
 
 
 def stat(
@@ -315,6 +373,51 @@ def heatmap(title: str, description: str, expr: str, unit: str) -> Heatmap:
         "maxDataPoints": 200,
     }
     return Heatmap(**fields)
+
+
+@attr.s
+class BarChart(g.BarChart):
+    """grafanalib's BarChart with the two keys it lacks: `options.xField` (the bars' labels) and a unit."""
+
+    x_field: str = attr.ib(default="")
+    unit: str = attr.ib(default="")
+
+    def to_json_data(self) -> dict[str, Any]:
+        """Panel JSON with `options.xField` and `fieldConfig.defaults.unit`."""
+        model: dict[str, Any] = super().to_json_data()
+        model["options"]["xField"] = self.x_field
+        model["fieldConfig"]["defaults"]["unit"] = self.unit
+        model["fieldConfig"]["defaults"]["color"] = {"mode": "palette-classic"}
+        return model
+
+
+def stacked_bars(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    unit: str,
+    x_field: str,
+    transformations: list[dict[str, Any]],
+) -> BarChart:
+    """Horizontal stacked bars, one per row of the (transformed) table, one segment per other column."""
+    # A dict, as for Heatmap: mypy's attrs plugin sees only the fields declared here, not grafanalib's.
+    fields: dict[str, Any] = {
+        "title": title,
+        "description": description,
+        "dataSource": PROMETHEUS,
+        "targets": list(targets),
+        "transformations": transformations,
+        "orientation": "horizontal",
+        "stacking": "normal",
+        "showValue": "never",
+        "legendDisplayMode": "list",
+        "legendPlacement": "bottom",
+        "tooltipMode": "multi",
+        "fillOpacity": 80,
+        "x_field": x_field,
+        "unit": unit,
+    }
+    return BarChart(**fields)
 
 
 def value_mapping(options: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:

@@ -10,9 +10,15 @@ from dashboards.panels import (
     COUNT,
     GREEN,
     MIN_INTERVAL,
+    MIRRORED_COUNTERS,
+    MIRRORED_GAUGES,
+    OLLAMA,
+    OLLAMA_RELOADED,
+    PREEMPTED,
     RATIO,
     RED,
     REF_SERVER,
+    SCRAPE_FAILED,
     SECONDS,
     TOKS,
     Grid,
@@ -24,17 +30,18 @@ from dashboards.panels import (
     timeseries,
     value_mapping,
 )
-from dashboards.promql import sel
+from dashboards.promql import LEGEND, SERVER_BY, SERVER_LEGEND, per_series, sel, wsel
 
 UID = "tokwatch-server"
 TITLE = "tokwatch — Server counters"
 
 
 def _per_endpoint(metric: str) -> str:
-    return f"max by (endpoint) ({sel(metric)})"
+    """A server gauge per endpoint and site (server counters have no workload)."""
+    return f"max by ({SERVER_BY}) ({sel(metric)})"
 
 
-def _increase(metric: str, by: str = "endpoint", window: str = "$__interval") -> str:
+def _increase(metric: str, by: str = SERVER_BY, window: str = "$__interval") -> str:
     return f"sum by ({by}) (increase({sel(metric)}[{window}]))"
 
 
@@ -48,7 +55,7 @@ def _scrape(grid: Grid) -> None:
                 "gauges below disappear rather than showing stale values.",
                 REF_SERVER,
             ),
-            [prom(_per_endpoint("tokwatch_server_up"), "{{endpoint}}", instant=True)],
+            [prom(_per_endpoint("tokwatch_server_up"), SERVER_LEGEND, instant=True)],
             unit="none",
             mappings=value_mapping({"0": ("DOWN", RED), "1": ("UP", GREEN)}),
             color_mode="background",
@@ -62,8 +69,9 @@ def _scrape(grid: Grid) -> None:
             describe(
                 "Failed /metrics scrapes per time bucket (timeout, malformed, truncated or oversized).",
                 REF_SERVER,
+                SCRAPE_FAILED,
             ),
-            [prom(f"{_increase('tokwatch_server_scrape_errors_total')} > 0", "{{endpoint}}")],
+            [prom(f"{_increase('tokwatch_server_scrape_errors_total')} > 0", SERVER_LEGEND)],
             unit=COUNT,
             draw="bars",
             fill=80,
@@ -76,7 +84,7 @@ def _scrape(grid: Grid) -> None:
         timeseries(
             "Scrape duration",
             describe("How long the last /metrics scrape of each server took.", REF_SERVER),
-            [prom(_per_endpoint("tokwatch_server_scrape_duration_seconds"), "{{endpoint}}")],
+            [prom(_per_endpoint("tokwatch_server_scrape_duration_seconds"), SERVER_LEGEND)],
             unit=SECONDS,
         ),
         w=8,
@@ -96,11 +104,13 @@ def _throughput(grid: Grid) -> None:
             ),
             [
                 prom(
-                    _per_endpoint("tokwatch_server_decode_tokens_per_second"), "{{endpoint}} server", ref="A"
+                    _per_endpoint("tokwatch_server_decode_tokens_per_second"),
+                    f"{SERVER_LEGEND} server",
+                    ref="A",
                 ),
                 prom(
-                    f"max by (endpoint) ({sel('tokwatch_probe_decode_tokens_per_second')})",
-                    "{{endpoint}} probe (last ok run)",
+                    per_series(wsel("tokwatch_probe_decode_tokens_per_second")),
+                    f"{LEGEND} probe (last ok run)",
                     ref="B",
                 ),
             ],
@@ -114,7 +124,7 @@ def _throughput(grid: Grid) -> None:
         timeseries(
             "Server prefill tok/s",
             describe("Prompt tokens processed per second, from the server's counters.", REF_SERVER),
-            [prom(_per_endpoint("tokwatch_server_prefill_tokens_per_second"), "{{endpoint}}")],
+            [prom(_per_endpoint("tokwatch_server_prefill_tokens_per_second"), SERVER_LEGEND)],
             unit=TOKS,
         ),
         w=12,
@@ -133,8 +143,8 @@ def _queue_and_cache(grid: Grid) -> None:
                 REF_SERVER,
             ),
             [
-                prom(_per_endpoint("tokwatch_server_requests_running"), "{{endpoint}} running", ref="A"),
-                prom(_per_endpoint("tokwatch_server_requests_waiting"), "{{endpoint}} waiting", ref="B"),
+                prom(_per_endpoint("tokwatch_server_requests_running"), f"{SERVER_LEGEND} running", ref="A"),
+                prom(_per_endpoint("tokwatch_server_requests_waiting"), f"{SERVER_LEGEND} waiting", ref="B"),
             ],
             unit=COUNT,
             overrides=[by_ref("B", **{"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}})],
@@ -148,7 +158,7 @@ def _queue_and_cache(grid: Grid) -> None:
             describe(
                 "Fraction of the server's KV-cache blocks in use (1 = full; preemption follows).", REF_SERVER
             ),
-            [prom(_per_endpoint("tokwatch_server_kv_cache_usage_ratio"), "{{endpoint}}")],
+            [prom(_per_endpoint("tokwatch_server_kv_cache_usage_ratio"), SERVER_LEGEND)],
             unit=RATIO,
         ),
         w=8,
@@ -158,7 +168,7 @@ def _queue_and_cache(grid: Grid) -> None:
         timeseries(
             "Prefix-cache hit ratio",
             describe("Share of prompt tokens served from the prefix cache.", REF_SERVER),
-            [prom(_per_endpoint("tokwatch_server_prefix_cache_hit_ratio"), "{{endpoint}}")],
+            [prom(_per_endpoint("tokwatch_server_prefix_cache_hit_ratio"), SERVER_LEGEND)],
             unit=RATIO,
         ),
         w=8,
@@ -175,8 +185,9 @@ def _evictions(grid: Grid) -> None:
                 "Requests the server preempted (vLLM) or retracted (SGLang) per time bucket; tokwatch keeps "
                 "the counter monotonic across server restarts.",
                 REF_SERVER,
+                PREEMPTED,
             ),
-            [prom(f"{_increase('tokwatch_server_preemptions_total')} > 0", "{{endpoint}}")],
+            [prom(f"{_increase('tokwatch_server_preemptions_total')} > 0", SERVER_LEGEND)],
             unit=COUNT,
             draw="bars",
             fill=80,
@@ -192,11 +203,12 @@ def _evictions(grid: Grid) -> None:
                 "Increase of extra server counters mirrored from /metrics (e.g. "
                 "output_critical_eviction_events_total), by metric.",
                 REF_SERVER,
+                MIRRORED_COUNTERS,
             ),
             [
                 prom(
-                    f"{_increase('tokwatch_server_mirrored_total', by='endpoint, metric')} > 0",
-                    "{{endpoint}} {{metric}}",
+                    f"{_increase('tokwatch_server_mirrored_total', by=f'{SERVER_BY}, metric')} > 0",
+                    f"{SERVER_LEGEND} {{{{metric}}}}",
                 )
             ],
             unit=COUNT,
@@ -210,11 +222,11 @@ def _evictions(grid: Grid) -> None:
     grid.add(
         timeseries(
             "Mirrored gauges",
-            describe("Extra server gauges mirrored from /metrics, by metric.", REF_SERVER),
+            describe("Extra server gauges mirrored from /metrics, by metric.", REF_SERVER, MIRRORED_GAUGES),
             [
                 prom(
-                    f"max by (endpoint, metric) ({sel('tokwatch_server_mirrored_value')})",
-                    "{{endpoint}} {{metric}}",
+                    f"max by ({SERVER_BY}, metric) ({sel('tokwatch_server_mirrored_value')})",
+                    f"{SERVER_LEGEND} {{{{metric}}}}",
                 )
             ],
             unit="none",
@@ -229,8 +241,9 @@ def _evictions(grid: Grid) -> None:
                 "Hot runs that had to load the model first (load_duration > 0): the model had been evicted. "
                 "Counted as evictions.",
                 REF_SERVER,
+                OLLAMA_RELOADED,
             ),
-            [prom(f"{_increase('tokwatch_server_model_reloads_total')} > 0", "{{endpoint}}")],
+            [prom(f"{_increase('tokwatch_server_model_reloads_total')} > 0", SERVER_LEGEND)],
             unit=COUNT,
             draw="bars",
             fill=80,
@@ -246,8 +259,9 @@ def _evictions(grid: Grid) -> None:
                 "size_vram / size of the loaded model from /api/ps; below 100 % part of the model runs "
                 "from system memory and decode slows down.",
                 REF_SERVER,
+                OLLAMA,
             ),
-            [prom(_per_endpoint("tokwatch_server_model_vram_ratio"), "{{endpoint}}", instant=True)],
+            [prom(_per_endpoint("tokwatch_server_model_vram_ratio"), SERVER_LEGEND, instant=True)],
             unit=RATIO,
             decimals=0,
             thresholds=steps((RED, None), (AMBER, 0.9), (GREEN, 0.999)),
@@ -272,6 +286,8 @@ def build() -> g.Dashboard:
         variables=[
             common.datasource_variable(),
             common.query_variable("endpoint", "Endpoint", "label_values(tokwatch_endpoint_info, endpoint)"),
+            common.site_variable(),
+            common.workload_variable(),
         ],
         time_from="now-6h",
     )

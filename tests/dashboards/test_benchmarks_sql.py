@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from dashboards import generate
 from dashboards.lint import iter_panels
+from tests.support.grafana_sql import expand_sql
 from tests.support.postgres import LocalPostgres
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
@@ -81,12 +81,8 @@ def conn(pg_server: LocalPostgres) -> Iterator[Any]:
 
 
 def expand(sql: str, endpoints: list[str], run: str = "run-b") -> str:
-    """Expand the Grafana macros and variables the dashboard uses, as Grafana's PostgreSQL datasource does."""
-    start, end = (t.isoformat() for t in RANGE)
-    sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{start}' AND '{end}'", sql)
-    sql = sql.replace("$endpoint", ",".join(f"'{e}'" for e in endpoints)).replace("$run", run)
-    assert "$" not in sql, f"unexpanded Grafana macro or variable in: {sql}"
-    return sql
+    """The panel's SQL as Grafana's PostgreSQL datasource sends it for this selection."""
+    return expand_sql(sql, *RANGE, {"endpoint": endpoints, "run": run})
 
 
 def _model() -> dict[str, Any]:

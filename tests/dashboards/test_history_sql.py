@@ -7,7 +7,6 @@ expanded the way Grafana's PostgreSQL datasource does before the query reaches t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import tokwatch
 from dashboards import generate
 from dashboards.lint import iter_panels
+from tests.support.grafana_sql import expand_sql
 from tests.support.postgres import LocalPostgres
 
 psycopg = pytest.importorskip("psycopg")
@@ -70,27 +70,38 @@ def store(pg_dsn: str) -> Iterator[Any]:
                     None if status == "ok" else f"{status} after retries",
                 ),
             )
+        # The same endpoint measured from site b with another workload: a series of its own, which the
+        # panels above (site '' and seed000 selected) must not mix in.
+        for run_id, status, tps, minutes in (("b1", "ok", 500.0, 30), ("b2", "timeout", None, 90)):
+            conn.execute(
+                "INSERT INTO runs (time, run_id, endpoint_id, status, tokens_per_second, timing_source, "
+                "ttft_s, duration_s, workload, site) "
+                "VALUES (%s, %s, 1, %s, %s, 'engine', 0.1, 5.0, 'long', 'b')",
+                (T0 + timedelta(minutes=minutes), run_id, status, tps),
+            )
         conn.execute(
-            "INSERT INTO runs_hourly (endpoint_id, bucket, runs, ok_runs, tps_samples, tps_median) "
-            "VALUES (1, %s, 4, 3, 3, 20.0)",
-            (T0,),
+            "INSERT INTO run_series (endpoint_id, workload, site, first_time, last_time) VALUES "
+            "(1, 'seed000', '', %s, %s), (2, 'seed000', '', %s, %s), (1, 'long', 'b', %s, %s)",
+            (T0, T0, T0, T0, T0, T0),
+        )
+        conn.execute(
+            "INSERT INTO runs_hourly (endpoint_id, workload, site, bucket, runs, ok_runs, tps_samples, "
+            "tps_median) VALUES (1, 'seed000', '', %s, 4, 3, 3, 20.0), (1, 'long', 'b', %s, 2, 1, 1, 500.0)",
+            (T0, T0),
         )
         yield conn
 
 
-def expand(sql: str, endpoints: list[str], interval_s: int = 3600) -> str:
-    """Expand the Grafana macros and variables the dashboard uses, as Grafana's PostgreSQL datasource does."""
-    start, end = (t.isoformat() for t in RANGE)
-    sql = sql.replace("$__interval", f"'{interval_s}s'")
-    sql = re.sub(r"\$__timeFilter\(([^)]+)\)", rf"\1 BETWEEN '{start}' AND '{end}'", sql)
-    sql = re.sub(
-        r"\$__timeGroupAlias\(([^,]+),\s*'\d+s'\)",
-        rf'floor(extract(epoch from \1)/{interval_s})*{interval_s} AS "time"',
-        sql,
-    )
-    sql = sql.replace("$endpoint", ",".join(f"'{e}'" for e in endpoints))
-    assert "$" not in sql, f"unexpanded Grafana macro or variable in: {sql}"
-    return sql
+def expand(
+    sql: str,
+    endpoints: list[str],
+    interval_s: int = 3600,
+    workloads: tuple[str, ...] = ("seed000",),
+    sites: tuple[str, ...] = ("",),
+) -> str:
+    """The panel's SQL as Grafana's PostgreSQL datasource sends it for this selection."""
+    variables = {"endpoint": endpoints, "workload": workloads, "site": sites}
+    return expand_sql(sql, *RANGE, variables, interval_s)
 
 
 def _queries() -> dict[str, str]:
@@ -100,19 +111,20 @@ def _queries() -> dict[str, str]:
         for panel in iter_panels(model)
         for target in panel.get("targets", [])
     }
-    queries["variable endpoint"] = model["templating"]["list"][0]["query"]
+    for variable in model["templating"]["list"]:
+        queries[f"variable {variable['name']}"] = variable["query"]
     return queries
 
 
-def _rows(conn: Any, sql: str) -> list[dict[str, Any]]:
-    cur = conn.execute(expand(sql, ["titan", "cloud"]))
+def _rows(conn: Any, sql: str, **selected: Any) -> list[dict[str, Any]]:
+    cur = conn.execute(expand(sql, ["titan", "cloud"], **selected))
     names = [d.name for d in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def test_every_history_query_runs_on_the_real_schema(store: Any) -> None:
     queries = _queries()
-    assert len(queries) == 7
+    assert len(queries) == 10
     for where, sql in queries.items():
         try:
             _rows(store, sql)
@@ -123,7 +135,7 @@ def test_every_history_query_runs_on_the_real_schema(store: Any) -> None:
 def test_window_summary_matches_the_tile_definitions(store: Any) -> None:
     summary = next(sql for where, sql in _queries().items() if where.startswith("Window figures"))
     rows = {r["endpoint"]: r for r in _rows(store, summary)}
-    assert set(rows) == {"titan", "cloud"}  # 'other' is not selected
+    assert set(rows) == {"titan", "cloud"}  # 'other' is not selected, nor titan's site-b series
     titan = rows["titan"]
     assert titan["median tok/s"] == pytest.approx(20.0)
     assert titan["stddev tok/s"] == pytest.approx(10.0)
@@ -137,13 +149,13 @@ def test_tps_series_has_gaps_at_failed_runs(store: Any) -> None:
     tps = next(
         sql for where, sql in _queries().items() if where.startswith("tok/s per run") and where.endswith("/A")
     )
-    titan = [r["value"] for r in _rows(store, tps) if r["metric"] == "titan"]
+    titan = [r["value"] for r in _rows(store, tps) if r["metric"] == "titan · seed000"]
     assert titan == [10.0, 20.0, None, 30.0]
     failed = next(
         sql for where, sql in _queries().items() if where.startswith("tok/s per run") and where.endswith("/B")
     )
     counts = {r["metric"]: r["value"] for r in _rows(store, failed)}
-    assert counts == {"titan failed runs": 1, "cloud failed runs": 1}
+    assert counts == {"titan · seed000 failed runs": 1, "cloud · seed000 failed runs": 1}
 
 
 def test_recent_failures_table(store: Any) -> None:
@@ -155,3 +167,25 @@ def test_recent_failures_table(store: Any) -> None:
     ]
     assert rows[1]["error class"] == "rate_limited"
     assert [r["duration"] for r in rows] == [60.0, 0.3]  # how long tokwatch waited, for failed runs too
+
+
+def test_sites_and_workloads_stay_apart(store: Any) -> None:
+    """Both sites and both workloads selected: one row (one series name) per endpoint, site and workload."""
+    queries = _queries()
+    both = {"workloads": ("seed000", "long"), "sites": ("", "b")}
+    summary = next(sql for where, sql in queries.items() if where.startswith("Window figures"))
+    rows = {(r["endpoint"], r["site"], r["workload"]): r for r in _rows(store, summary, **both)}
+    assert set(rows) == {("titan", "", "seed000"), ("cloud", "", "seed000"), ("titan", "b", "long")}
+    assert rows[("titan", "b", "long")]["median tok/s"] == pytest.approx(500.0)
+    assert rows[("titan", "b", "long")]["uptime"] == pytest.approx(0.5)
+    assert rows[("titan", "", "seed000")]["runs"] == 4
+    hourly = next(sql for where, sql in queries.items() if where.startswith("Hourly median"))
+    assert sorted((r["metric"], r["value"]) for r in _rows(store, hourly, **both)) == [
+        ("titan @ b · long", 500.0),
+        ("titan · seed000", 20.0),
+    ]
+    only_b = _rows(store, hourly, workloads=("seed000", "long"), sites=("b",))
+    assert [r["metric"] for r in only_b] == ["titan @ b · long"]
+    sites = store.execute(queries["variable site"]).fetchall()
+    assert sites == [("(no site)", ""), ("b", "b")]
+    assert store.execute(queries["variable workload"]).fetchall() == [("long",), ("seed000",)]

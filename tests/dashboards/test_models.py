@@ -15,7 +15,17 @@ from dashboards.lint import ANGULAR_PANEL_TYPES, angular_panels, iter_panels, la
 from dashboards.promql import STATUS_CODES, WORKLOAD, divide, status_code, with_endpoint_info
 from tokwatch.figures.result import Status
 
-MODERN_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "heatmap", "histogram"}
+MODERN_TYPES = {
+    "row",
+    "stat",
+    "timeseries",
+    "table",
+    "bargauge",
+    "barchart",
+    "state-timeline",
+    "heatmap",
+    "histogram",
+}
 # Keys only the legacy Angular heatmap model has (same `type`, different panel).
 LEGACY_HEATMAP_KEYS = {"cards", "dataFormat", "xBucketSize", "yBucketBound", "heatmap", "highlightCards"}
 EXPECTED_UIDS = {
@@ -91,6 +101,7 @@ def test_grafanalib_classes_emit_the_expected_types() -> None:
         g.StateTimeline: "state-timeline",
         g.RowPanel: "row",
         panels.Heatmap: "heatmap",
+        panels.BarChart: "barchart",
     }
     for cls, kind in used.items():
         assert cls(title="x").to_json_data()["type"] == kind
@@ -133,23 +144,29 @@ def test_template_variables() -> None:
         return {v["name"]: v for v in MODELS[name]["templating"]["list"]}
 
     overview = variables("tokwatch-overview.json")
-    assert set(overview) == {"datasource", "endpoint", "workload", "window", "latency_window"}
-    workload = overview["workload"]  # one workload at a time: `max by (endpoint)` must not mix prompt sizes
+    assert set(overview) == {"datasource", "endpoint", "site", "workload", "window", "latency_window"}
+    workload = overview["workload"]  # several at once: every aggregation keeps `workload` apart
     assert workload["query"] == "label_values(tokwatch_probe_runs_total, workload)"
-    assert workload["multi"] is False and workload["current"]["value"] == "seed000"
+    site = overview["site"]
+    assert site["query"] == "label_values(tokwatch_endpoint_info, site)"
+    for variable in (workload, site):
+        assert variable["multi"] is True and variable["includeAll"] is True
+        # All is `.*`: it also matches series without the label (an exporter without `site:`)
+        assert variable["allValue"] == ".*" and variable["current"]["value"] == "$__all"
     exprs = [t["expr"] for p in iter_panels(MODELS["tokwatch-overview.json"]) for t in p.get("targets", [])]
     per_run = [e for e in exprs if re.search(r"tokwatch_(probe|window|fleet)_|_seconds_bucket", e)]
-    assert per_run and all('workload="$workload"' in e for e in per_run)
+    assert per_run and all('workload=~"$workload"' in e and 'site=~"$site"' in e for e in per_run)
     assert overview["datasource"]["type"] == "datasource" and overview["datasource"]["query"] == "prometheus"
     assert overview["datasource"]["current"]["value"] == panels.PROMETHEUS_UID
     endpoint = overview["endpoint"]
     assert endpoint["query"] == "label_values(tokwatch_endpoint_info, endpoint)"
     assert endpoint["multi"] is True and endpoint["includeAll"] is True
     assert overview["window"]["current"]["value"] == "24h"
-    assert {"datasource", "endpoint"} <= set(variables("tokwatch-server.json"))
-    assert {"datasource", "instance"} <= set(variables("tokwatch-health.json"))
+    assert set(variables("tokwatch-server.json")) == {"datasource", "endpoint", "site", "workload"}
+    assert set(variables("tokwatch-health.json")) == {"datasource", "instance", "site"}
     history = variables("tokwatch-history.json")
-    assert history["endpoint"]["datasource"]["uid"] == panels.POSTGRES_UID
+    assert set(history) == {"endpoint", "site", "workload"}
+    assert all(v["datasource"]["uid"] == panels.POSTGRES_UID and v["multi"] for v in history.values())
     bench = variables("tokwatch-benchmarks.json")
     assert set(bench) == {"endpoint", "run"}
     assert all(v["datasource"]["uid"] == panels.POSTGRES_UID for v in bench.values())
@@ -166,15 +183,37 @@ def test_variables_used_in_queries_are_defined(model: dict[str, Any]) -> None:
     assert used - builtin <= defined
 
 
-def test_per_endpoint_queries_honour_the_endpoint_variable() -> None:
+def test_per_endpoint_queries_honour_the_endpoint_and_site_variables() -> None:
     for name in ("tokwatch-overview.json", "tokwatch-server.json"):
         for panel in iter_panels(MODELS[name]):
             for target in panel.get("targets", []):
                 expr = target["expr"]
+                selectors = re.findall(r"tokwatch_\w+(\{[^}]*\})?", expr)
+                assert selectors and all('site=~"$site"' in s for s in selectors), expr
                 if "tokwatch_fleet_" in expr:
                     continue  # fleet-wide by definition
-                selectors = re.findall(r"tokwatch_\w+(\{[^}]*\})?", expr)
-                assert selectors and all('endpoint=~"$endpoint"' in s for s in selectors), expr
+                assert all('endpoint=~"$endpoint"' in s for s in selectors), expr
+
+
+def test_per_endpoint_aggregations_keep_sites_and_workloads_apart() -> None:
+    """Two sites never fold into one line: every `by (...)` over a per-endpoint family keeps `site` (and
+    `workload` where the family has one), and every legend naming the endpoint names its site."""
+    for name in ("tokwatch-overview.json", "tokwatch-server.json", "tokwatch-health.json"):
+        for panel in iter_panels(MODELS[name]):
+            for target in panel.get("targets", []):
+                expr, legend = target.get("expr", ""), target.get("legendFormat", "")
+                if "tokwatch_" not in expr or "instance" in expr.split("(")[0]:
+                    continue
+                for keyword, clause in re.findall(r"\b(by|on) \(([^)]*)\)", expr):
+                    labels = {label.strip() for label in clause.split(",")}
+                    if labels & {"le", "instance"}:
+                        continue  # the heatmap sums buckets; health's own panels are per exporter
+                    assert "site" in labels, f"{panel['title']}: by ({clause}) in {expr}"
+                    info = "kind" in labels or (keyword == "on" and labels == {"endpoint", "site"})
+                    if re.search(r"tokwatch_(probe|window|fleet)_", expr) and not info:
+                        assert "workload" in labels, f"{panel['title']}: by ({clause}) in {expr}"
+                if "{{endpoint}}" in legend:
+                    assert "{{endpoint}} @ {{site}}" in legend, f"{panel['title']}: {legend}"
 
 
 def test_units_are_consistent() -> None:
@@ -191,10 +230,12 @@ def test_units_are_consistent() -> None:
     for title in ("CV ($window)", "Uptime ($window)"):
         assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "percentunit"
     for title in (
-        "TTFT p50 / p95 / p99",
-        "Inter-token latency p50 / p99",
-        "TPOT p50 / p95 / mean",
-        "TTOT p50 / p95",
+        "TTFT per run and p50 ($window)",
+        "E2E latency per run",
+        "Inter-token latency p50 / p99 (histogram)",
+        "TPOT p50 / p95 / mean (histogram)",
+        "TTOT per run",
+        "Network phases per endpoint",
     ):
         assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "s"
 
@@ -239,7 +280,7 @@ def test_overview_is_a_tile_wall_repeated_per_endpoint() -> None:
     assert {t["refId"] for t in spark["targets"]} == {"A", "B"}  # ok tok/s line + failed-run bars
     strip = [p for p in panels if p["type"] == "row" and p["title"].startswith("Comparison")]
     assert strip and strip[0].get("repeat") is None
-    pairs = _panel(MODELS["tokwatch-overview.json"], "X is N % faster than Y")
+    pairs = _panel(MODELS["tokwatch-overview.json"], "X is N % faster than the next")
     assert "tokwatch_fleet_faster_than_next_ratio" in pairs["targets"][0]["expr"]
     assert "$endpoint" not in pairs["targets"][0]["expr"]  # the whole fleet, whatever is selected
 
@@ -256,7 +297,9 @@ def test_status_pill_maps_every_status_to_text() -> None:
     tile = _panel(MODELS["tokwatch-overview.json"], "Status")
     # The tile names what it measures: kind and model joined from tokwatch_endpoint_info under the pill.
     assert tile["targets"][0]["expr"] == with_endpoint_info(status_code((WORKLOAD,)))
-    assert tile["targets"][0]["legendFormat"] == "{{kind}} · {{model}}"
+    assert (
+        tile["targets"][0]["legendFormat"] == "{{endpoint}} @ {{site}} · {{workload}} — {{kind}} · {{model}}"
+    )
     assert tile["options"]["textMode"] == "value_and_name"
     timeline = _panel(MODELS["tokwatch-overview.json"], "Status timeline")
     assert timeline["type"] == "state-timeline"
@@ -285,24 +328,66 @@ def test_trend_panel_shows_failed_runs_as_red_bars() -> None:
     assert annotations[0]["target"]["interval"] == "1m" and "expr" not in annotations[0]
 
 
-def test_latency_panels_use_histogram_quantiles() -> None:
-    overview = MODELS["tokwatch-overview.json"]
-    ttft = _panel(overview, "TTFT p50 / p95 / p99")
-    assert [t["expr"].split(",")[0] for t in ttft["targets"]] == [
-        "histogram_quantile(0.5",
-        "histogram_quantile(0.95",
-        "histogram_quantile(0.99",
-    ]
-    assert all(
-        "tokwatch_ttft_seconds_bucket" in t["expr"] and "by (le, endpoint)" in t["expr"]
-        for t in ttft["targets"]
+def test_ttft_panels_read_exact_figures_and_histogram_panels_are_conditional(model: dict[str, Any]) -> None:
+    """TTFT comes from the per-run gauge and the exact window percentiles, never from histogram buckets
+    (their p50 misdrew LLM TTFTs by up to 73 %); a panel reading a histogram says it needs them on."""
+    exprs = {t["expr"] for p in iter_panels(model) for t in p.get("targets", []) if t.get("expr")}
+    assert not [e for e in exprs if "tokwatch_ttft_seconds_bucket" in e]
+    for panel in iter_panels(model):
+        histogram = any(
+            re.search(r"tokwatch_\w+_(bucket|sum|count)\b", t.get("expr", ""))
+            for t in panel.get("targets", [])
+        )
+        condition = panels.condition_of(panel.get("description", ""))
+        assert (condition is panels.HISTOGRAMS) == histogram, panel["title"]
+    if model["uid"] == "tokwatch-overview":
+        ttft = _panel(model, "TTFT per run and p50 ($window)")
+        assert [t["expr"].split("{")[0].split("(")[-1] for t in ttft["targets"]] == [
+            "tokwatch_probe_ttft_seconds",
+            "tokwatch_window_ttft_percentile_seconds",
+        ]
+        assert 'window="$window"' in ttft["targets"][1]["expr"]
+
+
+def test_conditions_are_read_back_from_descriptions() -> None:
+    text = panels.describe("Gaps.", panels.REF_LATENCY, panels.HISTOGRAMS)
+    assert text.endswith(
+        "Shows data only when the exporter's latency histograms are on "
+        "(`metrics.histograms: true`; off by default)."
     )
+    assert panels.condition_of(text) is panels.HISTOGRAMS
+    assert panels.condition_of(panels.describe("Gaps.", panels.REF_LATENCY)) is None
+    conditional = {
+        p["title"]
+        for m in MODELS.values()
+        for p in iter_panels(m)
+        if panels.condition_of(p.get("description", ""))
+    }
+    assert "Ollama model in VRAM" in conditional and "Status" not in conditional
+
+
+def test_network_phase_panel_stacks_the_phases_per_series() -> None:
+    bars = _panel(MODELS["tokwatch-overview.json"], "Network phases per endpoint")
+    assert bars["type"] == "barchart" and bars["options"]["stacking"] == "normal"
+    (target,) = bars["targets"]
+    assert 'phase=~"resolve|connect|proxy_connect|tls|processing"' in target["expr"]
+    assert target["instant"] is True and target["format"] == "table"
+    grouping, organize = bars["transformations"]
+    assert grouping["options"] == {
+        "columnField": "phase",
+        "rowField": "series",
+        "valueField": "Value",
+        "emptyValue": "null",
+    }
+    order = organize["options"]["indexByName"]
+    assert sorted(order, key=order.get)[1:] == ["resolve", "connect", "proxy_connect", "tls", "processing"]
+    assert bars["options"]["xField"] == "series"
 
 
 def test_divide_guards_against_idle_denominators() -> None:
     assert divide("a", "b") == "(a) / ((b) > 0)"
-    tpot = _panel(MODELS["tokwatch-overview.json"], "TPOT p50 / p95 / mean")
-    mean = next(t["expr"] for t in tpot["targets"] if t["legendFormat"] == "{{endpoint}} mean")
+    tpot = _panel(MODELS["tokwatch-overview.json"], "TPOT p50 / p95 / mean (histogram)")
+    mean = next(t["expr"] for t in tpot["targets"] if t["legendFormat"].endswith(" mean"))
     assert "_sum" in mean and "_count" in mean and mean.endswith(") > 0)")
 
 

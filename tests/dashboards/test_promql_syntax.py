@@ -25,7 +25,8 @@ VARIABLES = {
     "latency_window": "24h",
     "window": "24h",
     "endpoint": "titan|cloud",
-    "workload": "long",
+    "workload": "long|seed000",
+    "site": "a|b",
     "instance": ".*",
 }
 

@@ -230,18 +230,31 @@ class Stack:
             await wait_until(sim_ready, 30, "the simulator to answer")
 
     async def start_tokwatch(
-        self, name: str, port: int, endpoints: list[dict[str, object]], interval: str, *, storage: bool
+        self,
+        name: str,
+        port: int,
+        endpoints: list[dict[str, object]],
+        interval: str,
+        *,
+        storage: bool | str,
+        site: str | None = None,
+        extra: dict[str, object] | None = None,
     ) -> None:
-        """Start one tokwatch exporter on `port`; return once every endpoint has run."""
+        """Start one tokwatch exporter on `port`; return once every endpoint has run. `storage`: False for
+        none, True for an SQLite file of its own, a DSN for that PostgreSQL database; `site` labels every
+        series; `extra` adds top-level config sections."""
+        store: dict[str, object] = {"outbox_path": str(self.tmp_path / f"{name}-outbox")}
+        if isinstance(storage, str):
+            store["dsn"] = storage
+        else:
+            store.update(enabled=storage, sqlite_path=str(self.tmp_path / f"{name}.db"))
         config: dict[str, object] = {
             "schedule": {"interval": interval, "offset": "0s"},
             "probe": {"warmup": False, "max_tokens": 16},
-            "storage": {
-                "enabled": storage,
-                "sqlite_path": str(self.tmp_path / f"{name}.db"),
-                "outbox_path": str(self.tmp_path / f"{name}-outbox"),
-            },
+            "storage": store,
             "endpoints": endpoints,
+            **({"site": site} if site else {}),
+            **(extra or {}),
         }
         config_path = self.tmp_path / f"{name}.yml"
         config_path.write_text(yaml.safe_dump(config), encoding="utf-8")

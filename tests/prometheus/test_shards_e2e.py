@@ -274,7 +274,7 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
         prompt_tokens = {dict(k)["endpoint"]: v for k, v in prompt.items()}
         assert set(prompt_tokens) == set(ENDPOINTS), prompt_tokens
         compared, differences = 0, []
-        for name in QUERIES.MAY_BE_EMPTY:
+        for name in QUERIES.PROMQL_DASHBOARDS:
             dashboard = json.loads((generate.JSON_DIR / name).read_text(encoding="utf-8"))
             for panel in iter_panels(dashboard):
                 for target in panel.get("targets", []):

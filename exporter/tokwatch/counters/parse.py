@@ -86,6 +86,18 @@ class MetricsSnapshot:
         """Family type of a sample name ('counter', 'gauge', 'histogram', ... or 'unknown')."""
         return self.types.get(name, "unknown")
 
+    def renamed(self, old_prefix: str, new_prefix: str) -> MetricsSnapshot:
+        """This snapshot with every sample name starting with `old_prefix` renamed to start with
+        `new_prefix` (a server whose families changed separator); the others unchanged."""
+
+        def rename(name: str) -> str:
+            return new_prefix + name[len(old_prefix) :] if name.startswith(old_prefix) else name
+
+        return MetricsSnapshot(
+            MappingProxyType({rename(n): found for n, found in self.series.items()}),
+            MappingProxyType({rename(n): kind for n, kind in self.types.items()}),
+        )
+
 
 def is_openmetrics(text: str, content_type: str | None = None) -> bool:
     """OpenMetrics when the server says so or the body ends with the mandatory `# EOF` line."""

@@ -5,6 +5,10 @@ output batch with the batch's interval added to `_sum` and the number of new tok
 so Δcount / Δsum is decode tok/s over the tokens after the first. Retractions (SGLang's preemptions)
 come from the `sglang:num_retracted_requests_total` counter of recent versions; older versions only have
 a per-interval gauge, which cannot be accumulated, so they expose no preemption figure.
+
+Builds since sgl-project/sglang#15758 (December 2025) name the same families `sglang_*` (an underscore, as
+Prometheus' naming rules ask, instead of the colon reserved for recording rules); they are read under their
+`sglang:` names, so one table of names serves both generations.
 """
 
 from __future__ import annotations
@@ -13,10 +17,21 @@ from tokwatch.counters.parse import MetricsSnapshot
 from tokwatch.counters.reading import CounterReading, ModelNotServed, RawCounters, model_filter
 
 PREFIX = "sglang:"
+UNDERSCORE_PREFIX = "sglang_"
+PREFIXES = (PREFIX, UNDERSCORE_PREFIX)
+
+
+def colon_names(snap: MetricsSnapshot) -> MetricsSnapshot:
+    """The scrape with `sglang_*` families named `sglang:*` (unchanged when it has `sglang:` ones)."""
+    names = list(snap.names())
+    if any(n.startswith(PREFIX) for n in names) or not any(n.startswith(UNDERSCORE_PREFIX) for n in names):
+        return snap
+    return snap.renamed(UNDERSCORE_PREFIX, PREFIX)
 
 
 def read_sglang(snap: MetricsSnapshot, model: str | None) -> CounterReading:
-    """Extract SGLang's figures for `model` from one scrape."""
+    """Extract SGLang's figures for `model` from one scrape (`sglang:` or `sglang_` names)."""
+    snap = colon_names(snap)
     try:
         where = model_filter(snap, PREFIX, model)
     except ModelNotServed as exc:
