@@ -35,7 +35,7 @@ from dashboards import generate, panels
 from dashboards.lint import iter_panels, iter_queries, metrics_from_exposition, unknown_metrics
 from tests.support.grafana_sql import expand_sql
 from tests.support.postgres import LocalPostgres
-from tokwatch.config import Config
+from tokwatch.settings.config import Config
 
 psycopg = pytest.importorskip("psycopg")
 
