@@ -28,7 +28,7 @@ from tokwatch.settings.kinds import Kind
 KINDS = sorted(PROBES)
 PACKAGE = Path(tokwatch.__file__).parent
 # The simulator emulates servers (its own `dialect` vocabulary); the registry and the names are the home.
-NOT_SCANNED = ("probes/", "sim/", "kinds.py")
+NOT_SCANNED = ("probes/", "sim/", "settings/kinds.py")
 
 
 def _bench_args(kind: str) -> argparse.Namespace:
