@@ -24,8 +24,7 @@ from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage.base import BenchStore, RunStore
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.factory import bench_store, make_store, resolve_dsn, sqlite_path
-from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.factory import bench_store, connect_store, resolve_dsn, sqlite_path
 
 STORE_PREFIX = "store:"
 # Stored from schema SQLite v5 / PostgreSQL v6 on; rows written before have NULL there.
@@ -134,9 +133,7 @@ async def _resolve(bench: BenchStore, where: str, arg: str, ident: str, config_p
 
 async def _fetch(config: Config, config_path: str, wanted: Sequence[tuple[str, str]]) -> list[Run]:
     """The stored runs of (argument, id or prefix) pairs, read over one store connection."""
-    store = make_store(config.storage, auto_migrate=False)
-    if isinstance(store, PostgresStore):
-        await store.open()
+    store = await connect_store(config.storage, auto_migrate=False)
     try:
         await _check_schema(store, config_path)
         bench, where = bench_store(store), f"{store.backend} {store.location}"
@@ -169,9 +166,7 @@ StoredRun = tuple[BenchRunRow, list[BenchSegmentRow], list[BenchRequestRow]]
 
 
 async def _fetch_parts(config: Config, config_path: str, ident: str) -> StoredRun:
-    store = make_store(config.storage, auto_migrate=False)
-    if isinstance(store, PostgresStore):
-        await store.open()
+    store = await connect_store(config.storage, auto_migrate=False)
     try:
         await _check_schema(store, config_path)
         bench, where = bench_store(store), f"{store.backend} {store.location}"

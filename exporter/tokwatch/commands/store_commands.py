@@ -15,7 +15,7 @@ from tokwatch.settings.setting_values import parse_duration
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage.base import RunStore
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.factory import bench_store, make_store, outbox_path
+from tokwatch.storage.factory import bench_store, connect_store, outbox_path
 from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
@@ -70,9 +70,7 @@ def _run(
         return EXIT_USAGE
 
     async def main() -> int:
-        store = make_store(config.storage, auto_migrate=migrate)
-        if isinstance(store, PostgresStore):
-            await store.open()
+        store = await connect_store(config.storage, auto_migrate=migrate)
         try:
             return await body(config, store)
         finally:

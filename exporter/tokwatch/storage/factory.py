@@ -56,16 +56,22 @@ def make_store(settings: StorageSettings, *, auto_migrate: bool = True) -> RunSt
     )
 
 
+async def connect_store(settings: StorageSettings, *, auto_migrate: bool = True) -> RunStore:
+    """The configured backend with its connections started, neither migrated nor checked yet."""
+    store = make_store(settings, auto_migrate=auto_migrate)
+    if isinstance(store, PostgresStore):
+        await store.open()  # a pool that starts without waiting for the database (retried in the background)
+    return store
+
+
 async def open_store(settings: StorageSettings, *, instance: str, auto_migrate: bool = True) -> RunStore:
     """Open the configured store and migrate it when reachable.
 
     Raises SchemaTooNewError (a StorageError) when the database was migrated by a newer tokwatch. A
     PostgreSQL server that is down is not an error here: the writer keeps runs in the outbox until it is up.
     """
-    store = make_store(settings, auto_migrate=auto_migrate)
+    store = await connect_store(settings, auto_migrate=auto_migrate)
     store.instance = instance
-    if isinstance(store, PostgresStore):
-        await store.open()
     try:
         await store.ensure_ready()
     except StoreUnavailableError:
