@@ -25,7 +25,7 @@ from pathlib import Path
 from tokwatch.settings.config import Config, load_config_text
 from tokwatch.statuspage.model import build_endpoint_page, build_overview
 from tokwatch.statuspage.render import render_endpoint, render_overview
-from tokwatch.storage.base import EndpointSpec, Store
+from tokwatch.storage.base import EndpointSpec, RunStore
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
@@ -82,7 +82,7 @@ async def timed(fn: Callable[[], Awaitable[object]], repeat: int) -> tuple[float
 Timing = tuple[str, float, float, int]
 
 
-async def measure(store: Store, config: Config, hours: int, repeat: int) -> list[Timing]:
+async def measure(store: RunStore, config: Config, hours: int, repeat: int) -> list[Timing]:
     """Fill the store, then time the pages; returns (what, median ms, max ms, bytes)."""
     now = time.time()
     await store.ensure_ready()
@@ -138,7 +138,7 @@ async def main() -> None:
         for hours in (int(h) for h in args.hours.split(",")):
             for backend in backends:
                 with tempfile.TemporaryDirectory() as tmp:
-                    store: Store
+                    store: RunStore
                     if backend == "sqlite":
                         store = SQLiteStore(Path(tmp) / "tw.db")
                     else:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import build_report
 from tokwatch.storage.rows import RunRow
@@ -71,7 +71,7 @@ async def timed(fn: Callable[[], Awaitable[object]], repeat: int) -> tuple[float
     return statistics.median(samples), min(samples)
 
 
-async def bench(store: Store, rows: list[RunRow], now: float, repeat: int) -> dict[str, float]:
+async def bench(store: RunStore, rows: list[RunRow], now: float, repeat: int) -> dict[str, float]:
     """Load, then time the three read paths the exporter and `tokwatch report` use."""
     await store.migrate()
     t0 = time.perf_counter()

@@ -17,7 +17,8 @@ from tests.support.postgres import LocalPostgres, find_bindir
 from tests.support.sim import SimSource, StartSim, to_sim_config
 from tests.support.stores import BACKENDS, Database
 from tokwatch.sim.testing import RunningSim, run_sim
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import BenchStore, RunStore
+from tokwatch.storage.factory import bench_store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -143,7 +144,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
 
 
 @pytest.fixture
-async def store(database: Database) -> AsyncIterator[Store]:
+async def store(database: Database) -> AsyncIterator[RunStore]:
     """A migrated, empty store on `database`, of each backend in turn."""
     s = await database.open()
     await s.ensure_ready()
@@ -151,3 +152,9 @@ async def store(database: Database) -> AsyncIterator[Store]:
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+def bench(store: RunStore) -> BenchStore:
+    """The bench store of `store`'s database (same connection), of each backend in turn."""
+    return bench_store(store)

@@ -8,7 +8,7 @@ import json
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.statuspage.model import build_endpoint_page, build_overview
 from tokwatch.statuspage.render import render_endpoint, render_overview
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.report import build_report, render_json, render_table
 from tokwatch.storage.rows import RunRow
 from tokwatch.windows.window_rule import WindowRule
@@ -52,7 +52,7 @@ def _rows() -> list[RunRow]:
     return rows
 
 
-async def test_the_status_page_says_how_many_runs_and_why(store: Store) -> None:
+async def test_the_status_page_says_how_many_runs_and_why(store: RunStore) -> None:
     config = Config(endpoints=(_ep("busy"), _ep("jammed")))
     await store.write_runs(_rows())
     html = render_overview(await build_overview(store, config, NOW), config)
@@ -67,7 +67,7 @@ async def test_the_status_page_says_how_many_runs_and_why(store: Store) -> None:
     assert "set aside: tokens_per_second, ttft</small>" in page and "set aside: ttft</small>" in page
 
 
-async def test_the_report_has_a_set_aside_column_and_says_why(store: Store) -> None:
+async def test_the_report_has_a_set_aside_column_and_says_why(store: RunStore) -> None:
     await store.write_runs(_rows())
     report = await build_report(store, NOW, 7 * 86400, rule=WindowRule())
     table = render_table(report)

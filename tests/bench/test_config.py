@@ -2,7 +2,8 @@ import argparse
 
 import pytest
 
-from tokwatch.bench.commands import add_commands, options_from_args
+from tokwatch.bench.commands import FLAGS, add_commands, options_from_args
+from tokwatch.bench.config import BenchOptions
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport import kernel_stamps
 
@@ -24,6 +25,20 @@ def test_flags_become_options():
     assert [s.key for s in opts.parsed_slos()] == ["ttft_p99", "tbt_p90"]
     assert opts.effective_number is None  # bounded by duration only
     assert "open loop 5/s gamma" in opts.load_description()
+
+
+def test_every_flag_of_the_table_reaches_its_option_and_no_other():
+    """The parser and the copy into BenchOptions come from one table: a bench option names a field, a flag
+    that is not one (compare's, the bench file, --no-store) names none."""
+    fields = set(BenchOptions.model_fields)
+    options = [f.option for f in FLAGS if f.option is not None]
+    assert set(options) <= fields and len(options) == len(set(options))
+    assert not {f.name for f in FLAGS if f.option is None} & fields
+    given = options_from_args(
+        _parse(["--url", "http://127.0.0.1:1/v1", "--model", "m", "--max-turns", "3", "--no-fixed-output",
+                "--mirror-metric", "a", "--mirror-metric", "b"])
+    )  # fmt: skip
+    assert (given.max_turns, given.fixed_output, given.mirror_metrics) == (3, False, ("a", "b"))
 
 
 def test_bench_file_with_seed_002_slos_and_flag_override(tmp_path):

@@ -23,6 +23,7 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
 from tokwatch.bench.storing import bench_rows
 from tokwatch.figures.result import Status
+from tokwatch.storage.factory import bench_store
 from tokwatch.storage.postgres import PostgresStore
 
 psycopg = pytest.importorskip("psycopg")
@@ -71,7 +72,7 @@ def conn(pg_server: LocalPostgres) -> Iterator[Any]:
                 _outcome("run-old", "titan", T0 - 86400, [1.0]),  # outside the time range
             ]
             for outcome in runs:
-                await store.write_bench(*bench_rows(outcome))
+                await bench_store(store).write_bench(*bench_rows(outcome))
         finally:
             await store.close()
 

@@ -15,7 +15,7 @@ from tokwatch.statuspage.model import (
     incidents,
 )
 from tokwatch.statuspage.render import render_overview
-from tokwatch.storage.base import EndpointSpec, RunPoint, Store
+from tokwatch.storage.base import EndpointSpec, RunPoint, RunStore
 from tokwatch.storage.rows import RunRow
 
 NOW = 1_790_000_000.0  # fixed clock: a Wednesday, mid-day UTC
@@ -47,7 +47,9 @@ SET_ASIDE: dict[str, object] = {
 }
 
 
-async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_incident(store: Store) -> None:
+async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_incident(
+    store: RunStore,
+) -> None:
     config = Config(endpoints=(_ep("fast"), _ep("slow"), _ep("broken"), _ep("never-probed")))
     await store.sync_endpoints([EndpointSpec(e.name) for e in config.endpoints])
     rows = [_row("fast", NOW - i * HOUR - 60, tps=100.0 + i % 2) for i in range(30)]
@@ -82,7 +84,7 @@ async def test_tiles_cover_every_endpoint_and_keep_the_last_ok_run_during_an_inc
     assert pairs == [("fast", "slow", 26), ("slow", "broken", 100)]
 
 
-async def test_sparkline_holds_the_last_runs_that_count_in_figures(store: Store) -> None:
+async def test_sparkline_holds_the_last_runs_that_count_in_figures(store: RunStore) -> None:
     config = Config(endpoints=(_ep("a"),))
     rows = [_row("a", NOW - 60.0 - i * 60.0) for i in range(SPARK_RUNS + 10)]
     rows.append(_row("a", NOW - 30.0, tps=999.0, triggered_by="on_demand"))
@@ -112,7 +114,7 @@ async def test_sparkline_holds_the_last_runs_that_count_in_figures(store: Store)
     assert tile.headline is not None and tile.headline.tokens_per_second == 999.0
 
 
-async def test_headline_survives_an_incident_longer_than_the_sparkline(store: Store) -> None:
+async def test_headline_survives_an_incident_longer_than_the_sparkline(store: RunStore) -> None:
     """The last ok run that counts is found however far back it is; on-demand or disturbed ok runs during
     the incident do not replace it, and an endpoint whose only ok runs are on-demand has no headline."""
     names = ("down", "probed-only", "never-ok", "paused", "probe-driven")
@@ -153,7 +155,7 @@ async def test_headline_survives_an_incident_longer_than_the_sparkline(store: St
     assert html.count("no ok run yet") == 3
 
 
-async def test_endpoint_page_keeps_one_history_across_a_rename(store: Store) -> None:
+async def test_endpoint_page_keeps_one_history_across_a_rename(store: RunStore) -> None:
     await store.sync_endpoints([EndpointSpec("old")])
     day0 = day_start(NOW)
     old_rows = [_row("old", day0 - 10 * 86400 + i * HOUR, tps=60.0) for i in range(4)]

@@ -1,19 +1,17 @@
-"""The segments of a split bench run in the store (SQLite and PostgreSQL): claiming the plan, writing each
-segment with its requests once, merging the run row under a lock, the database's clock."""
+"""The segments of a split bench run in the bench store (SQLite and PostgreSQL, the `bench` fixture): claiming
+the plan, writing each segment with its requests once, merging the run row under a lock; the run store's
+clock, which segments agree on the start by."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import BenchStore, RunStore
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
-from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.sqlite import SQLiteStore
 
 T0 = 1_790_000_000.0
@@ -52,37 +50,20 @@ def _request(i: int) -> BenchRequestRow:
     )  # fmt: skip
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """A fresh migrated store of each backend."""
-    s: Store
-    if request.param == "sqlite":
-        s = SQLiteStore(tmp_path / "tw.db")
-    else:
-        pg = PostgresStore(request.getfixturevalue("pg_dsn"), timeout_s=10)
-        await pg.open()
-        s = pg
-    try:
-        await s.ensure_ready()
-        yield s
-    finally:
-        await s.close()
-
-
-async def test_the_first_claim_fixes_the_plan_for_everyone(store: Store) -> None:
-    first = await store.claim_bench_run(_plan(T0))
-    second = await store.claim_bench_run(_plan(T0 + 30.0))
+async def test_the_first_claim_fixes_the_plan_for_everyone(bench: BenchStore) -> None:
+    first = await bench.claim_bench_run(_plan(T0))
+    second = await bench.claim_bench_run(_plan(T0 + 30.0))
     assert first.started_at == second.started_at == pytest.approx(T0)
     assert json.loads(second.summary) == {"split": {"segments": 2, "start_at": T0}}
 
 
-async def test_segments_are_written_once_with_their_requests_and_merged(store: Store) -> None:
+async def test_segments_are_written_once_with_their_requests_and_merged(bench: BenchStore) -> None:
     plan = _plan(T0)
-    assert await store.write_bench_segment(plan, _segment(1, offset=-0.002), [_request(1), _request(3)])
-    assert await store.write_bench_segment(plan, _segment(0, offset=0.003), [_request(0), _request(2)])
+    assert await bench.write_bench_segment(plan, _segment(1, offset=-0.002), [_request(1), _request(3)])
+    assert await bench.write_bench_segment(plan, _segment(0, offset=0.003), [_request(0), _request(2)])
     # a segment run again (a retried pod) is kept as it was, its requests not doubled
-    assert not await store.write_bench_segment(plan, replace(_segment(0), instance="other"), [_request(4)])
-    segments = await store.bench_segments("split-1")
+    assert not await bench.write_bench_segment(plan, replace(_segment(0), instance="other"), [_request(4)])
+    segments = await bench.bench_segments("split-1")
     assert segments == [_segment(0, offset=0.003), _segment(1, offset=-0.002)]
     seen: list[tuple[int, list[int]]] = []
 
@@ -91,29 +72,29 @@ async def test_segments_are_written_once_with_their_requests_and_merged(store: S
         done = {"complete": True, "stop_reason": "finished", "requests_measured": len(reqs)}
         return replace(run, **done, ttft_p99_s=0.5)
 
-    merged = await store.merge_bench_run("split-1", merge)
+    merged = await bench.merge_bench_run("split-1", merge)
     assert seen == [(2, [0, 1, 2, 3])]
-    stored = await store.bench_run("split-1")
+    stored = await bench.bench_run("split-1")
     assert stored is not None and stored[0] == merged
     assert (stored[0].complete, stored[0].requests_measured, stored[0].ttft_p99_s) == (True, 4, 0.5)
     assert stored[1][0].tbt_s == (0.01, 0.01, 0.01, 0.01)
-    assert await store.merge_bench_run("nope", merge) is None
+    assert await bench.merge_bench_run("nope", merge) is None
 
 
-async def test_a_failing_merge_leaves_the_row_as_it_was(store: Store) -> None:
-    await store.write_bench_segment(_plan(T0), _segment(0), [_request(0)])
+async def test_a_failing_merge_leaves_the_row_as_it_was(bench: BenchStore) -> None:
+    await bench.write_bench_segment(_plan(T0), _segment(0), [_request(0)])
 
     def broken(run: BenchRunRow, segs: list[BenchSegmentRow], reqs: list[BenchRequestRow]) -> BenchRunRow:
         raise RuntimeError("merge bug")
 
     with pytest.raises(RuntimeError, match="merge bug"):
-        await store.merge_bench_run("split-1", broken)
-    stored = await store.bench_run("split-1")
+        await bench.merge_bench_run("split-1", broken)
+    stored = await bench.bench_run("split-1")
     assert stored is not None and stored[0] == _plan(T0)
-    assert await store.write_bench_segment(_plan(T0), _segment(1), [_request(1)])  # not left locked
+    assert await bench.write_bench_segment(_plan(T0), _segment(1), [_request(1)])  # not left locked
 
 
-async def test_the_database_clock(store: Store) -> None:
+async def test_the_database_clock(store: RunStore) -> None:
     clock = await store.clock()
     if isinstance(store, SQLiteStore):
         assert clock is None  # a file has no clock of its own

@@ -12,13 +12,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support.stores import Database
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import parse_slo
 from tokwatch.bench.storing import bench_rows
 from tokwatch.commands.store_commands import add_commands
 from tokwatch.figures.result import Status
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
+from tokwatch.storage.factory import bench_store
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version, migrations_for
@@ -93,29 +95,30 @@ def test_rows_from_an_outcome() -> None:
     assert no_slo.all_slos_met is None
 
 
-async def _roundtrip(store: Store) -> None:
+async def _roundtrip(store: RunStore) -> None:
+    bench = bench_store(store)
     run, requests = bench_rows(_outcome(), instance="i")
-    assert await store.write_bench(run, requests) is True
-    assert await store.write_bench(run, requests) is False  # same run again: stored once
+    assert await bench.write_bench(run, requests) is True
+    assert await bench.write_bench(run, requests) is False  # same run again: stored once
     later = _outcome("bench-2", complete=False)
     later.started_at_unix = T0 + 5
     partial, partial_requests = bench_rows(later)
-    assert await store.write_bench(partial, partial_requests) is True
-    got = await store.bench_runs(T0 - 1)
+    assert await bench.write_bench(partial, partial_requests) is True
+    got = await bench.bench_runs(T0 - 1)
     assert [r.id for r in got] == ["bench-2", "bench-1"]  # newest first
     first = next(r for r in got if r.id == "bench-1")
     assert first.complete is True and first.all_slos_met is True
     assert first.started_at == pytest.approx(T0) and first.ttft_p99_s == pytest.approx(run.ttft_p99_s)
     assert json.loads(first.summary)["requests"]["total"] == 9
     assert next(r for r in got if r.id == "bench-2").complete is False
-    assert await store.bench_runs(T0 + 10) == []
+    assert await bench.bench_runs(T0 + 10) == []
     assert await store.count_runs() == 0  # never in the probe runs table
     # Read back by id for `bench compare`: every per-request figure, gap lists exact (empty stays empty).
-    assert await store.bench_run_ids("bench-") == ["bench-1", "bench-2"]
-    assert await store.bench_run_ids("bench-2") == ["bench-2"]
-    assert await store.bench_run_ids("bench_") == []  # `_` is no wildcard
-    assert await store.bench_run("bench-9") is None
-    stored = await store.bench_run("bench-1")
+    assert await bench.bench_run_ids("bench-") == ["bench-1", "bench-2"]
+    assert await bench.bench_run_ids("bench-2") == ["bench-2"]
+    assert await bench.bench_run_ids("bench_") == []  # `_` is no wildcard
+    assert await bench.bench_run("bench-9") is None
+    stored = await bench.bench_run("bench-1")
     assert stored is not None
     stored_run, stored_requests = stored
     assert stored_run.generated_tokens_per_s == run.generated_tokens_per_s
@@ -126,15 +129,10 @@ async def _roundtrip(store: Store) -> None:
     assert stored_requests[0].sent_at == pytest.approx(requests[0].sent_at)
 
 
-async def test_sqlite_bench_roundtrip_idempotent(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "tw.db")
-    try:
-        await _roundtrip(store)
-    finally:
-        await store.close()
-    with sqlite3.connect(tmp_path / "tw.db") as conn:
-        counts = dict(conn.execute("SELECT bench_run_id, count(*) FROM bench_requests GROUP BY 1").fetchall())
-    assert counts == {"bench-1": 9, "bench-2": 9}
+async def test_a_bench_run_is_stored_once_and_read_back(database: Database, store: RunStore) -> None:
+    await _roundtrip(store)
+    counts = database.execute("SELECT bench_run_id, count(*) FROM bench_requests GROUP BY 1 ORDER BY 1")
+    assert [tuple(row) for row in counts] == [("bench-1", 9), ("bench-2", 9)]
 
 
 async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> None:
@@ -157,7 +155,7 @@ async def test_sqlite_migrates_from_version_1_keeping_data(tmp_path: Path) -> No
         assert (last.endpoint, last.workload, last.site, last.time) == ("a", "seed000", "", 100.0)
         await store.write_runs([RunRow(run_id="r2", time=time.time(), endpoint="a", status="ok")])
         run, requests = bench_rows(_outcome())
-        assert await store.write_bench(run, requests) is True
+        assert await bench_store(store).write_bench(run, requests) is True
         assert await store.count_runs() == 2
     finally:
         await store.close()
@@ -181,7 +179,7 @@ async def test_sqlite_bench_rows_from_version_4_keep_their_data(tmp_path: Path) 
     store = SQLiteStore(path)
     try:
         assert await store.migrate() == list(range(5, known_version("sqlite") + 1))
-        stored = await store.bench_run("bench-1")
+        stored = await bench_store(store).bench_run("bench-1")
         assert stored is not None
         old_run, old_requests = stored
         assert old_run.generated_tokens_per_s is None and old_run.requests_ok == 8
@@ -233,9 +231,9 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         assert await store.count_runs() == 1
         series = [(k.endpoint, k.workload, k.site) for k in await store.last_runs(0.0)]
         assert series == [("a", "seed000", "")]  # the run stored before: seed000, no site
-        assert await store.bench_runs(0) == []
+        assert await bench_store(store).bench_runs(0) == []
         run, requests = bench_rows(_outcome())
-        assert await store.write_bench(run, requests) is True
+        assert await bench_store(store).write_bench(run, requests) is True
     finally:
         await store.close()
 
@@ -249,7 +247,7 @@ def test_report_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         store = SQLiteStore(db)
         outcome = _outcome()
         outcome.started_at_unix = time.time() - 60
-        await store.write_bench(*bench_rows(outcome))
+        await bench_store(store).write_bench(*bench_rows(outcome))
         await store.close()
 
     asyncio.run(seed())

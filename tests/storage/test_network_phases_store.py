@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tokwatch.figures.result import RunResult, Status
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import migrations_for, select_migrations
 from tokwatch.storage.sqlite import SQLiteStore
@@ -27,7 +27,7 @@ PHASE_COLUMNS = (
 
 
 def _query(
-    store: Store, request: pytest.FixtureRequest, sql: str, *, fetch: bool = True
+    store: RunStore, request: pytest.FixtureRequest, sql: str, *, fetch: bool = True
 ) -> list[tuple[Any, ...]]:
     """Rows of `sql` run straight on the store's database (SQLite's 0/1 flags made booleans)."""
     if isinstance(store, SQLiteStore):
@@ -52,7 +52,7 @@ def _measured(run_id: str, t: float) -> RunRow:
 
 
 async def test_phases_are_stored_as_measured_by_both_write_paths(
-    store: Store, request: pytest.FixtureRequest
+    store: RunStore, request: pytest.FixtureRequest
 ) -> None:
     now = time.time()
     unmeasured = RunRow.from_result(RunResult(endpoint="a", started_at=now - 3, status=Status.UNREACHABLE))
@@ -72,7 +72,7 @@ async def test_phases_are_stored_as_measured_by_both_write_paths(
 
 
 async def test_runs_stored_before_the_migration_keep_their_data(
-    store: Store, request: pytest.FixtureRequest
+    store: RunStore, request: pytest.FixtureRequest
 ) -> None:
     now = time.time()
     await store.write_runs([RunRow(run_id="old", time=now - 5, endpoint="a", status="ok", ttft_s=0.2)])

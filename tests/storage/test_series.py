@@ -10,7 +10,7 @@ import pytest
 
 from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource
 from tokwatch.figures.series import SeriesKey
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.window import window_figures
 from tokwatch.windows.window_rule import WindowRule
@@ -25,7 +25,7 @@ def _row(ep: str, t: float, workload: str = "seed000", site: str = "", **kw: obj
     return RunRow(run_id=run_id, time=t, endpoint=ep, workload=workload, site=site, **fields)  # type: ignore[arg-type]
 
 
-async def test_window_figures_are_kept_apart_per_workload_and_site(store: Store) -> None:
+async def test_window_figures_are_kept_apart_per_workload_and_site(store: RunStore) -> None:
     rows = [_row("a", NOW - 60 * i, tokens_per_second=100.0 + i) for i in range(3)]  # seed000, no site
     rows += [
         _row("a", NOW - 60 * i, "long", "eu", tokens_per_second=40.0, prefill_tokens_per_second=p)
@@ -56,7 +56,7 @@ async def test_window_figures_are_kept_apart_per_workload_and_site(store: Store)
     assert (fig.workload, fig.site, fig.uptime, fig.prefill_median) == ("long", "us", 2 / 3, 1000.0)
 
 
-async def test_last_and_recent_runs_per_series(store: Store) -> None:
+async def test_last_and_recent_runs_per_series(store: RunStore) -> None:
     await store.write_runs(
         [
             _row("a", NOW - 100, cached_tokens=24, prompt_tokens=49),
@@ -83,7 +83,7 @@ async def test_last_and_recent_runs_per_series(store: Store) -> None:
     assert seed.cached_tokens == 24 and seed.prompt_tokens == 49
 
 
-async def test_hourly_rollup_is_per_series_with_the_prefill_median(store: Store) -> None:
+async def test_hourly_rollup_is_per_series_with_the_prefill_median(store: RunStore) -> None:
     await store.write_runs(
         [_row("a", NOW - 60 * i, "long", "eu", prefill_tokens_per_second=1000.0 * (i + 1)) for i in range(3)]
         + [_row("a", NOW - 60, tokens_per_second=80.0)]
@@ -94,7 +94,7 @@ async def test_hourly_rollup_is_per_series_with_the_prefill_median(store: Store)
     assert rows[("seed000", "")]["tps_median"] == 80.0 and rows[("seed000", "")]["prefill_tps_median"] is None
 
 
-async def test_a_probe_result_keeps_its_series_prompt_and_prefill_through_the_store(store: Store) -> None:
+async def test_a_probe_result_keeps_its_series_prompt_and_prefill_through_the_store(store: RunStore) -> None:
     result = RunResult(endpoint="a", started_at=NOW - 5, status=Status.OK, tokens_per_second=42.0)
     result.source, result.workload, result.site = TimingSource.ENGINE, "medium", "office"
     result.prompt_tokens, result.prompt_target_tokens, result.prompt_words = 1003, 1000, 760

@@ -15,7 +15,7 @@ import pytest
 from tests.support.stores import Database, run_row
 from tokwatch.figures.series import SeriesKey
 from tokwatch.storage import EndpointSpec, SchemaTooNewError, open_store, window_figures
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version
 from tokwatch.windows.window_rule import WINDOW_INCLUDABLE, WindowRule
@@ -71,7 +71,7 @@ async def test_history_survives_restart_and_replay_is_idempotent(database: Datab
         await store.close()
 
 
-async def test_rename_keeps_id_and_history(store: Store) -> None:
+async def test_rename_keeps_id_and_history(store: RunStore) -> None:
     now = time.time()
     ids = await store.sync_endpoints([EndpointSpec("old"), EndpointSpec("other")])
     await store.write_runs([run_row("old", now - 3600, 10.0), run_row("old", now - 7200, 30.0)])
@@ -86,7 +86,7 @@ async def test_rename_keeps_id_and_history(store: Store) -> None:
     assert again == renamed  # idempotent
 
 
-async def test_window_figures_match_numpy(database: Database, store: Store) -> None:
+async def test_window_figures_match_numpy(database: Database, store: RunStore) -> None:
     rel = STDDEV_REL[database.backend]
     rng = np.random.default_rng(7)
     now = time.time()
@@ -119,7 +119,7 @@ async def test_window_figures_match_numpy(database: Database, store: Store) -> N
     assert sum(int(h["runs"]) for h in hourly if h["endpoint"] == "alpha") >= expected["alpha"][1]  # type: ignore[call-overload]
 
 
-async def test_hourly_rollup_recomputed_per_hour(store: Store) -> None:
+async def test_hourly_rollup_recomputed_per_hour(store: RunStore) -> None:
     hour = 1_700_000_000 - 1_700_000_000 % 3600
     await store.write_runs([run_row("h", hour + 10, 10.0), run_row("h", hour + 20, 30.0)])
     await store.write_runs([run_row("h", hour + 30, 20.0), run_row("h", hour + 40, None, "timeout")])
@@ -129,7 +129,7 @@ async def test_hourly_rollup_recomputed_per_hour(store: Store) -> None:
     assert row["tps_stddev"] == pytest.approx(10.0)
 
 
-async def test_retention_removes_old_runs_and_keeps_recent_ones(store: Store) -> None:
+async def test_retention_removes_old_runs_and_keeps_recent_ones(store: RunStore) -> None:
     now = time.time()
     await store.write_runs([run_row("a", now - 500 * 86400), run_row("a", now - 10)])
     report = await store.maintain(now, 400 * 86400)
@@ -141,7 +141,7 @@ async def test_retention_removes_old_runs_and_keeps_recent_ones(store: Store) ->
 
 
 async def test_window_leaves_out_on_demand_and_disturbed_runs_unless_included(
-    database: Database, store: Store
+    database: Database, store: RunStore
 ) -> None:
     now = time.time()
     await store.write_runs(

@@ -16,6 +16,7 @@ import pytest
 
 from tests.npm_packages import install
 from tokwatch.storage.bench_rows import BENCH_RUN_COLUMNS, BenchRunRow
+from tokwatch.storage.factory import bench_store
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version
@@ -126,9 +127,9 @@ async def test_hypertable_compression_rollup_retention(pglite_port: int) -> None
             summary="{}", instance="",
         )  # fmt: skip
         bench = BenchRunRow(**values)  # type: ignore[arg-type]
-        assert await store.write_bench(bench, []) is True
-        assert await store.write_bench(bench, []) is False
-        assert [b.id for b in await store.bench_runs(now - 1)] == ["b1"]
+        assert await bench_store(store).write_bench(bench, []) is True
+        assert await bench_store(store).write_bench(bench, []) is False
+        assert [b.id for b in await bench_store(store).bench_runs(now - 1)] == ["b1"]
 
         stats = await store.window_stats(now - DAY, now, rule=WindowRule())
         assert sum(s.runs for s in stats.values()) == 4

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from tokwatch.settings.config import StorageSettings
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.sqlite import SQLiteStore
@@ -44,7 +44,7 @@ class Database:
             return StorageSettings(sqlite_path=self.where)
         return StorageSettings.model_validate({"dsn": self.where})
 
-    async def open(self) -> Store:
+    async def open(self) -> RunStore:
         """A store on this database, connected but not migrated; the caller closes it."""
         if self.backend == "sqlite":
             return SQLiteStore(Path(self.where))

@@ -19,7 +19,7 @@ from tokwatch.figures.result import RunResult, Status, TimingSource
 from tokwatch.figures.series import SeriesKey
 from tokwatch.figures.stats import median
 from tokwatch.settings.config import Config, EndpointSettings, ScheduleSettings
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.window import window_figures
 from tokwatch.windows.window import MemoryWindows
@@ -90,7 +90,7 @@ def _is_sample(row: RunRow, include: frozenset[str]) -> bool:
 
 
 @pytest.mark.parametrize("include", INCLUDES, ids=lambda i: "+".join(sorted(i)) or "neither")
-async def test_python_and_sql_count_the_same_runs(store: Store, include: frozenset[str]) -> None:
+async def test_python_and_sql_count_the_same_runs(store: RunStore, include: frozenset[str]) -> None:
     now = time.time()
     runs = _runs(now)
     rows = [RunRow.from_result(r) for r in runs]
@@ -140,7 +140,7 @@ async def test_python_and_sql_count_the_same_runs(store: Store, include: frozens
     assert from_store.decode_percentiles.p50 == pytest.approx(from_store.median)
 
 
-async def test_percentiles_agree_between_sql_and_python_from_their_minimum_counts(store: Store) -> None:
+async def test_percentiles_agree_between_sql_and_python_from_their_minimum_counts(store: RunStore) -> None:
     """120 runs: p50 and p90 from 10 samples, p99 only from 100; the store's SQL (percentile_cont on
     PostgreSQL) and the in-memory window give the same values over every configured window."""
     now = time.time()
@@ -207,7 +207,7 @@ def _ep(name: str) -> EndpointSettings:
     "include", [frozenset(), frozenset({"timing_disturbed"})], ids=["default", "included"]
 )
 async def test_prefill_median_leaves_out_a_prefill_set_aside_with_its_ttft(
-    store: Store, include: frozenset[str]
+    store: RunStore, include: frozenset[str]
 ) -> None:
     """A client prefill figure divides by the TTFT: set aside with it, it is no sample of the prefill
     median (unless window_includes names set-aside figures); a cache-assisted run never is. Store and memory

@@ -9,7 +9,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,23 +43,275 @@ from tokwatch.transport.measurement import new_loop
 
 T = TypeVar("T")
 
-# Flags whose value is copied into the options when given (argparse dest == option name).
-_VALUE_FLAGS = (
-    "endpoint", "config", "url", "kind", "model", "api_key_env", "timeout", "concurrency", "rate", "arrivals",
-    "burstiness", "max_concurrency", "number", "duration", "warmup", "seed", "input_tokens", "output_tokens",
-    "reasoning_ratio", "reasoning_tokens", "dataset", "parallel", "max_turns", "fluidity_prefill_deadline",
-    "fluidity_decode_deadline", "output_dir", "live_interval", "listen", "metrics_url", "fail_fast",
-    "max_consecutive_failures", "workers", "receive_watcher", "kernel_stamps", "sweep", "search",
-    "search_start", "search_max_rate", "search_tolerance", "search_max_points", "search_max_time",
-    "fluid_index", "fluid_fraction",
-    "min_turns", "dataset_offset", "tokenizer", "extra_body",
-    "fluidity_mode", "max_error_rate", "unresponsive_timeout", "drain_timeout",
-    "segment", "start_at", "start_delay", "run_id",
-)  # fmt: skip
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One option of `tokwatch bench`: its flags and argparse settings, and where its value goes.
+
+    `action` None: the flag takes one value (converted by `type`); otherwise argparse's `store_true`,
+    `store_false` or `append`. A given value of a `bench_option` sets the BenchOptions field `into` (else the
+    dest; a repeated flag's values as a tuple), over the bench file's, or adds to the bench file's list
+    where `extends`. Not bench options: compare's own flags, the bench file itself, --no-store."""
+
+    flags: tuple[str, ...]
+    help: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: Sequence[Any] | None = None
+    action: str | None = None
+    default: Any = None
+    dest: str | None = None
+    bench_option: bool = True
+    into: str | None = None
+    extends: bool = False
+
+    @property
+    def name(self) -> str:
+        """argparse's dest: `dest`, else the long flag without dashes."""
+        return self.dest or self.flags[0].lstrip("-").replace("-", "_")
+
+    @property
+    def option(self) -> str | None:
+        """The BenchOptions field this flag sets; None for a flag that is not a bench option."""
+        return (self.into or self.name) if self.bench_option else None
+
+    def add_to(self, group: Any) -> None:
+        """Register the flag on an argparse group."""
+        kwargs: dict[str, Any] = {"help": self.help, "default": self.default}
+        for key in ("type", "choices", "action", "dest"):
+            if getattr(self, key) is not None:
+                kwargs[key] = getattr(self, key)
+        group.add_argument(*self.flags, **kwargs)
+
+
+def _flag(*flags: str, help: str | None = None, **settings: Any) -> Flag:  # `help`: argparse's name
+    return Flag(flags, help, **settings)
+
+
+# Every option of `tokwatch bench`, once, by help group: the parser and the options a command line gives are
+# both read from here (options_from_args).
+FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
+    (
+        "compare",
+        (
+            _flag(
+                "--threshold",
+                default="5%",
+                bench_option=False,
+                help="relative change that counts as worse (5%%)",
+            ),
+            _flag(
+                "--gate",
+                action="append",
+                bench_option=False,
+                help=f"figure:stat that decides the exit code (repeatable; default {','.join(DEFAULT_GATE)})",
+            ),
+            _flag("--resamples", type=int, default=400, bench_option=False, help="bootstrap resamples (400)"),
+            _flag(
+                "--format",
+                choices=["table", "json"],
+                default="table",
+                bench_option=False,
+                help="compare and report output",
+            ),
+            _flag(
+                "--force",
+                action="store_true",
+                default=False,
+                bench_option=False,
+                help="compare runs under different load shapes (loop, concurrency/rate, arrivals, token "
+                "lengths, prompt-cache share) anyway; the output says how they differ",
+            ),
+        ),
+    ),
+    (
+        "target",
+        (
+            _flag("--endpoint", help="endpoint name from --config"),
+            _flag(
+                "--config",
+                "-c",
+                help="tokwatch.yml defining --endpoint; its store (storage:) also receives the run. Without "
+                "--config nothing is stored. With compare: the store that stored run ids are read from",
+            ),
+            _flag("--url", type=http_url, help="base URL, e.g. http://127.0.0.1:8000/v1"),
+            _flag("--kind", choices=list(PROBES), help="API dialect"),
+            _flag("--model", help="model name (default: the endpoint's)"),
+            _flag("--api-key-env", help="environment variable holding the API key (with --url)"),
+            _flag("--timeout", help="per-request timeout, e.g. 300s"),
+            _flag(
+                "--bench-file",
+                bench_option=False,
+                help="YAML file with any of these options and a seed-002 `slos:` list",
+            ),
+        ),
+    ),
+    (
+        "load",
+        (
+            _flag("--concurrency", type=int, help="closed loop with N concurrent requests"),
+            _flag("--rate", type=float, help="open loop at R requests/s"),
+            _flag("--arrivals", choices=ARRIVAL_KINDS, help="open-loop arrival process (poisson)"),
+            _flag("--burstiness", type=float, help="gamma shape: 1 = Poisson, <1 burstier"),
+            _flag("--max-concurrency", type=int, help="cap on in-flight requests in the open loop"),
+            _flag("--number", type=int, help="measured requests (conversations with --multi-turn)"),
+            _flag("--duration", help="measured duration, e.g. 60s; in-flight requests finish"),
+            _flag("--warmup", type=int, help="requests sent first and excluded from figures"),
+            _flag("--seed", type=int, help="seed for arrivals, lengths and the request mix (0)"),
+            _flag(
+                "--repeat-prompts",
+                action="store_true",
+                help="prompt text from --seed alone, the same every run (a server's prefix cache will answer "
+                "repeats); by default each run draws fresh prompts",
+            ),
+            _flag("--workers", type=int, help="client processes sharing the load (1)"),
+            _flag(
+                "--receive-watcher",
+                choices=("auto", "on", "off"),
+                help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed "
+                "loops of 2+ streams)",
+            ),
+            _flag(
+                "--kernel-stamps",
+                choices=("on", "off"),
+                help="stamp plain-HTTP reads with the kernel's receive time where the platform gives it (on)",
+            ),
+        ),
+    ),
+    (
+        "one schedule over several machines (docs/bench.md, Past one machine)",
+        (
+            _flag("--segment", help="run segment K/N of the schedule (auto/N: K from JOB_COMPLETION_INDEX)"),
+            _flag("--start-at", help="common start of the measured phase: unix seconds or RFC 3339 time"),
+            _flag("--start-delay", help="without --start-at: the first segment sets now + this (60s)"),
+            _flag("--run-id", help="the run's id in the store; every segment of one run gives the same"),
+        ),
+    ),
+    (
+        "workload",
+        (
+            _flag("--input-tokens", help="prompt tokens N or MIN:MAX (128)"),
+            _flag("--output-tokens", help="output tokens N or MIN:MAX (128)"),
+            _flag("--reasoning-ratio", type=float, help="share of reasoning requests (0)"),
+            _flag("--reasoning-tokens", help="think tokens MIN:MAX of reasoning requests (600:6000)"),
+            _flag(
+                "--no-fixed-output",
+                dest="fixed_output",
+                action="store_false",
+                help="do not send ignore_eos/min_tokens",
+            ),
+            _flag(
+                "--dataset",
+                help="JSONL or JSON-array file of prompts, conversations (OpenAI messages, ShareGPT) or "
+                "token-length traces (docs/datasets.md), or random-multi-turn (synthetic, with --multi-turn)",
+            ),
+            _flag("--multi-turn", action="store_true", help="conversations with real replies"),
+            _flag("--parallel", type=int, help="concurrent conversations with --multi-turn"),
+            _flag("--max-turns", type=int, help="truncate conversations to N user turns"),
+            _flag("--min-turns", type=int, help="random-multi-turn: at least N user turns (1)"),
+            _flag("--dataset-offset", type=int, help="skip the first N dataset entries (0)"),
+            _flag("--tokenizer", help="local HuggingFace tokenizer.json: exact synthetic prompt lengths"),
+            _flag("--extra-body", help="JSON object merged into every request body, e.g. '{\"top_k\": 20}'"),
+        ),
+    ),
+    (
+        "figures and SLOs",
+        (
+            _flag(
+                "--slo",
+                action="append",
+                default=[],
+                into="slos",
+                extends=True,
+                help="e.g. ttft:p99<=0.5 (repeatable)",
+            ),
+            _flag("--fluidity-prefill-deadline", help="fluidity-index prefill deadline (1s)"),
+            _flag("--fluidity-decode-deadline", help="fluidity-index decode deadline (50ms)"),
+            _flag(
+                "--fluidity-mode",
+                choices=FLUIDITY_MODES,
+                help="late tokens count as etalon's code does (missed deadlines, default) or as seed 004's "
+                "text (one miss per late token)",
+            ),
+        ),
+    ),
+    (
+        "capacity (one run per load point; capacity.json and capacity.png)",
+        (
+            _flag("--sweep", help="rate=1,2,4,8 or concurrency=1,4,16,64: one run per value"),
+            _flag(
+                "--search",
+                choices=("fluid", "slo"),
+                help="highest rate that stays fluid (seed 004) or meets every --slo: bracket, then bisect",
+            ),
+            _flag(
+                "--search-start",
+                type=float,
+                help="first rate tried, req/s (default: 1 / the median E2E of 4 sequential requests)",
+            ),
+            _flag("--search-max-rate", type=float, help="highest rate tried, req/s (1000)"),
+            _flag("--search-tolerance", type=float, help="stop when the bracket is within this share (0.1)"),
+            _flag("--search-max-points", type=int, help="at most this many runs (16)"),
+            _flag("--search-max-time", help="stop searching after this long (1h)"),
+            _flag("--fluid-index", type=float, help="a request is fluid at fluidity-index >= this (0.9)"),
+            _flag("--fluid-fraction", type=float, help="a rate is fluid when this share is fluid (0.99)"),
+        ),
+    ),
+    (
+        "outputs",
+        (
+            _flag("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)"),
+            _flag("--live-interval", help="seconds between live lines (5)"),
+            _flag(
+                "--listen",
+                type=listen_address,
+                help="HOST:PORT serving live Prometheus metrics during the run",
+            ),
+            _flag(
+                "--metrics-url",
+                type=http_url,
+                help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)",
+            ),
+            _flag("--no-server-metrics", dest="server_metrics", action="store_false"),
+            _flag("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff"),
+            _flag("--fail-fast", type=int, help="stop after N failures before any success (5)"),
+            _flag(
+                "--max-consecutive-failures",
+                type=int,
+                help="after a success, stop when N requests in a row fail (50); exit 3",
+            ),
+            _flag(
+                "--max-error-rate",
+                type=float,
+                help="a run whose failed share of measured requests is above this fails: exit 5 (0.05; 1 = "
+                "never)",
+            ),
+            _flag(
+                "--unresponsive-timeout",
+                help="stop the run when the server has answered nothing for this long while requests waited, "
+                "after its first answer (30s); exit 3",
+            ),
+            _flag(
+                "--drain-timeout",
+                help="with --duration: abandon requests still running this long after it (counted as failed; "
+                "default: wait for them)",
+            ),
+            _flag(
+                "--no-store",
+                dest="store",
+                action="store_false",
+                default=True,
+                bench_option=False,
+                help="do not write the run to the store of --config (written by default when storage is "
+                "enabled)",
+            ),
+        ),
+    ),
+)
+FLAGS: tuple[Flag, ...] = tuple(flag for _, group in FLAG_GROUPS for flag in group)
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register `bench` on the tokwatch CLI."""
+    """Register `bench` on the tokwatch CLI: the flags of FLAG_GROUPS, and the actions of ACTIONS."""
     p = subparsers.add_parser(
         "bench",
         help="benchmark an endpoint: load generator, latency percentiles, SLOs, report",
@@ -73,7 +326,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument(
         "action",
         nargs="?",
-        choices=["compare", "report"],
+        choices=list(ACTIONS),
         help="compare two runs; report one stored run, its segments merged (docs/bench.md, Past one machine)",
     )
     p.add_argument(
@@ -84,154 +337,10 @@ def add_commands(subparsers: Any) -> None:
         "(a unique prefix will do; store:ID to prefer the store over a directory of that name); with report: "
         "one stored run id (or a unique prefix)",
     )
-    c = p.add_argument_group("compare")
-    c.add_argument("--threshold", default="5%", help="relative change that counts as worse (5%%)")
-    c.add_argument(
-        "--gate",
-        action="append",
-        help="figure:stat that decides the exit code (repeatable; default " + ",".join(DEFAULT_GATE) + ")",
-    )
-    c.add_argument("--resamples", type=int, default=400, help="bootstrap resamples (400)")
-    c.add_argument("--format", choices=["table", "json"], default="table", help="compare and report output")
-    c.add_argument(
-        "--force",
-        action="store_true",
-        help="compare runs under different load shapes (loop, concurrency/rate, arrivals, token lengths, "
-        "prompt-cache share) anyway; the output says how they differ",
-    )
-    t = p.add_argument_group("target")
-    t.add_argument("--endpoint", help="endpoint name from --config")
-    t.add_argument(
-        "--config",
-        "-c",
-        help="tokwatch.yml defining --endpoint; its store (storage:) also receives the run. Without "
-        "--config nothing is stored. With compare: the store that stored run ids are read from",
-    )
-    t.add_argument("--url", type=http_url, help="base URL, e.g. http://127.0.0.1:8000/v1")
-    t.add_argument("--kind", choices=list(PROBES), help="API dialect")
-    t.add_argument("--model", help="model name (default: the endpoint's)")
-    t.add_argument("--api-key-env", help="environment variable holding the API key (with --url)")
-    t.add_argument("--timeout", help="per-request timeout, e.g. 300s")
-    t.add_argument("--bench-file", help="YAML file with any of these options and a seed-002 `slos:` list")
-    ld = p.add_argument_group("load")
-    ld.add_argument("--concurrency", type=int, help="closed loop with N concurrent requests")
-    ld.add_argument("--rate", type=float, help="open loop at R requests/s")
-    ld.add_argument("--arrivals", choices=ARRIVAL_KINDS, help="open-loop arrival process (poisson)")
-    ld.add_argument("--burstiness", type=float, help="gamma shape: 1 = Poisson, <1 burstier")
-    ld.add_argument("--max-concurrency", type=int, help="cap on in-flight requests in the open loop")
-    ld.add_argument("--number", type=int, help="measured requests (conversations with --multi-turn)")
-    ld.add_argument("--duration", help="measured duration, e.g. 60s; in-flight requests finish")
-    ld.add_argument("--warmup", type=int, help="requests sent first and excluded from figures")
-    ld.add_argument("--seed", type=int, help="seed for arrivals, lengths and the request mix (0)")
-    ld.add_argument(
-        "--repeat-prompts",
-        action="store_true",
-        default=None,
-        help="prompt text from --seed alone, the same every run (a server's prefix cache will answer "
-        "repeats); by default each run draws fresh prompts",
-    )
-    ld.add_argument("--workers", type=int, help="client processes sharing the load (1)")
-    ld.add_argument(
-        "--receive-watcher",
-        choices=("auto", "on", "off"),
-        help="stamp arrivals from a watcher thread, independent of the event loop (auto: closed loops of 2+ "
-        "streams)",
-    )
-    ld.add_argument(
-        "--kernel-stamps",
-        choices=("on", "off"),
-        help="stamp plain-HTTP reads with the kernel's receive time where the platform gives it (on)",
-    )
-    sg = p.add_argument_group("one schedule over several machines (docs/bench.md, Past one machine)")
-    sg.add_argument("--segment", help="run segment K/N of the schedule (auto/N: K from JOB_COMPLETION_INDEX)")
-    sg.add_argument("--start-at", help="common start of the measured phase: unix seconds or RFC 3339 time")
-    sg.add_argument("--start-delay", help="without --start-at: the first segment sets now + this (60s)")
-    sg.add_argument("--run-id", help="the run's id in the store; every segment of one run gives the same")
-    w = p.add_argument_group("workload")
-    w.add_argument("--input-tokens", help="prompt tokens N or MIN:MAX (128)")
-    w.add_argument("--output-tokens", help="output tokens N or MIN:MAX (128)")
-    w.add_argument("--reasoning-ratio", type=float, help="share of reasoning requests (0)")
-    w.add_argument("--reasoning-tokens", help="think tokens MIN:MAX of reasoning requests (600:6000)")
-    w.add_argument("--no-fixed-output", dest="fixed_output", action="store_false", default=None,
-                   help="do not send ignore_eos/min_tokens")  # fmt: skip
-    w.add_argument(
-        "--dataset",
-        help="JSONL or JSON-array file of prompts, conversations (OpenAI messages, ShareGPT) or token-length "
-        "traces (docs/datasets.md), or random-multi-turn (synthetic, with --multi-turn)",
-    )
-    w.add_argument("--multi-turn", action="store_true", default=None, help="conversations with real replies")
-    w.add_argument("--parallel", type=int, help="concurrent conversations with --multi-turn")
-    w.add_argument("--max-turns", type=int, help="truncate conversations to N user turns")
-    w.add_argument("--min-turns", type=int, help="random-multi-turn: at least N user turns (1)")
-    w.add_argument("--dataset-offset", type=int, help="skip the first N dataset entries (0)")
-    w.add_argument("--tokenizer", help="local HuggingFace tokenizer.json: exact synthetic prompt lengths")
-    w.add_argument("--extra-body", help="JSON object merged into every request body, e.g. '{\"top_k\": 20}'")
-    f = p.add_argument_group("figures and SLOs")
-    f.add_argument("--slo", action="append", default=[], help="e.g. ttft:p99<=0.5 (repeatable)")
-    f.add_argument("--fluidity-prefill-deadline", help="fluidity-index prefill deadline (1s)")
-    f.add_argument("--fluidity-decode-deadline", help="fluidity-index decode deadline (50ms)")
-    f.add_argument(
-        "--fluidity-mode",
-        choices=FLUIDITY_MODES,
-        help="late tokens count as etalon's code does (missed deadlines, default) or as seed 004's text "
-        "(one miss per late token)",
-    )
-    c = p.add_argument_group("capacity (one run per load point; capacity.json and capacity.png)")
-    c.add_argument("--sweep", help="rate=1,2,4,8 or concurrency=1,4,16,64: one run per value")
-    c.add_argument(
-        "--search",
-        choices=("fluid", "slo"),
-        help="highest rate that stays fluid (seed 004) or meets every --slo: bracket, then bisect",
-    )
-    c.add_argument(
-        "--search-start",
-        type=float,
-        help="first rate tried, req/s (default: 1 / the median E2E of 4 sequential requests)",
-    )
-    c.add_argument("--search-max-rate", type=float, help="highest rate tried, req/s (1000)")
-    c.add_argument("--search-tolerance", type=float, help="stop when the bracket is within this share (0.1)")
-    c.add_argument("--search-max-points", type=int, help="at most this many runs (16)")
-    c.add_argument("--search-max-time", help="stop searching after this long (1h)")
-    c.add_argument("--fluid-index", type=float, help="a request is fluid at fluidity-index >= this (0.9)")
-    c.add_argument("--fluid-fraction", type=float, help="a rate is fluid when this share is fluid (0.99)")
-    o = p.add_argument_group("outputs")
-    o.add_argument("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)")
-    o.add_argument("--live-interval", help="seconds between live lines (5)")
-    o.add_argument(
-        "--listen", type=listen_address, help="HOST:PORT serving live Prometheus metrics during the run"
-    )
-    o.add_argument(
-        "--metrics-url", type=http_url, help="server /metrics URL (vllm/llamacpp/sglang: <root>/metrics)"
-    )
-    o.add_argument("--no-server-metrics", dest="server_metrics", action="store_false", default=None)
-    o.add_argument("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff")
-    o.add_argument("--fail-fast", type=int, help="stop after N failures before any success (5)")
-    o.add_argument(
-        "--max-consecutive-failures",
-        type=int,
-        help="after a success, stop when N requests in a row fail (50); exit 3",
-    )
-    o.add_argument(
-        "--max-error-rate",
-        type=float,
-        help="a run whose failed share of measured requests is above this fails: exit 5 (0.05; 1 = never)",
-    )
-    o.add_argument(
-        "--unresponsive-timeout",
-        help="stop the run when the server has answered nothing for this long while requests waited, "
-        "after its first answer (30s); exit 3",
-    )
-    o.add_argument(
-        "--drain-timeout",
-        help="with --duration: abandon requests still running this long after it (counted as failed; "
-        "default: wait for them)",
-    )
-    o.add_argument(
-        "--no-store",
-        dest="store",
-        action="store_false",
-        help="do not write the run to the store of --config (written by default when storage is enabled)",
-    )
+    for title, flags in FLAG_GROUPS:
+        group = p.add_argument_group(title)
+        for flag in flags:
+            flag.add_to(group)
     p.set_defaults(func=cmd_bench)
 
 
@@ -243,17 +352,14 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if getattr(args, "bench_file", None):
         values, doc = load_bench_file(args.bench_file)
         source = args.bench_file
-    for name in _VALUE_FLAGS:
-        value = getattr(args, name, None)
-        if value is not None:
-            values[name] = value
-    for name in ("fixed_output", "multi_turn", "server_metrics", "repeat_prompts"):
-        if getattr(args, name, None) is not None:
-            values[name] = getattr(args, name)
-    if getattr(args, "mirror_metrics", None):
-        values["mirror_metrics"] = tuple(args.mirror_metrics)
-    if args.slo:
-        values["slos"] = (*values.get("slos", ()), *args.slo)
+    for flag in FLAGS:
+        value = getattr(args, flag.name, None)
+        if flag.option is None or value is None or (flag.action == "append" and not value):
+            continue
+        if flag.extends:
+            values[flag.option] = (*values.get(flag.option, ()), *value)
+        else:
+            values[flag.option] = tuple(value) if flag.action == "append" else value
     return build_options(values, source=source, doc=doc)
 
 
@@ -349,10 +455,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run `tokwatch bench`; returns the documented exit code, never a traceback for bad input."""
-    if getattr(args, "action", None) == "compare":
-        return cmd_compare(args)
-    if getattr(args, "action", None) == "report":
-        return cmd_report(args)
+    action = ACTIONS.get(getattr(args, "action", None) or "")
+    if action is not None:
+        return action(args)
     console = Console(stderr=True)
     try:
         opts = options_from_args(args)
@@ -374,6 +479,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if store_config is not None:
         _store(outcome, store_config, opts, console)
     return int(outcome.exit_code())
+
+
+# `tokwatch bench ACTION`: what runs instead of a benchmark.
+ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {"compare": cmd_compare, "report": cmd_report}
 
 
 def _capacity(opts: BenchOptions, console: Console, store_config: Config | None) -> int:

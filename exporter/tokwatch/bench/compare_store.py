@@ -21,11 +21,10 @@ from tokwatch.bench.compare import FIGURES, CompareError, Run, load_run
 from tokwatch.bench.load_shape import LoadShape, shape_of
 from tokwatch.settings.config import Config, load_config
 from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import BenchStore, RunStore
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.factory import make_store, resolve_dsn, sqlite_path
-from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.factory import bench_store, connect_store, resolve_dsn, sqlite_path
 
 STORE_PREFIX = "store:"
 # Stored from schema SQLite v5 / PostgreSQL v6 on; rows written before have NULL there.
@@ -97,7 +96,7 @@ def _open_config(path: str) -> Config:
     return config
 
 
-async def _check_schema(store: Store, config_path: str) -> None:
+async def _check_schema(store: RunStore, config_path: str) -> None:
     """Refuse a database this tokwatch cannot read as it is; compare never migrates."""
     st = await store.schema_status()
     where = f"{store.backend} {store.location}"
@@ -116,11 +115,10 @@ async def _check_schema(store: Store, config_path: str) -> None:
     await store.ensure_ready()  # marks the store ready; cannot migrate (auto_migrate is off)
 
 
-async def _resolve(store: Store, arg: str, ident: str, config_path: str) -> str:
-    ids = await store.bench_run_ids(ident, limit=_SHOWN_CANDIDATES + 1)
+async def _resolve(bench: BenchStore, where: str, arg: str, ident: str, config_path: str) -> str:
+    ids = await bench.bench_run_ids(ident, limit=_SHOWN_CANDIDATES + 1)
     if ident in ids:
         return ident
-    where = f"{store.backend} {store.location}"
     if not ids:
         also = "" if arg.startswith(STORE_PREFIX) else f", and no result directory {arg}"
         raise CompareError(
@@ -135,14 +133,13 @@ async def _resolve(store: Store, arg: str, ident: str, config_path: str) -> str:
 
 async def _fetch(config: Config, config_path: str, wanted: Sequence[tuple[str, str]]) -> list[Run]:
     """The stored runs of (argument, id or prefix) pairs, read over one store connection."""
-    store = make_store(config.storage, auto_migrate=False)
-    if isinstance(store, PostgresStore):
-        await store.open()
+    store = await connect_store(config.storage, auto_migrate=False)
     try:
         await _check_schema(store, config_path)
+        bench, where = bench_store(store), f"{store.backend} {store.location}"
         runs = []
         for arg, ident in wanted:
-            got = await store.bench_run(await _resolve(store, arg, ident, config_path))
+            got = await bench.bench_run(await _resolve(bench, where, arg, ident, config_path))
             if got is None:  # deleted between the two queries
                 raise CompareError(f"stored bench run {ident!r} disappeared while being read")
             runs.append(run_from_rows(*got))
@@ -169,16 +166,15 @@ StoredRun = tuple[BenchRunRow, list[BenchSegmentRow], list[BenchRequestRow]]
 
 
 async def _fetch_parts(config: Config, config_path: str, ident: str) -> StoredRun:
-    store = make_store(config.storage, auto_migrate=False)
-    if isinstance(store, PostgresStore):
-        await store.open()
+    store = await connect_store(config.storage, auto_migrate=False)
     try:
         await _check_schema(store, config_path)
-        run_id = await _resolve(store, f"{STORE_PREFIX}{ident}", ident, config_path)
-        got = await store.bench_run(run_id)
+        bench, where = bench_store(store), f"{store.backend} {store.location}"
+        run_id = await _resolve(bench, where, f"{STORE_PREFIX}{ident}", ident, config_path)
+        got = await bench.bench_run(run_id)
         if got is None:  # deleted between the two queries
             raise CompareError(f"stored bench run {ident!r} disappeared while being read")
-        return got[0], await store.bench_segments(run_id), got[1]
+        return got[0], await bench.bench_segments(run_id), got[1]
     finally:
         await store.close()
 

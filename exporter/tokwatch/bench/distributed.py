@@ -32,10 +32,10 @@ from tokwatch.bench.wallclock import ClockOffset, measure_offset
 from tokwatch.settings.config import Config
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import BenchStore, RunStore
 from tokwatch.storage.bench_rows import BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.factory import open_store
+from tokwatch.storage.factory import bench_store, open_store
 
 _SAME_START_S = 1e-3  # a stored plan whose start differs by more is another run under the same id
 
@@ -47,11 +47,11 @@ def _plan_row(opts: BenchOptions, start_at: float, instance: str, redact: Redact
     return planned_run_row(opts.run_id, options, start_at, summary, instance=instance, redact=redact)
 
 
-async def _agree(store: Store, opts: BenchOptions, instance: str, redact: Redactor) -> float:
+async def _agree(bench: BenchStore, opts: BenchOptions, instance: str, redact: Redactor) -> float:
     """The common start: claimed in the store (the first claim fixes it); a run id already used with
     another start or another number of segments is refused."""
     proposed = opts.start_at if opts.start_at is not None else time.time() + opts.start_delay
-    stored = await store.claim_bench_run(_plan_row(opts, proposed, instance, redact))
+    stored = await bench.claim_bench_run(_plan_row(opts, proposed, instance, redact))
     plan = json.loads(stored.summary).get(SPLIT_KEY)
     n = opts.segment_part.count
     if plan is None or int(plan.get("segments") or 0) != n:
@@ -66,7 +66,7 @@ async def _agree(store: Store, opts: BenchOptions, instance: str, redact: Redact
     return start
 
 
-async def _offset(store: Store) -> ClockOffset | None:
+async def _offset(store: RunStore) -> ClockOffset | None:
     """The database's clock minus ours, when it has a clock of its own."""
     if await store.clock() is None:
         return None
@@ -160,7 +160,8 @@ async def run_segment(
         try:
             store = await open_store(config.storage, instance=instance)
             try:
-                opts = opts.model_copy(update={"start_at": await _agree(store, opts, instance, redact)})
+                start_at = await _agree(bench_store(store), opts, instance, redact)
+                opts = opts.model_copy(update={"start_at": start_at})
                 offset = await _offset(store)
             finally:
                 await store.close()  # nothing of the store's stays open while the segment measures
@@ -176,8 +177,9 @@ async def run_segment(
         store = await open_store(config.storage, instance=instance)
         try:
             plan = _plan_row(opts, opts.start_at, instance, redact)
-            new = await store.write_bench_segment(plan, segment, requests)
-            merged = await store.merge_bench_run(outcome.run_id, merge_run)
+            bench = bench_store(store)
+            new = await bench.write_bench_segment(plan, segment, requests)
+            merged = await bench.merge_bench_run(outcome.run_id, merge_run)
             where = f"{store.backend} {store.location}"
         finally:
             await store.close()

@@ -7,7 +7,9 @@ import contextlib
 import gc
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +20,16 @@ from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
-from tokwatch.bench.plan import build_workload, local_options, resolve_target
-from tokwatch.bench.prompt_salt import run_salt
+from tokwatch.bench.plan import Resolved, build_workload, local_options, resolve_target
+from tokwatch.bench.prompt_salt import SaltedPrompts, run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
+from tokwatch.bench.slo import Slo
 from tokwatch.bench.stamping import bench_http_client, receive_stamps
 from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
+from tokwatch.bench.workload import Conversation, SyntheticWorkload
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.setting_values import parse_listen
 from tokwatch.transport import precise_timer
@@ -47,6 +51,80 @@ def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the run is, settled before anything is sent."""
+
+    opts: BenchOptions  # with the run id and its prompt salt
+    run_id: str
+    resolved: Resolved
+    slos: list[Slo]
+    requests: SyntheticWorkload | SaltedPrompts | None
+    conversations: Sequence[Conversation] | None
+    out_dir: Path
+
+    @property
+    def target(self) -> Target:
+        """The endpoint the requests go to."""
+        return self.resolved.target
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """What the requests left behind, once they have stopped."""
+
+    state: RunState
+    started_unix: float  # the wall-clock instant of the run's t0
+    interrupted: bool
+    watch: ServerWatch | None
+    worker_cpu: list[float]  # CPU seconds of each --workers process, in worker order
+    setup: dict[str, Any]  # what ran beside the requests (_client_setup)
+
+
+class _LiveView:
+    """The progress bar, the periodic live line and the optional live /metrics server, fed by the run."""
+
+    def __init__(self, console: Console, plan: _Plan) -> None:
+        self.stats = LiveStats()
+        self._console = console
+        self._interval = plan.opts.live_interval
+        self.progress = make_progress(console)
+        total = plan.opts.effective_number if plan.conversations is None else None
+        self._task_id = self.progress.add_task("bench", total=total, status="")
+        self._server = None
+        if plan.opts.listen:
+            host, port = parse_listen(plan.opts.listen)
+            self._server, _ = serve_live_metrics(self.stats, host, port)
+
+    def on_start(self, _r: RequestRecord) -> None:
+        """A request was sent (in this process)."""
+        self.stats.in_flight += 1
+
+    def on_record(self, r: RequestRecord) -> None:
+        """A request finished (in this process)."""
+        self.stats.in_flight = max(0, self.stats.in_flight - 1)
+        self.stats.add(r)
+        if not r.warmup:
+            errors = self.stats.completed - self.stats.by_status.get("ok", 0)
+            self.progress.update(self._task_id, advance=1, status=f"errors {errors}")
+
+    def on_progress(self, totals: LiveTotals) -> None:
+        """The --workers processes' running counts."""
+        self.stats.absorb(totals.by_status, totals.in_flight, totals.tokens)
+        errors = totals.completed - totals.by_status.get("ok", 0)
+        self.progress.update(self._task_id, completed=totals.completed, status=f"errors {errors}")
+
+    def live_lines(self, t0: float) -> asyncio.Task[None]:
+        """Print the live line every --live-interval from the run's t0 on, until the task is stopped."""
+        self.stats.started = t0
+        return asyncio.create_task(_live_lines(self.stats, self._console, self._interval), name="bench-live")
+
+    def close(self) -> None:
+        """Stop the live /metrics server."""
+        if self._server is not None:
+            self._server.shutdown()
+
+
 async def run_bench(
     opts: BenchOptions,
     *,
@@ -58,160 +136,148 @@ async def run_bench(
     Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
     """
     console = console or Console(stderr=True)
+    plan = _plan(opts, out_dir)
+    view = _LiveView(console, plan)
+    async with bench_http_client(plan.opts) as http:
+        measured = await _measure(plan, view, http)
+    outcome = _outcome(plan, measured)
+    write_run(outcome, plan.out_dir, plots_enabled=plan.opts.plots)
+    return outcome, plan.out_dir
+
+
+def _plan(opts: BenchOptions, out_dir: Path | None) -> _Plan:
+    """The run's id, target, SLOs, workload and directory; raises on bad input before anything is sent."""
     # One id from the start: every --workers process (and every --segment process) runs under it, and its
     # prompt salt is the run's, so all of them build the one run's prompts.
     run_id = opts.run_id or uuid.uuid4().hex
     opts = opts.model_copy(update={"run_id": run_id, "prompt_salt": run_salt(run_id, opts.repeat_prompts)})
     resolved = resolve_target(opts)
-    target = resolved.target
     slos = opts.parsed_slos()
     requests, conversations = build_workload(opts)
-    out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(target.model))
-    stats = LiveStats()
-    progress = make_progress(console)
-    total = opts.effective_number if conversations is None else None
-    task_id = progress.add_task("bench", total=total, status="")
-    live_server = None
-    if opts.listen:
-        host, port = parse_listen(opts.listen)
-        live_server, _ = serve_live_metrics(stats, host, port)
+    model = resolved.target.model
+    out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(model))
+    return _Plan(opts, run_id, resolved, slos, requests, conversations, out_dir)
 
-    def on_start(_r: RequestRecord) -> None:
-        stats.in_flight += 1
 
-    def on_record(r: RequestRecord) -> None:
-        stats.in_flight = max(0, stats.in_flight - 1)
-        stats.add(r)
-        if not r.warmup:
-            errors = stats.completed - stats.by_status.get("ok", 0)
-            progress.update(task_id, advance=1, status=f"errors {errors}")
-
-    interrupted = False
-    async with bench_http_client(opts) as http:
-        watch: ServerWatch | None = None
-        if opts.server_metrics and target.metrics_url:
-            watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
-            await watch.start()
-        n_workers = effective_workers(opts)
-        # Start-up objects (modules, options, workload) out of the collector's view: a full collection
-        # stops the loop that stamps every stream, for tens of ms with all of them in view.
-        gc.collect()
-        gc.freeze()
-        segment = opts.segment_part
-        # --start-at: the measured phase starts at that wall-clock instant (after the warm-up).
-        start_perf = perf_at(opts.start_at) if opts.start_at is not None else None
-
-        async def at_start() -> float:
-            assert start_perf is not None
-            return check_start(start_perf)
-
-        runner = BenchRunner(
-            local_options(opts, segment),
-            target,
-            http,
-            requests=requests,
-            conversations=conversations,
-            on_record=on_record,
-            on_start=on_start,
-            segment=segment,
-            sync_start=at_start if start_perf is not None else None,
-        )
-        state = runner.state
-        # The wall-clock instant of t0 itself: stored send times (`started_at_unix` + `sent_at_s`) of split
-        # runs are compared across machines, so not the time.time() of an earlier line.
-        started_unix = state.t0 + wall_minus_perf()
-        stats.started = state.t0
-        helpers = [asyncio.create_task(_live_lines(stats, console, opts.live_interval), name="bench-live")]
+async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
+    """Send the run's requests, here or in --workers processes, with the live view and the server's counters
+    around them; returns once every request has stopped."""
+    opts, target = plan.opts, plan.target
+    watch: ServerWatch | None = None
+    if opts.server_metrics and target.metrics_url:
+        watch = ServerWatch(http, target.metrics_url, target.kind, target.model, plan.resolved.mirror_metrics)
+        await watch.start()
+    n_workers = effective_workers(opts)
+    # Start-up objects (modules, options, workload) out of the collector's view: a full collection
+    # stops the loop that stamps every stream, for tens of ms with all of them in view.
+    gc.collect()
+    gc.freeze()
+    segment = opts.segment_part
+    # --start-at: the measured phase starts at that wall-clock instant (after the warm-up).
+    start_perf = perf_at(opts.start_at) if opts.start_at is not None else None
+    runner = BenchRunner(
+        local_options(opts, segment),
+        target,
+        http,
+        requests=plan.requests,
+        conversations=plan.conversations,
+        on_record=view.on_record,
+        on_start=view.on_start,
+        segment=segment,
+        sync_start=partial(_common_start, start_perf) if start_perf is not None else None,
+    )
+    state = runner.state
+    # The wall-clock instant of t0 itself: stored send times (`started_at_unix` + `sent_at_s`) of split
+    # runs are compared across machines, so not the time.time() of an earlier line.
+    started_unix = state.t0 + wall_minus_perf()
+    helpers = [view.live_lines(state.t0)]
+    if watch is not None:
+        helpers.append(await watch_during(watch))
+    worker_cpu: list[float] = []
+    run: Coroutine[Any, Any, object] = (
+        runner.run()
+        if n_workers == 1
+        else _run_in_workers(opts, state, n_workers, view.on_progress, worker_cpu, start_perf)
+    )
+    run_task = asyncio.create_task(run, name="bench-run")
+    view.progress.start()
+    try:
+        interrupted = await _until_stopped(run_task, state, Redactor([target.api_key]))
+    finally:
+        view.progress.stop()
+        for h in helpers:
+            await stop_task(h)
         if watch is not None:
-            helpers.append(await watch_during(watch))
-        worker_cpu: list[float] = []
+            await asyncio.shield(watch.finish())
+    view.close()
+    return _Measured(state, started_unix, interrupted, watch, worker_cpu, _client_setup(runner, http))
 
-        def on_progress(totals: LiveTotals) -> None:
-            stats.absorb(totals.by_status, totals.in_flight, totals.tokens)
-            errors = totals.completed - totals.by_status.get("ok", 0)
-            progress.update(task_id, completed=totals.completed, status=f"errors {errors}")
 
-        run: Coroutine[Any, Any, object] = (
-            runner.run()
-            if n_workers == 1
-            else _run_in_workers(opts, state, n_workers, on_progress, worker_cpu, start_perf)
-        )
-        run_task = asyncio.create_task(run, name="bench-run")
-        progress.start()
-        try:
-            await asyncio.shield(run_task)
-        except asyncio.CancelledError:
-            # Ctrl-C or a cancelled caller: stop the requests, keep what was measured.
-            interrupted = True
-            run_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await run_task
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-        except Exception as exc:  # a client-side bug must not lose what was measured
-            state.stop_reason = "client_error"
-            state.message = Redactor([target.api_key])(
-                f"the benchmark client failed: {type(exc).__name__}: {exc}"
-            )
-        finally:
-            progress.stop()
-            for h in helpers:
-                await stop_task(h)
-            if watch is not None:
-                await asyncio.shield(watch.finish())
-        if live_server is not None:
-            live_server.shutdown()
-        setup = _client_setup(runner, http)
+async def _common_start(start_perf: float) -> float:
+    """The measured phase's common start (--start-at), or StartMissed when this process is too late for it."""
+    return check_start(start_perf)
+
+
+async def _until_stopped(run_task: asyncio.Task[object], state: RunState, redact: Redactor) -> bool:
+    """Wait for the run; True when it was interrupted (Ctrl-C or a cancelled caller). Either way, and when the
+    client itself fails (`client_error`), what was measured is kept."""
+    try:
+        await asyncio.shield(run_task)
+    except asyncio.CancelledError:
+        # Stop the requests, keep what was measured.
+        run_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run_task
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+        return True
+    except Exception as exc:  # a client-side bug must not lose what was measured
+        state.stop_reason = "client_error"
+        state.message = redact(f"the benchmark client failed: {type(exc).__name__}: {exc}")
+    return False
+
+
+def _outcome(plan: _Plan, measured: _Measured) -> BenchOutcome:
+    """The run's outcome from what it measured, with the client's own figures."""
+    opts, target, state, interrupted = plan.opts, plan.target, measured.state, measured.interrupted
     if state.end_s is None:
         state.end_s = time.perf_counter() - state.t0
-    outcome = _outcome(opts, target, slos, state, started_unix, interrupted, watch, run_id)
-    if worker_cpu:
-        parent = outcome.client["cpu_s"]
-        outcome.client = _cpu_figures(parent + sum(worker_cpu), state, receive_stamps(opts, target.base_url))
-        # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
-        outcome.client["cpu_s_parent"], outcome.client["cpu_s_workers"] = parent, list(worker_cpu)
-    outcome.client.update(setup)
-    write_run(outcome, out_dir, plots_enabled=opts.plots)
-    return outcome, out_dir
-
-
-def _outcome(
-    opts: BenchOptions,
-    target: Target,
-    slos: list[Any],
-    state: RunState,
-    started_unix: float,
-    interrupted: bool,
-    watch: ServerWatch | None,
-    run_id: str,
-) -> BenchOutcome:
-    wall = state.end_s if state.end_s is not None else time.perf_counter() - state.t0
     reason = "interrupted" if interrupted else (state.stop_reason or "finished")
     message = state.message
     if interrupted:
         message = "interrupted: in-flight requests were cancelled and are not counted"
+    watch = measured.watch
     outcome = BenchOutcome(
         options=echo_options(opts, target),
         records=state.records,
-        started_at_unix=started_unix,
-        wall_s=wall,
+        started_at_unix=measured.started_unix,
+        wall_s=state.end_s,
         complete=not interrupted and state.stop_reason is None,
         stop_reason=reason,
         message=message,
-        slos=slos,
+        slos=plan.slos,
         requested_rate=opts.rate,
         server=watch.figures() if watch else {},
         metrics_before=watch.before_text if watch else None,
         metrics_after=watch.after_text if watch else None,
         perf_t0=state.t0,
         max_error_rate=opts.max_error_rate,
-        run_id=run_id,
+        run_id=plan.run_id,
     )
-    cpu = time.process_time() - state.cpu_start
-    outcome.client = _cpu_figures(cpu, state, receive_stamps(opts, target.base_url))
+    outcome.client = _client_figures(measured, receive_stamps(opts, target.base_url))
     outcome.measure_start_s = state.measure_start
     return outcome
+
+
+def _client_figures(measured: _Measured, stamps: str) -> dict[str, Any]:
+    """summary.json `client`: the CPU of every process of the run, and what ran beside the requests."""
+    parent = time.process_time() - measured.state.cpu_start
+    figures = _cpu_figures(parent + sum(measured.worker_cpu), measured.state, stamps)
+    if measured.worker_cpu:
+        # Where it went: the parent only waits while the workers measure (tokwatch.bench.workers).
+        figures["cpu_s_parent"], figures["cpu_s_workers"] = parent, list(measured.worker_cpu)
+    return {**figures, **measured.setup}
 
 
 def _cpu_figures(cpu: float, state: RunState, stamps: str) -> dict[str, Any]:

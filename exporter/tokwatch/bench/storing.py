@@ -18,7 +18,7 @@ from tokwatch.figures.stats import percentile
 from tokwatch.settings.config import Config
 from tokwatch.settings.redact import Redactor
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
-from tokwatch.storage.factory import open_store
+from tokwatch.storage.factory import bench_store, open_store
 from tokwatch.storage.rows import ERROR_CLASS_MAX
 
 LATENCY_METRICS = ("ttft", "tbt", "tpot", "e2e")
@@ -193,7 +193,7 @@ async def store_outcome(outcome: BenchOutcome, config: Config, *, api_key: str |
     run, requests = bench_rows(outcome, instance=instance, redactor=Redactor([api_key]))
     store = await open_store(config.storage, instance=instance)
     try:
-        new = await store.write_bench(run, requests)
+        new = await bench_store(store).write_bench(run, requests)
     finally:
         await store.close()
     what = "stored" if new else "already stored"

@@ -13,9 +13,9 @@ from tokwatch.bench.stored_report import BENCH_RENDERERS
 from tokwatch.settings.config import Config, load_config
 from tokwatch.settings.setting_values import parse_duration
 from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.factory import make_store, outbox_path
+from tokwatch.storage.factory import bench_store, connect_store, outbox_path
 from tokwatch.storage.outbox import Outbox
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
@@ -60,7 +60,9 @@ def _load(args: argparse.Namespace) -> Config:
     return load_config(path) if path else Config()
 
 
-def _run(args: argparse.Namespace, body: Callable[[Config, Store], Awaitable[int]], *, migrate: bool) -> int:
+def _run(
+    args: argparse.Namespace, body: Callable[[Config, RunStore], Awaitable[int]], *, migrate: bool
+) -> int:
     try:
         config = _load(args)
     except ConfigError as exc:
@@ -68,9 +70,7 @@ def _run(args: argparse.Namespace, body: Callable[[Config, Store], Awaitable[int
         return EXIT_USAGE
 
     async def main() -> int:
-        store = make_store(config.storage, auto_migrate=migrate)
-        if isinstance(store, PostgresStore):
-            await store.open()
+        store = await connect_store(config.storage, auto_migrate=migrate)
         try:
             return await body(config, store)
         finally:
@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace, body: Callable[[Config, Store], Awaitable[int
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     """Apply pending migrations; print what was applied."""
 
-    async def body(config: Config, store: Store) -> int:
+    async def body(config: Config, store: RunStore) -> int:
         applied = await store.migrate()
         st = await store.schema_status()
         if applied:
@@ -102,7 +102,7 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
 def cmd_db_status(args: argparse.Namespace) -> int:
     """Print schema version, pending migrations, row counts and the outbox; exit 1 if not current."""
 
-    async def body(config: Config, store: Store) -> int:
+    async def body(config: Config, store: RunStore) -> int:
         st = await store.schema_status()
         print(f"backend:  {st.backend}")
         print(f"database: {st.location}")
@@ -140,9 +140,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("tokwatch: --since must be positive", file=sys.stderr)
         return EXIT_USAGE
 
-    async def body(config: Config, store: Store) -> int:
+    async def body(config: Config, store: RunStore) -> int:
         if getattr(args, "bench", False):
-            runs = await store.bench_runs(time.time() - since_s)
+            runs = await bench_store(store).bench_runs(time.time() - since_s)
             sys.stdout.write(BENCH_RENDERERS[args.format](runs, window_label(since_s)))
             return EXIT_OK
         rule = WindowRule.of(config.schedule.window_includes)

@@ -25,7 +25,7 @@ from tokwatch.serve.status_api_schema import SCHEMA_VERSION
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import series_of
-from tokwatch.storage.base import LastRun, Store
+from tokwatch.storage.base import LastRun, RunStore
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.window import window_figures
 from tokwatch.windows.window import WindowFigures, window_label, window_lengths
@@ -60,7 +60,7 @@ class StatusApi:
 
     def __init__(
         self,
-        store: Callable[[], Store | None],
+        store: Callable[[], RunStore | None],
         config: Callable[[], Config],
         clock: Callable[[], float] = time.time,
         max_age_s: float = MAX_AGE_S,
@@ -136,7 +136,7 @@ def endpoint_path(name: str) -> str:
     return f"/api/v1/endpoints/{quote(name, safe='')}"
 
 
-async def build_series(store: Store, config: Config, now: float) -> list[dict[str, Any]]:
+async def build_series(store: RunStore, config: Config, now: float) -> list[dict[str, Any]]:
     """One document per series the status page shows (tokwatch.statuspage.model.series_of)."""
     rule = WindowRule.of(config.schedule.window_includes)
     lengths = api_windows(config)

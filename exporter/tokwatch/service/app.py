@@ -37,7 +37,7 @@ from tokwatch.service.shard import FleetDuty, Shard
 from tokwatch.settings.config import Config, load_config, server_key
 from tokwatch.settings.keys import Keys
 from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
+from tokwatch.storage import RunStore, RunWriter, StorageCollector, WindowCache, make_writer, open_store
 from tokwatch.storage.factory import resolve_dsn
 from tokwatch.storage.writer import resume_bound
 from tokwatch.windows.window import MemoryWindows, WindowSnapshot
@@ -99,7 +99,7 @@ class App:
             WindowCollector(lambda: self._window_snapshot(), export_fleet=lambda: self.fleet_duty.exports)
         )
         self.exposition.register(self.server_collector)
-        self.store: Store | None = None
+        self.store: RunStore | None = None
         self.writer: RunWriter | None = None
         self._window_cache: WindowCache | None = None
         self._started = False

@@ -11,7 +11,7 @@ from tokwatch.settings.config import Config
 from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import Overview, Tile, build_endpoint_page, build_overview
 from tokwatch.statuspage.render import endpoint_href, render_endpoint, render_message, render_overview
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.errors import StorageError
 from tokwatch.windows.window import FleetRanking
 
@@ -34,7 +34,7 @@ class StatusPages:
 
     def __init__(
         self,
-        store: Callable[[], Store | None],
+        store: Callable[[], RunStore | None],
         config: Callable[[], Config],
         clock: Callable[[], float] = time.time,
     ) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.figures.stats import median
 from tokwatch.settings.config import Config, EndpointSettings
-from tokwatch.storage.base import LastRun, RunPoint, Store
+from tokwatch.storage.base import LastRun, RunPoint, RunStore
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
 from tokwatch.windows.window import (
     FleetRanking,
@@ -131,7 +131,7 @@ def series_of(config: Config, seen: Sequence[SeriesKey] = ()) -> list[SeriesKey]
     return out
 
 
-async def build_overview(store: Store, config: Config, now: float | None = None) -> Overview:
+async def build_overview(store: RunStore, config: Config, now: float | None = None) -> Overview:
     """Query the store for every series of the (whole-fleet) config, from every site."""
     now = time.time() if now is None else now
     rule = WindowRule.of(config.schedule.window_includes)
@@ -182,7 +182,7 @@ async def build_overview(store: Store, config: Config, now: float | None = None)
 
 
 async def build_endpoint_page(
-    store: Store,
+    store: RunStore,
     config: Config,
     endpoint: EndpointSettings,
     now: float | None = None,
@@ -238,7 +238,7 @@ def _newest_ok(runs_newest_first: Sequence[RunPoint], rule: WindowRule) -> RunPo
     return next((r for r in runs_newest_first if rule.sample(r) is not None), None)
 
 
-async def _headline_before(store: Store, key: SeriesKey, rule: WindowRule) -> RunPoint | None:
+async def _headline_before(store: RunStore, key: SeriesKey, rule: WindowRule) -> RunPoint | None:
     """The newest ok run under the window rule at any age: pages of growing size until one is found or the
     history ends, so a long incident costs a few index range scans and a healthy endpoint none."""
     limit = HEADLINE_LOOKBACK

@@ -1,4 +1,5 @@
-"""The `Store` interface every backend implements, and the plain records its queries return."""
+"""The two contracts every backend implements, `RunStore` (the probes' runs) and `BenchStore` (bench runs,
+over the same database and connection), and the plain records their queries return."""
 
 from __future__ import annotations
 
@@ -153,8 +154,9 @@ class MaintenanceReport:
     rows_deleted: int = 0
 
 
-class Store(ABC):
-    """One database holding every run; all methods are safe to await from the event loop."""
+class RunStore(ABC):
+    """One database holding every probe run, and the database's lifecycle (schema, reachability, clock,
+    housekeeping, connections); all methods are safe to await from the event loop."""
 
     backend: str  # "sqlite", "postgres" or "timescaledb"
     location: str  # where the data lives, with any password masked
@@ -227,6 +229,23 @@ class Store(ABC):
         """One round trip to the database (`SELECT 1`); raises StorageError when it does not answer."""
 
     @abstractmethod
+    async def clock(self) -> float | None:
+        """The database server's own clock (unix seconds); None when the store has none (a file)."""
+
+    @abstractmethod
+    async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
+        """Partitions ahead, retention, policies: the periodic housekeeping of this backend."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+
+class BenchStore(ABC):
+    """The bench runs of a run store's database, over that store's connection: the store migrates, opens and
+    closes it. A split run's segments (claim, segment, merge) are for `tokwatch bench --segment`."""
+
+    @abstractmethod
     async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
         """Store a bench run and its requests in one transaction; a run id already stored is left as is.
 
@@ -264,18 +283,6 @@ class Store(ABC):
     async def merge_bench_run(self, run_id: str, merge: BenchMerge) -> BenchRunRow | None:
         """Replace the run row by `merge(row, segments, requests)` while no other merge of this run runs
         (the last merge of a run always sees every segment committed before it); None when not stored."""
-
-    @abstractmethod
-    async def clock(self) -> float | None:
-        """The database server's own clock (unix seconds); None when the store has none (a file)."""
-
-    @abstractmethod
-    async def maintain(self, now: float, retention_s: float) -> MaintenanceReport:
-        """Partitions ahead, retention, policies: the periodic housekeeping of this backend."""
-
-    @abstractmethod
-    async def close(self) -> None:
-        """Release connections."""
 
 
 def hour_bucket(t: float) -> float:

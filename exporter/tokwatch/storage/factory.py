@@ -6,10 +6,12 @@ import os
 from pathlib import Path
 
 from tokwatch.settings.config import StorageSettings
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import BenchStore, RunStore
 from tokwatch.storage.errors import StoreUnavailableError
 from tokwatch.storage.postgres import PostgresStore
+from tokwatch.storage.postgres_bench import PostgresBenchStore
 from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.storage.sqlite_bench import SQLiteBenchStore
 from tokwatch.storage.writer import RESUME_WITHIN_S, RunWriter, resume_bound
 
 DSN_ENV = "TOKWATCH_DSN"
@@ -38,7 +40,7 @@ def outbox_path(settings: StorageSettings) -> Path:
     return Path(settings.outbox_path) if settings.outbox_path else state_dir() / "outbox.jsonl"
 
 
-def make_store(settings: StorageSettings, *, auto_migrate: bool = True) -> Store:
+def make_store(settings: StorageSettings, *, auto_migrate: bool = True) -> RunStore:
     """The configured backend, not yet connected (PostgreSQL when a DSN is set, else SQLite)."""
     dsn = resolve_dsn(settings)
     if dsn is None:
@@ -54,16 +56,22 @@ def make_store(settings: StorageSettings, *, auto_migrate: bool = True) -> Store
     )
 
 
-async def open_store(settings: StorageSettings, *, instance: str, auto_migrate: bool = True) -> Store:
+async def connect_store(settings: StorageSettings, *, auto_migrate: bool = True) -> RunStore:
+    """The configured backend with its connections started, neither migrated nor checked yet."""
+    store = make_store(settings, auto_migrate=auto_migrate)
+    if isinstance(store, PostgresStore):
+        await store.open()  # a pool that starts without waiting for the database (retried in the background)
+    return store
+
+
+async def open_store(settings: StorageSettings, *, instance: str, auto_migrate: bool = True) -> RunStore:
     """Open the configured store and migrate it when reachable.
 
     Raises SchemaTooNewError (a StorageError) when the database was migrated by a newer tokwatch. A
     PostgreSQL server that is down is not an error here: the writer keeps runs in the outbox until it is up.
     """
-    store = make_store(settings, auto_migrate=auto_migrate)
+    store = await connect_store(settings, auto_migrate=auto_migrate)
     store.instance = instance
-    if isinstance(store, PostgresStore):
-        await store.open()
     try:
         await store.ensure_ready()
     except StoreUnavailableError:
@@ -74,8 +82,17 @@ async def open_store(settings: StorageSettings, *, instance: str, auto_migrate: 
     return store
 
 
+def bench_store(store: RunStore) -> BenchStore:
+    """The bench runs of `store`'s database, over its connection: open, migrate and close `store` itself."""
+    if isinstance(store, PostgresStore):
+        return PostgresBenchStore(store)
+    if isinstance(store, SQLiteStore):
+        return SQLiteBenchStore(store)
+    raise TypeError(f"no bench store for {type(store).__name__}")
+
+
 def make_writer(
-    store: Store, settings: StorageSettings, *, instance: str, interval_s: float | None = None
+    store: RunStore, settings: StorageSettings, *, instance: str, interval_s: float | None = None
 ) -> RunWriter:
     """A RunWriter with the settings' queue size, outbox path, write timeout and retention.
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
-from tokwatch.storage.base import Store
+from tokwatch.storage.base import RunStore
 from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.windows.window import FleetComparison, WindowFigures, primary_ranking, rank_series, window_label
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, QUANTILES, Percentiles, percentile_label
@@ -101,7 +101,7 @@ class Report:
 
 
 async def build_report(
-    store: Store, now: float, since_s: float, *, rule: WindowRule, windows_s: Sequence[float] = ()
+    store: RunStore, now: float, since_s: float, *, rule: WindowRule, windows_s: Sequence[float] = ()
 ) -> Report:
     """Last run, 24 h figures, the `--since` window (median, uptime, fleet comparison) and the percentiles
     over each of `windows_s` per series; the figures over the runs `rule` counts, as on /metrics and the

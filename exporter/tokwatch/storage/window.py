@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from tokwatch.figures.series import SeriesKey
 from tokwatch.settings.config import EndpointSettings
-from tokwatch.storage.base import Store, WindowStats
+from tokwatch.storage.base import RunStore, WindowStats
 from tokwatch.windows.window import (
     FleetComparison,
     FleetRanking,
@@ -67,7 +67,7 @@ def figures_from_stats(stats: WindowStats, window: str) -> WindowFigures:
 
 
 async def window_figures(
-    store: Store,
+    store: RunStore,
     now: float,
     *,
     rule: WindowRule,
@@ -88,7 +88,7 @@ async def window_figures(
 
 
 async def fleet_comparison(
-    store: Store,
+    store: RunStore,
     now: float,
     *,
     rule: WindowRule,
@@ -102,7 +102,7 @@ async def fleet_comparison(
 
 
 async def fleet_rankings(
-    store: Store,
+    store: RunStore,
     now: float,
     *,
     rule: WindowRule,
@@ -120,7 +120,7 @@ class WindowCache:
 
     def __init__(
         self,
-        store: Store,
+        store: RunStore,
         *,
         rule: WindowRule,
         window_s: float = WINDOW_S,

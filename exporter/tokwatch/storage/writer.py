@@ -23,7 +23,7 @@ from tokwatch.figures.result import RunResult
 from tokwatch.logs.log_throttle import BurstLog
 from tokwatch.settings.config import EndpointSettings
 from tokwatch.settings.redact import Redactor
-from tokwatch.storage.base import EndpointSpec, Store
+from tokwatch.storage.base import EndpointSpec, RunStore
 from tokwatch.storage.errors import SchemaTooNewError, StorageError
 from tokwatch.storage.outbox import Outbox, OutboxWriteError, Pending
 from tokwatch.storage.rows import RunRow
@@ -82,7 +82,7 @@ class RunWriter:
 
     def __init__(
         self,
-        store: Store,
+        store: RunStore,
         *,
         outbox_path: Path,
         queue_size: int = 10000,
