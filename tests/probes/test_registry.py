@@ -1,9 +1,8 @@
 """The registry of kinds is the only place a kind lives: every kind answers for itself, and everyone asks.
 
 Adding a kind = its module under tokwatch/probes/, its entry in `PROBES`, its name in
-`tokwatch.settings.kinds.Kind`
-and its tests; these tests fail when one of the first three is missing or when a kind literal creeps back
-into a module outside the registry.
+`tokwatch.settings.kinds.Kind` and its tests; these tests fail when one of the first three is missing or when
+a kind literal creeps back into a module outside the registry.
 """
 
 from __future__ import annotations
