@@ -22,6 +22,7 @@ from tokwatch.http import HttpClient
 from tokwatch.measurement import StampLateness
 from tokwatch.probes import probe_class
 from tokwatch.probes.http import ChatRequest, HttpProbe
+from tokwatch.reach import with_query
 from tokwatch.redact import Redactor
 from tokwatch.request_options import merge_body
 from tokwatch.result import Status
@@ -40,6 +41,11 @@ class Target:
     metrics_url: str | None = None
     # Merged into every body last (the endpoint's `extra_body`, then --extra-body): its keys win.
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    # The endpoint's request headers, credential included (tokwatch.keys); None: `api_key` the kind's way.
+    request_headers: Mapping[str, str] | None = None
+    path: str | None = None  # the endpoint's `path` instead of the kind's route
+    query: Mapping[str, str] = field(default_factory=dict)  # added to the request URL
+    secrets: tuple[str, ...] = ()  # besides api_key, what to mask in every output (header values, password)
 
     @property
     def dialect(self) -> type[HttpProbe]:
@@ -48,12 +54,20 @@ class Target:
 
     @property
     def url(self) -> str:
-        """The generation URL for this kind."""
-        return self.dialect.url(self.base_url)
+        """The generation URL: the kind's route (or `path`) under base_url, with the `query` parameters."""
+        url = f"{self.base_url}{self.path}" if self.path else self.dialect.url(self.base_url)
+        return with_query(url, self.query)
 
     def headers(self) -> dict[str, str]:
-        """Request headers (Authorization when a key is set)."""
+        """Request headers: the endpoint's (credential included), else the key the kind's default way."""
+        if self.request_headers is not None:
+            return dict(self.request_headers)
         return self.dialect.headers(self.api_key)
+
+    @property
+    def redactor(self) -> Redactor:
+        """Masks every secret of the target (key, header values, password) and credential-shaped text."""
+        return Redactor([self.api_key, *self.secrets])
 
     def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
         """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key).

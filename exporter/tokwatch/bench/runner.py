@@ -32,7 +32,6 @@ from tokwatch.event_wait import wait_event
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StallMonitor, StampLateness, ThreadHeartbeat, collector_out_of_the_way
 from tokwatch.precise_timer import PreciseTimer
-from tokwatch.redact import Redactor
 from tokwatch.result import Status
 from tokwatch.tokens import count_messages, token_counter
 
@@ -101,7 +100,7 @@ class BenchRunner:
         self._conversations = conversations
         self._on_record = on_record
         self._on_start = on_start
-        self._redactor = Redactor([target.api_key])
+        self._redactor = target.redactor
         self._deadlines = Deadlines(
             options.fluidity_prefill_deadline, options.fluidity_decode_deadline, options.fluidity_mode
         )

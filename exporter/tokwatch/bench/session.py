@@ -29,13 +29,12 @@ from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.http import HttpClient
 from tokwatch.measurement import FREEZE_EVERY_S, loop_name
-from tokwatch.redact import Redactor
 from tokwatch.setting_values import parse_listen
 
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
     """Options for summary.json: no secret, the target's URL without credentials."""
-    redact = Redactor([target.api_key])
+    redact = target.redactor
     data = {k: redact(v) if isinstance(v, str) else v for k, v in opts.model_dump(mode="json").items()}
     data["slos"] = [s.name for s in opts.parsed_slos()]
     data.update(
@@ -151,7 +150,7 @@ async def run_bench(
                 current.uncancel()
         except Exception as exc:  # a client-side bug must not lose what was measured
             state.stop_reason = "client_error"
-            state.message = Redactor([target.api_key])(
+            state.message = target.redactor(
                 f"the benchmark client failed: {type(exc).__name__}: {exc}"
             )
         finally:

@@ -23,8 +23,12 @@ W = TypeVar("W", ServerCounters, OllamaSignals)
 class ServerWatchers:
     """Starts, replaces and stops the watchers as endpoints come, change and go (unchanged ones run on)."""
 
-    def __init__(self, collector: ServerCollector) -> None:
+    def __init__(
+        self, collector: ServerCollector, headers: Callable[[str], Mapping[str, str]] | None = None
+    ) -> None:
         self._collector = collector
+        # An endpoint's request headers now (tokwatch.keys), for scrapes of its own server.
+        self._headers = headers
         self._http: HttpClient | None = None
         self._counters: dict[str, ServerCounters] = {}
         self._ollama: dict[str, OllamaSignals] = {}
@@ -55,7 +59,7 @@ class ServerWatchers:
             self._counters,
             wanted,
             lambda ep: metrics_url(ep) is not None,
-            lambda ep: ServerCounters(ep, http),
+            lambda ep: ServerCounters(ep, http, credentials=self._credentials(ep.name)),
         )
         await self._sync(
             self._ollama,
@@ -63,6 +67,10 @@ class ServerWatchers:
             lambda ep: probe_class(ep.kind).ollama_signals,
             lambda ep: OllamaSignals(ep, http),
         )
+
+    def _credentials(self, name: str) -> Callable[[], Mapping[str, str]] | None:
+        headers = self._headers
+        return None if headers is None else (lambda: headers(name))
 
     async def _sync(
         self,
