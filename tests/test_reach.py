@@ -58,8 +58,9 @@ def test_base_url_with_a_query_string_names_the_query_key(
         base_url="'https://x.openai.azure.com/openai/deployments/gpt-4o?api-version=2024-10-21'"
     )
     assert config_error(text) == (
-        "t.yml:5: endpoints[0].base_url: has a query string (api-version), which would land before the request "
-        "path: remove it and put its parameters under `query:` (e.g. query: {api-version: 2024-10-21})"
+        "t.yml:5: endpoints[0].base_url: has a query string (api-version), which would land before the "
+        "request path: remove it and put its parameters under `query:` "
+        "(e.g. query: {api-version: 2024-10-21})"
     )
     cfg = tmp_path / "tokwatch.yml"
     cfg.write_text(text)
