@@ -228,6 +228,8 @@ async def test_basic_auth_with_a_rotated_password_file(serve: Serve, tmp_path: P
         after = (await app.probe("b")).result
         assert after.ok, after.error_message
         assert app.keys.redactor("old-pass-0001 new-pass-0002") == "*** ***"
+        token = want.removeprefix("Basic ")
+        assert app.keys.redactor(f"sent {token} as") == "sent *** as"  # the token alone, too
 
 
 async def test_a_header_from_a_file_follows_rotation_in_probes_and_counter_scrapes(

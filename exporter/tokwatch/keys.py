@@ -107,6 +107,7 @@ def resolve_credentials(ep: EndpointSettings) -> Credentials:
         password=password,
         headers=headers,
         secret_headers=frozenset(secret_header_names(ep.headers, ep.secret_headers)),
+        username=ep.auth.username if ep.auth is not None else None,
     )
 
 

@@ -205,14 +205,23 @@ class Credentials:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     secret_headers: frozenset[str] = frozenset()  # lower-cased names of the headers whose values are secret
+    username: str | None = None  # basic auth's
 
     def secrets(self) -> list[str]:
-        """Every value to mask: the key, the password, and the values of secret headers."""
+        """Every value to mask: the key, the password (and the basic-auth token it makes), and the values of
+        secret headers."""
         out = [s for s in (self.api_key, self.password) if s]
+        if self.password is not None and self.username is not None:
+            out.append(basic_token(self.username, self.password))
         out.extend(
             v for k, v in self.headers.items() if k.lower() in self.secret_headers or credential_name(k)
         )
         return out
+
+
+def basic_token(username: str, password: str) -> str:
+    """The base64 of `username:password` that `Authorization: Basic` carries."""
+    return base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
 
 
 def auth_headers(
@@ -220,8 +229,7 @@ def auth_headers(
 ) -> dict[str, str]:
     """The credential header: `auth`'s way, else the kind's default (`default_header`, None: bearer)."""
     if auth is not None and auth.type == "basic":
-        token = base64.b64encode(f"{auth.username}:{password or ''}".encode()).decode("ascii")
-        return {"Authorization": f"Basic {token}"}
+        return {"Authorization": f"Basic {basic_token(auth.username or '', password or '')}"}
     if not api_key:
         return {}
     header = auth.header if auth is not None and auth.type == "header" else None
