@@ -19,6 +19,7 @@ from tokwatch.bench.config import build_options
 from tokwatch.bench.session import run_bench
 from tokwatch.cli import main
 from tokwatch.config import load_config_text
+from tokwatch.probes import probe_class
 from tokwatch.result import Status
 from tokwatch.strict_yaml import ConfigError
 
@@ -295,3 +296,37 @@ async def test_bench_sends_the_endpoints_headers_query_and_auth(serve: Serve, tm
         if path.is_file():
             data = path.read_bytes()
             assert b"bench-key-0003" not in data and b"bench-gw-0004" not in data, path
+
+
+# --- the documented examples ---------------------------------------------------------------------------
+
+DOCUMENTED = ("Gateways (custom headers)", "Azure OpenAI", "Anthropic", "OpenRouter headers")
+
+
+def documented_examples() -> dict[str, list[str]]:
+    """The YAML blocks of docs/configuration.md's "Reaching endpoints" subsections, by subsection."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    section = text.split("## Reaching endpoints", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, list[str]] = {}
+    for part in section.split("\n### ")[1:]:
+        title, body = part.split("\n", 1)
+        out[title.strip()] = [block.split("```", 1)[0] for block in body.split("```yaml\n")[1:]]
+    return out
+
+
+@pytest.mark.parametrize("title", DOCUMENTED)
+def test_the_documented_examples_load_and_build_the_documented_requests(title: str) -> None:
+    blocks = documented_examples()[title]
+    assert blocks, title
+    urls = {}
+    for block in blocks:
+        for ep in load_config_text(block, title).endpoints:
+            urls[ep.name] = probe_class(ep.kind).endpoint_url(ep)
+    if title == "Azure OpenAI":
+        assert urls == {
+            "azure-gpt-4o": "https://my-resource.openai.azure.com/openai/deployments/gpt-4o/chat/completions"
+            "?api-version=2024-10-21",
+            "azure-v1": "https://my-resource.openai.azure.com/openai/v1/chat/completions",
+        }
+    if title == "Anthropic":
+        assert set(urls.values()) == {"https://api.anthropic.com/v1/messages"}
