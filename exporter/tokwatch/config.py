@@ -244,7 +244,7 @@ class EndpointSettings(StrictModel):
     _headers = headers_fields("headers")
     _texts = text_fields("headers", "query")
     _path = path_fields("path")
-    _base_url = base_url_fields("base_url", "metrics_url")
+    _base_url = base_url_fields("base_url")
 
     @field_validator("workloads")
     @classmethod
