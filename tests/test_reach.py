@@ -330,3 +330,27 @@ def test_the_documented_examples_load_and_build_the_documented_requests(title: s
         }
     if title == "Anthropic":
         assert set(urls.values()) == {"https://api.anthropic.com/v1/messages"}
+
+
+async def test_bench_scrapes_the_endpoints_own_server_with_its_headers_and_query(
+    serve: Serve, tmp_path: Path
+) -> None:
+    echo = EchoEndpoint(require_headers={"X-Gateway-Key": "bench-gw-0005"}, require_query={"tenant": "t1"})
+    url = await serve(echo.routes())
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(f"""endpoints:
+  - name: v
+    kind: vllm
+    base_url: {url}/v1
+    model: m
+    query: {{tenant: t1}}
+    headers: {{X-Gateway-Key: bench-gw-0005}}
+""")
+    opts = build_options(
+        {"endpoint": "v", "config": str(cfg), "number": 1, "plots": False, "live_interval": 60}
+    )
+    outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "run")
+    assert all(r.ok for r in outcome.records), [r.error_message for r in outcome.records]
+    scrapes = [s for s in echo.seen if s.method == "GET"]
+    assert scrapes and {s.line for s in scrapes} == {"GET /metrics?tenant=t1"}
+    assert all(s.headers["x-gateway-key"] == "bench-gw-0005" for s in scrapes)

@@ -18,6 +18,7 @@ from tokwatch import timing
 from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
+from tokwatch.config import server_key
 from tokwatch.http import HttpClient
 from tokwatch.measurement import StampLateness
 from tokwatch.probes import probe_class
@@ -63,6 +64,13 @@ class Target:
         if self.request_headers is not None:
             return dict(self.request_headers)
         return self.dialect.headers(self.api_key)
+
+    def metrics_request(self, metrics_url: str) -> tuple[str, dict[str, str] | None]:
+        """The /metrics URL and headers to scrape it with: the endpoint's headers and query when it is on the
+        endpoint's own server (a gateway in front asks for them on every route), none elsewhere."""
+        if server_key(metrics_url) != server_key(self.base_url):
+            return metrics_url, None
+        return with_query(metrics_url, self.query), self.headers()
 
     @property
     def redactor(self) -> Redactor:

@@ -89,7 +89,11 @@ async def run_bench(
     async with bench_http_client(opts) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
-            watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
+            url, headers = target.metrics_request(target.metrics_url)
+            watch = ServerWatch(
+                http, url, target.kind, target.model, resolved.mirror_metrics,
+                headers=headers, redact=target.redactor,
+            )  # fmt: skip
             await watch.start()
         n_workers = effective_workers(opts)
         # Start-up objects (modules, options, workload) out of the collector's view: a full collection
