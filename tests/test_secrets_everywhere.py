@@ -29,7 +29,8 @@ PASSWORD = "basic-Pass-Secret-5530"
 BASIC_TOKEN = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
 ANTHROPIC_KEY = "ant-Key-Secret-0092"
 QUERY_KEY = "query-Sig-Secret-6615"
-SECRETS = (GATEWAY_KEY, TAG, PASSWORD, BASIC_TOKEN, ANTHROPIC_KEY, QUERY_KEY)
+TENANT = "tenant-Env-Secret-3318"  # not credential-named: secret because it is read from the environment
+SECRETS = (GATEWAY_KEY, TAG, PASSWORD, BASIC_TOKEN, ANTHROPIC_KEY, QUERY_KEY, TENANT)
 
 
 def leaks(text: str | bytes) -> list[str]:
@@ -42,8 +43,10 @@ async def test_no_secret_reaches_any_surface(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("TENANT_ID", TENANT)
     echo = EchoEndpoint(require_headers={"X-Required": "never-sent"})  # refuses all, quoting every header
     url = await serve(echo.routes())
     key_file = tmp_path / "gateway-key"
@@ -69,6 +72,7 @@ endpoints:
     base_url: {url}/v1
     model: m
     auth: {{type: basic, username: alice, password: {PASSWORD}}}
+    headers: {{X-Tenant-Id: {{value_env: TENANT_ID}}}}   # also on its /metrics scrapes, which fail too
   - name: claude
     kind: anthropic
     base_url: {url}
@@ -96,6 +100,7 @@ endpoints:
     assert {s.headers.get("x-gateway-key") for s in echo.posts()} >= {GATEWAY_KEY}
     assert any(s.headers.get("authorization") == f"Basic {BASIC_TOKEN}" for s in echo.posts())
     assert any(s.headers.get("x-api-key") == ANTHROPIC_KEY for s in echo.posts())
+    assert any(s.method == "GET" and s.headers.get("x-tenant-id") == TENANT for s in echo.seen)
     assert len(runs) == 3 and all(r.status is Status.AUTH_FAILURE for r in runs)
     assert all("received" in (r.error_message or "") for r in runs)
 

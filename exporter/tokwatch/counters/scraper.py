@@ -65,6 +65,7 @@ class ServerCounters:
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: Mapping[str, str] | None = None,
         credentials: Callable[[], Mapping[str, str]] | None = None,
+        redactor: Callable[[], Redactor] | None = None,
     ) -> None:
         url = metrics_url(endpoint)
         if url is None:
@@ -75,6 +76,7 @@ class ServerCounters:
         same_server = server_key(url) == server_key(endpoint.base_url)
         self.url = with_query(url, endpoint.query) if same_server else url
         self._credentials = credentials if same_server else None
+        self._redactor = redactor  # the keys' redactor now: it knows every secret the credentials hold
         self._adapter = probe_class(endpoint.kind).counter_adapter
         self._http = http
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
@@ -98,7 +100,11 @@ class ServerCounters:
             snap = parse_metrics(text, max_chars=self._max_bytes)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
             duration = time.perf_counter() - started
-            redact = self._redact.with_secrets(headers.values()) if self._credentials else self._redact
+            redact = (
+                self._redact
+                if self._redactor is None
+                else self._redactor().with_secrets(self._headers.values())
+            )
             self.state.record_error(duration, redact(f"{self.url}: {type(exc).__name__}: {exc}"))
             return None
         return read_counters(snap, self._adapter, self.endpoint.model), snap

@@ -16,6 +16,7 @@ from tokwatch.counters.ollama import OllamaSignals
 from tokwatch.counters.scraper import ServerCounters
 from tokwatch.http import HttpClient
 from tokwatch.probes import metrics_url, probe_class
+from tokwatch.redact import Redactor
 
 W = TypeVar("W", ServerCounters, OllamaSignals)
 
@@ -24,11 +25,16 @@ class ServerWatchers:
     """Starts, replaces and stops the watchers as endpoints come, change and go (unchanged ones run on)."""
 
     def __init__(
-        self, collector: ServerCollector, headers: Callable[[str], Mapping[str, str]] | None = None
+        self,
+        collector: ServerCollector,
+        headers: Callable[[str], Mapping[str, str]] | None = None,
+        redactor: Callable[[], Redactor] | None = None,
     ) -> None:
         self._collector = collector
-        # An endpoint's request headers now (tokwatch.keys), for scrapes of its own server.
+        # An endpoint's request headers now and the redactor knowing their secrets (tokwatch.keys), for
+        # scrapes of its own server.
         self._headers = headers
+        self._redactor = redactor
         self._http: HttpClient | None = None
         self._counters: dict[str, ServerCounters] = {}
         self._ollama: dict[str, OllamaSignals] = {}
@@ -59,7 +65,9 @@ class ServerWatchers:
             self._counters,
             wanted,
             lambda ep: metrics_url(ep) is not None,
-            lambda ep: ServerCounters(ep, http, credentials=self._credentials(ep.name)),
+            lambda ep: ServerCounters(
+                ep, http, credentials=self._credentials(ep.name), redactor=self._redactor
+            ),
         )
         await self._sync(
             self._ollama,
