@@ -354,3 +354,25 @@ async def test_bench_scrapes_the_endpoints_own_server_with_its_headers_and_query
     scrapes = [s for s in echo.seen if s.method == "GET"]
     assert scrapes and {s.line for s in scrapes} == {"GET /metrics?tenant=t1"}
     assert all(s.headers["x-gateway-key"] == "bench-gw-0005" for s in scrapes)
+
+
+async def test_ollama_ps_polls_carry_the_endpoints_headers_and_query(serve: Serve) -> None:
+    echo = EchoEndpoint(require_headers={"X-Gateway-Key": "ollama-gw-0006"}, require_query={"t": "1"})
+    url = await serve(echo.routes())
+    text = (
+        HEAD
+        + f"""endpoints:
+  - name: o
+    kind: ollama
+    base_url: {url}
+    model: m
+    scrape_interval: 1h
+    query: {{t: 1}}
+    headers: {{X-Gateway-Key: ollama-gw-0006}}
+"""
+    )
+    async with running(text) as app:
+        await app.watchers.ollama["o"].poll()
+    polls = [s for s in echo.seen if s.method == "GET"]
+    assert polls and polls[-1].line == "GET /api/ps?t=1"
+    assert polls[-1].headers["x-gateway-key"] == "ollama-gw-0006"

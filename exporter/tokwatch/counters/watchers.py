@@ -73,7 +73,9 @@ class ServerWatchers:
             self._ollama,
             wanted,
             lambda ep: probe_class(ep.kind).ollama_signals,
-            lambda ep: OllamaSignals(ep, http),
+            lambda ep: OllamaSignals(
+                ep, http, credentials=self._credentials(ep.name), redactor=self._redactor
+            ),
         )
 
     def _credentials(self, name: str) -> Callable[[], Mapping[str, str]] | None:
