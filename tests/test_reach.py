@@ -104,6 +104,7 @@ def test_base_url_with_credentials_names_basic_auth_and_never_echoes_the_passwor
             {"secret_headers": "[X-Nope]"},
             "secret_headers names 'X-Nope', which is not one of the endpoint's headers",
         ),
+        ({"headers": "{X-Title: café}"}, "header 'X-Title': a value is ASCII text"),
         ({"path": "chat"}, "endpoints[0].path: must start with '/'"),
         ({"path": "/chat?x=1"}, "endpoints[0].path: cannot carry a query string"),
     ],

@@ -154,6 +154,8 @@ def check_headers(v: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"header {name!r} is set by tokwatch itself")
         if isinstance(value, str) and ("\r" in value or "\n" in value):
             raise ValueError(f"header {name!r}: a value cannot contain a line break")
+        if isinstance(value, str) and not value.isascii():
+            raise ValueError(f"header {name!r}: a value is ASCII text (HTTP/1.1 sends no other)")
         seen.add(low)
     return v
 
