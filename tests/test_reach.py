@@ -377,3 +377,12 @@ async def test_ollama_ps_polls_carry_the_endpoints_headers_and_query(serve: Serv
     polls = [s for s in echo.seen if s.method == "GET"]
     assert polls and polls[-1].line == "GET /api/ps?t=1"
     assert polls[-1].headers["x-gateway-key"] == "ollama-gw-0006"
+
+
+def test_bench_url_with_a_query_string_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    url = "http://127.0.0.1:9/openai/deployments/gpt-4o?api-version=2024-10-21"
+    assert main(["bench", "--url", url, "--model", "m"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tokwatch bench: command line: url: has a query string (api-version)")
+    assert err.endswith("the bench takes them from an endpoint of --config FILE: --endpoint NAME")
+    assert "\n" not in err
