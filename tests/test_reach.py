@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from tests.support.cli_logging import own_root_handlers
 from tests.support.echo import EchoEndpoint
 from tokwatch.app import App
 from tokwatch.bench.config import build_options
@@ -22,6 +23,13 @@ from tokwatch.config import load_config_text
 from tokwatch.probes import probe_class
 from tokwatch.result import Status
 from tokwatch.strict_yaml import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _root_logger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests call `tokwatch.cli.main`, which sets up the process's logging."""
+    own_root_handlers(monkeypatch)
+
 
 Serve = Callable[..., Awaitable[str]]
 

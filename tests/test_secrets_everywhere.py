@@ -16,12 +16,20 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.support.cli_logging import own_root_handlers
 from tests.support.echo import EchoEndpoint
 from tokwatch.app import App
 from tokwatch.cli import main
 from tokwatch.config import load_config
 from tokwatch.result import Status
 from tokwatch.server import start_site
+
+
+@pytest.fixture(autouse=True)
+def _root_logger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests call `tokwatch.cli.main`, which sets up the process's logging."""
+    own_root_handlers(monkeypatch)
+
 
 GATEWAY_KEY = "gw-file-Secret-7781"
 TAG = "inline-Tag-Secret-4412"  # not credential-named: secret only because secret_headers names it
