@@ -51,7 +51,7 @@ def sse_handler(words: list[str], gap: float = 0.02, usage: int | None = None):
 
 
 async def test_registry() -> None:
-    assert set(PROBES) == {"openai", "ollama", "llamacpp", "vllm", "sglang"}
+    assert set(PROBES) == {"openai", "ollama", "llamacpp", "vllm", "sglang", "anthropic"}
     assert isinstance(get_probe("openai"), OpenAIProbe)
     with pytest.raises(ValueError, match="unknown endpoint kind 'nope'"):
         get_probe("nope")

@@ -22,6 +22,8 @@ from tokwatch.figures.result import Status
 from tokwatch.probes import probe_class
 from tokwatch.probes import status as status_mod
 from tokwatch.probes.http import ChatRequest, HttpProbe
+from tokwatch.settings.access import with_query
+from tokwatch.settings.config import server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.transport.http import HttpClient
@@ -41,6 +43,12 @@ class Target:
     metrics_url: str | None = None
     # Merged into every body last (the endpoint's `extra_body`, then --extra-body): its keys win.
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    # The endpoint's request headers, credential included (tokwatch.settings.keys); None: `api_key` the
+    # kind's way.
+    request_headers: Mapping[str, str] | None = None
+    path: str | None = None  # the endpoint's `path` instead of the kind's route
+    query: Mapping[str, str] = field(default_factory=dict)  # added to the request URL
+    secrets: tuple[str, ...] = ()  # besides api_key, what to mask in every output (header values, password)
 
     @property
     def dialect(self) -> type[HttpProbe]:
@@ -49,12 +57,27 @@ class Target:
 
     @property
     def url(self) -> str:
-        """The generation URL for this kind."""
-        return self.dialect.url(self.base_url)
+        """The generation URL: the kind's route (or `path`) under base_url, with the `query` parameters."""
+        url = f"{self.base_url}{self.path}" if self.path else self.dialect.url(self.base_url)
+        return with_query(url, self.query)
 
     def headers(self) -> dict[str, str]:
-        """Request headers (Authorization when a key is set)."""
+        """Request headers: the endpoint's (credential included), else the key the kind's default way."""
+        if self.request_headers is not None:
+            return dict(self.request_headers)
         return self.dialect.headers(self.api_key)
+
+    def metrics_request(self, metrics_url: str) -> tuple[str, dict[str, str] | None]:
+        """The /metrics URL and headers to scrape it with: the endpoint's headers and query when it is on the
+        endpoint's own server (a gateway in front asks for them on every route), none elsewhere."""
+        if server_key(metrics_url) != server_key(self.base_url):
+            return metrics_url, None
+        return with_query(metrics_url, self.query), self.headers()
+
+    @property
+    def redactor(self) -> Redactor:
+        """Masks every secret of the target (key, header values, password) and credential-shaped text."""
+        return Redactor([self.api_key, *self.secrets])
 
     def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
         """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key).

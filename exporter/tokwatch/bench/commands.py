@@ -38,6 +38,7 @@ from tokwatch.bench.workload import WorkloadError
 from tokwatch.probes import PROBES
 from tokwatch.settings.argtypes import http_url, listen_address
 from tokwatch.settings.config import Config, load_config
+from tokwatch.settings.keys import endpoint_secrets
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.measurement import new_loop
 
@@ -533,10 +534,10 @@ def _segment(opts: BenchOptions, console: Console, store_config: Config | None) 
     run, by `tokwatch bench report RUN`."""
     from tokwatch.bench.distributed import run_segment
 
-    api_key = _api_key(opts, store_config) if store_config is not None else None
+    secrets = _secrets(opts, store_config) if store_config is not None else []
     with asyncio.Runner(loop_factory=new_loop) as runner:
         outcome, out_dir, lines = runner.run(
-            _cancel_on_signals(run_segment(opts, console, store_config, api_key))
+            _cancel_on_signals(run_segment(opts, console, store_config, secrets))
         )
     print_result(outcome, str(out_dir), console)
     for line in lines:
@@ -553,15 +554,17 @@ def _store_config(opts: BenchOptions) -> Config | None:
     return config if config.storage.enabled else None
 
 
-def _api_key(opts: BenchOptions, config: Config) -> str | None:
-    """The endpoint's API key, as a secret to mask in what is stored (never raises)."""
+def _secrets(opts: BenchOptions, config: Config) -> list[str]:
+    """The endpoint's secrets (key, password, secret header values), to mask in what is stored (never
+    raises)."""
     try:
         if opts.endpoint is not None:
             ep = config.endpoint(opts.endpoint)
-            return ep.resolve_api_key() if ep is not None else None
+            return endpoint_secrets(ep) if ep is not None else []
     except ConfigError:
-        return None
-    return os.environ.get(opts.api_key_env) if opts.api_key_env else None
+        return []
+    key = os.environ.get(opts.api_key_env) if opts.api_key_env else None
+    return [key] if key else []
 
 
 def _store(outcome: BenchOutcome, config: Config, opts: BenchOptions, console: Console) -> None:
@@ -570,7 +573,7 @@ def _store(outcome: BenchOutcome, config: Config, opts: BenchOptions, console: C
     from tokwatch.storage.errors import StorageError
 
     try:
-        line = asyncio.run(store_outcome(outcome, config, api_key=_api_key(opts, config)))
+        line = asyncio.run(store_outcome(outcome, config, secrets=_secrets(opts, config)))
     except (StorageError, OSError) as exc:
         warning = f"  warning: run not stored: {exc} (result files are kept)"
         console.print(warning, highlight=False, soft_wrap=True)

@@ -15,6 +15,7 @@ from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
 from tokwatch.bench.wallclock import StartAtError, parse_start_at
 from tokwatch.bench.workload import LengthRange, WorkloadError
+from tokwatch.settings.access import check_base_url_parts
 from tokwatch.settings.kinds import Kind
 from tokwatch.settings.setting_values import check_http_url, duration_fields, parse_listen
 from tokwatch.settings.strict_yaml import (
@@ -179,6 +180,18 @@ class BenchOptions(StrictModel):
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         return v if v is None else check_http_url(v)
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                check_base_url_parts(v)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc}; the bench takes them from an endpoint of --config FILE: --endpoint NAME"
+                ) from None
+        return v
 
     @field_validator("listen")
     @classmethod

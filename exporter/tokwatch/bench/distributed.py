@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -143,11 +144,11 @@ def merged_line(run: BenchRunRow) -> str:
 
 
 async def run_segment(
-    opts: BenchOptions, console: Console, config: Config | None, api_key: str | None
+    opts: BenchOptions, console: Console, config: Config | None, secrets: Iterable[str | None]
 ) -> tuple[BenchOutcome, Path, list[str]]:
     """Agree on the start, run this segment, store it and merge; returns its outcome, its directory and what
     became of it in the store. Raises ConfigError before anything is sent when no start can be agreed."""
-    redact = Redactor([api_key])
+    redact = Redactor(secrets)
     offset: ClockOffset | None = None
     instance = instance_name(config) if config is not None else ""
     if config is None:

@@ -25,6 +25,7 @@ from tokwatch.bench.workload import (
 from tokwatch.figures.tokens import token_counter
 from tokwatch.probes import metrics_url, probe_class
 from tokwatch.settings.config import load_config
+from tokwatch.settings.keys import endpoint_secrets, resolve_credentials
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.request_options import merge_body
 
@@ -60,14 +61,19 @@ def resolve_target(opts: BenchOptions) -> Resolved:
         if ep is None:
             names = ", ".join(e.name for e in config.endpoints) or "none"
             raise ConfigError(f"{opts.config}: no endpoint named {opts.endpoint!r} (configured: {names})")
+        credentials = resolve_credentials(ep)
         target = Target(
             kind=ep.kind,
             base_url=ep.base_url,
             model=opts.model or ep.model,
-            api_key=ep.resolve_api_key(),
+            api_key=credentials.api_key,
             timeout_s=opts.timeout,
             metrics_url=opts.metrics_url or metrics_url(ep),
             extra_body=merge_body(ep.extra_body, opts.extra_body),  # --extra-body keys win
+            request_headers=probe_class(ep.kind).endpoint_headers(ep, credentials),
+            path=ep.path,
+            query=dict(ep.query),
+            secrets=tuple(endpoint_secrets(ep)),
         )
         return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
     assert opts.url is not None

@@ -30,7 +30,6 @@ from tokwatch.bench.wallclock import StartMissed
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.figures.result import Status
 from tokwatch.figures.tokens import count_messages, token_counter
-from tokwatch.settings.redact import Redactor
 from tokwatch.transport.event_wait import wait_event
 from tokwatch.transport.http import HttpClient
 from tokwatch.transport.measurement import (
@@ -106,7 +105,7 @@ class BenchRunner:
         self._conversations = conversations
         self._on_record = on_record
         self._on_start = on_start
-        self._redactor = Redactor([target.api_key])
+        self._redactor = target.redactor
         self._deadlines = Deadlines(
             options.fluidity_prefill_deadline, options.fluidity_decode_deadline, options.fluidity_mode
         )

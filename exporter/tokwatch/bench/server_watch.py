@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tokwatch.counters.adapters import read_counters
@@ -29,9 +29,13 @@ class ServerWatch:
         model: str | None,
         mirror: Sequence[str] = (),
         sample_interval_s: float = 1.0,
+        headers: Mapping[str, str] | None = None,
+        redact: Callable[[str], str] = str,
     ) -> None:
         self._http = http
         self._url = url
+        self._headers = headers
+        self._redact = redact
         self._adapter = probe_class(kind).counter_adapter if kind is not None else None
         self._model = model
         self._mirror = tuple(mirror)
@@ -49,10 +53,12 @@ class ServerWatch:
         self, http: HttpClient | None = None
     ) -> tuple[str, float, CounterReading | None, MetricsSnapshot] | None:
         try:
-            text = await (http or self._http).get_text(self._url, timeout=SCRAPE_TIMEOUT_S)
+            text = await (http or self._http).get_text(
+                self._url, timeout=SCRAPE_TIMEOUT_S, headers=self._headers
+            )
             snap = parse_metrics(text)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
-            self.problem = f"cannot read {self._url}: {exc}"
+            self.problem = self._redact(f"cannot read {self._url}: {exc}")
             return None
         reading = read_counters(snap, self._adapter, self._model)
         if reading is not None:

@@ -39,7 +39,7 @@ from tokwatch.transport.measurement import FREEZE_EVERY_S, loop_name
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
     """Options for summary.json: no secret, the target's URL without credentials."""
-    redact = Redactor([target.api_key])
+    redact = target.redactor
     data = {k: redact(v) if isinstance(v, str) else v for k, v in opts.model_dump(mode="json").items()}
     data["slos"] = [s.name for s in opts.parsed_slos()]
     data.update(
@@ -165,7 +165,11 @@ async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
     opts, target = plan.opts, plan.target
     watch: ServerWatch | None = None
     if opts.server_metrics and target.metrics_url:
-        watch = ServerWatch(http, target.metrics_url, target.kind, target.model, plan.resolved.mirror_metrics)
+        url, headers = target.metrics_request(target.metrics_url)
+        watch = ServerWatch(
+            http, url, target.kind, target.model, plan.resolved.mirror_metrics,
+            headers=headers, redact=target.redactor,
+        )  # fmt: skip
         await watch.start()
     n_workers = effective_workers(opts)
     # Start-up objects (modules, options, workload) out of the collector's view: a full collection
@@ -202,7 +206,7 @@ async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
     run_task = asyncio.create_task(run, name="bench-run")
     view.progress.start()
     try:
-        interrupted = await _until_stopped(run_task, state, Redactor([target.api_key]))
+        interrupted = await _until_stopped(run_task, state, target.redactor)
     finally:
         view.progress.stop()
         for h in helpers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+from collections.abc import Iterable
 from typing import Any
 
 from tokwatch.bench.outcome import BenchOutcome
@@ -184,13 +185,13 @@ def instance_name(config: Config) -> str:
     return config.instance or socket.gethostname()
 
 
-async def store_outcome(outcome: BenchOutcome, config: Config, *, api_key: str | None = None) -> str:
+async def store_outcome(outcome: BenchOutcome, config: Config, *, secrets: Iterable[str | None] = ()) -> str:
     """Write the run and its measured requests in one transaction; returns a one-line confirmation.
 
     Raises StorageError (message already redacted) when the store cannot take the run.
     """
     instance = instance_name(config)
-    run, requests = bench_rows(outcome, instance=instance, redactor=Redactor([api_key]))
+    run, requests = bench_rows(outcome, instance=instance, redactor=Redactor(secrets))
     store = await open_store(config.storage, instance=instance)
     try:
         new = await bench_store(store).write_bench(run, requests)

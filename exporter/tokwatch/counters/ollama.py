@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tokwatch.counters.loop import BackgroundLoop
 from tokwatch.counters.scraper import effective_interval, scrape_timeout
 from tokwatch.counters.state import ServerState, log
 from tokwatch.figures.result import RunResult
+from tokwatch.settings.access import with_query
 from tokwatch.settings.config import server_root
+from tokwatch.settings.redact import Redactor
 from tokwatch.transport.http import HttpStatusError, TransportError
 
 if TYPE_CHECKING:
@@ -66,9 +69,20 @@ def vram_ratio_from_ps(text: str, model: str) -> float | None:
 class OllamaSignals:
     """Ollama eviction and offload signals for one endpoint."""
 
-    def __init__(self, endpoint: EndpointSettings, http: HttpClient, *, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: EndpointSettings,
+        http: HttpClient,
+        *,
+        timeout: float | None = None,
+        credentials: Callable[[], Mapping[str, str]] | None = None,
+        redactor: Callable[[], Redactor] | None = None,
+    ) -> None:
         self.endpoint = endpoint
-        self.url = f"{server_root(endpoint.base_url)}/api/ps"
+        # The endpoint's own server: its headers, credential and query go with every poll.
+        self.url = with_query(f"{server_root(endpoint.base_url)}/api/ps", endpoint.query)
+        self._credentials = credentials
+        self._redactor = redactor
         self._http = http
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self.state = ServerState(endpoint.name, endpoint.labels, ollama=True)
@@ -88,10 +102,16 @@ class OllamaSignals:
         """Read /api/ps once; returns the VRAM ratio (None when unloaded or on failure, which is counted)."""
         started = time.perf_counter()
         try:
-            text = await self._http.get_text(self.url, timeout=self._timeout, max_bytes=MAX_PS_BYTES)
+            headers = self._credentials() if self._credentials is not None else None
+            text = await self._http.get_text(
+                self.url, timeout=self._timeout, max_bytes=MAX_PS_BYTES, headers=headers
+            )
             ratio = vram_ratio_from_ps(text, self.endpoint.model)
         except (TransportError, HttpStatusError, OllamaPsError) as exc:
-            self.state.record_error(time.perf_counter() - started, f"{self.url}: {type(exc).__name__}: {exc}")
+            message = f"{self.url}: {type(exc).__name__}: {exc}"
+            if self._redactor is not None:
+                message = self._redactor()(message)
+            self.state.record_error(time.perf_counter() - started, message)
             return None
         self.state.record_ollama(ratio, time.perf_counter() - started)
         return ratio

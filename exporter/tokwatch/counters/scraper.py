@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tokwatch.counters.adapters import read_counters
@@ -29,6 +29,8 @@ from tokwatch.counters.reading import CounterReading
 from tokwatch.counters.state import ServerState, log
 from tokwatch.counters.window import ServerCounterWindow
 from tokwatch.probes import metrics_url, probe_class
+from tokwatch.settings.access import with_query
+from tokwatch.settings.config import server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.transport.http import HttpStatusError, TransportError
 
@@ -62,12 +64,19 @@ class ServerCounters:
         timeout: float | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: Mapping[str, str] | None = None,
+        credentials: Callable[[], Mapping[str, str]] | None = None,
+        redactor: Callable[[], Redactor] | None = None,
     ) -> None:
         url = metrics_url(endpoint)
         if url is None:
             raise ValueError(f"endpoint {endpoint.name}: kind {endpoint.kind} has no metrics_url")
         self.endpoint = endpoint
-        self.url = url
+        # The endpoint's own server gets its headers, credential and query (a gateway in front of it asks
+        # for them on every route); a metrics_url elsewhere gets none of them.
+        same_server = server_key(url) == server_key(endpoint.base_url)
+        self.url = with_query(url, endpoint.query) if same_server else url
+        self._credentials = credentials if same_server else None
+        self._redactor = redactor  # the keys' redactor now: it knows every secret the credentials hold
         self._adapter = probe_class(endpoint.kind).counter_adapter
         self._http = http
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
@@ -81,14 +90,22 @@ class ServerCounters:
     async def fetch(self) -> tuple[CounterReading | None, MetricsSnapshot] | None:
         """Scrape and parse once; None (counted, logged, up 0) when /metrics could not be read or parsed."""
         started = time.perf_counter()
+        headers = self._headers
+        if self._credentials is not None:
+            headers = {**headers, **self._credentials()}
         try:
             text = await self._http.get_text(
-                self.url, timeout=self._timeout, max_bytes=self._max_bytes, headers=self._headers or None
+                self.url, timeout=self._timeout, max_bytes=self._max_bytes, headers=headers or None
             )
             snap = parse_metrics(text, max_chars=self._max_bytes)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
             duration = time.perf_counter() - started
-            self.state.record_error(duration, self._redact(f"{self.url}: {type(exc).__name__}: {exc}"))
+            redact = (
+                self._redact
+                if self._redactor is None
+                else self._redactor().with_secrets(self._headers.values())
+            )
+            self.state.record_error(duration, redact(f"{self.url}: {type(exc).__name__}: {exc}"))
             return None
         return read_counters(snap, self._adapter, self.endpoint.model), snap
 

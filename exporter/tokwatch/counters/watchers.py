@@ -15,6 +15,7 @@ from tokwatch.counters.ollama import OllamaSignals
 from tokwatch.counters.scraper import ServerCounters
 from tokwatch.probes import metrics_url, probe_class
 from tokwatch.settings.config import EndpointSettings
+from tokwatch.settings.redact import Redactor
 from tokwatch.transport.http import HttpClient
 
 W = TypeVar("W", ServerCounters, OllamaSignals)
@@ -23,8 +24,18 @@ W = TypeVar("W", ServerCounters, OllamaSignals)
 class ServerWatchers:
     """Starts, replaces and stops the watchers as endpoints come, change and go (unchanged ones run on)."""
 
-    def __init__(self, collector: ServerCollector) -> None:
+    def __init__(
+        self,
+        collector: ServerCollector,
+        headers: Callable[[str], Mapping[str, str]] | None = None,
+        redactor: Callable[[], Redactor] | None = None,
+    ) -> None:
         self._collector = collector
+        # An endpoint's request headers now and the redactor knowing their secrets (tokwatch.settings.keys),
+        # for
+        # scrapes of its own server.
+        self._headers = headers
+        self._redactor = redactor
         self._http: HttpClient | None = None
         self._counters: dict[str, ServerCounters] = {}
         self._ollama: dict[str, OllamaSignals] = {}
@@ -55,14 +66,22 @@ class ServerWatchers:
             self._counters,
             wanted,
             lambda ep: metrics_url(ep) is not None,
-            lambda ep: ServerCounters(ep, http),
+            lambda ep: ServerCounters(
+                ep, http, credentials=self._credentials(ep.name), redactor=self._redactor
+            ),
         )
         await self._sync(
             self._ollama,
             wanted,
             lambda ep: probe_class(ep.kind).ollama_signals,
-            lambda ep: OllamaSignals(ep, http),
+            lambda ep: OllamaSignals(
+                ep, http, credentials=self._credentials(ep.name), redactor=self._redactor
+            ),
         )
+
+    def _credentials(self, name: str) -> Callable[[], Mapping[str, str]] | None:
+        headers = self._headers
+        return None if headers is None else (lambda: headers(name))
 
     async def _sync(
         self,

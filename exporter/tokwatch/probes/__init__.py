@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tokwatch.probes.anthropic import AnthropicProbe
 from tokwatch.probes.base import Probe
 from tokwatch.probes.http import HttpProbe
 from tokwatch.probes.llamacpp import LlamaCppProbe
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from tokwatch.settings.config import EndpointSettings
 
 PROBES: dict[str, type[HttpProbe]] = {
-    p.kind: p for p in (OpenAIProbe, OllamaProbe, LlamaCppProbe, VllmProbe, SGLangProbe)
+    p.kind: p for p in (OpenAIProbe, OllamaProbe, LlamaCppProbe, VllmProbe, SGLangProbe, AnthropicProbe)
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -78,6 +79,10 @@ class ProbeContext:
     http: HttpClient
     api_key: str | None
     log: ProbeLog
+    # The endpoint's request headers, credential included (tokwatch.settings.keys); None: only `api_key`,
+    # presented
+    # the kind's default way.
+    headers: Mapping[str, str] | None = None
     instance: str = ""
     counters: CounterWindow | None = None
     stalls: StallMonitor | None = None  # the measurement loop's heartbeat (None: disturbance not checked)

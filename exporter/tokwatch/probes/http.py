@@ -29,7 +29,8 @@ from tokwatch.probes import status as status_mod
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
 from tokwatch.probes.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
 from tokwatch.probes.prompts import FreshPrompt, fresh_prefix
-from tokwatch.settings.config import server_root
+from tokwatch.settings.access import Credentials, auth_headers, merge_headers, with_query
+from tokwatch.settings.config import EndpointSettings, server_root
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.framing import decode_utf8
@@ -179,10 +180,32 @@ class HttpProbe(Probe):
         """<server root>/metrics for kinds whose server publishes counters; None for the others."""
         return f"{server_root(base_url)}/metrics" if cls.counter_adapter is not None else None
 
+    # The header the api key goes in when the endpoint sets no `auth` (None: `Authorization: Bearer`).
+    auth_header: ClassVar[str | None] = None
+
+    @classmethod
+    def protocol_headers(cls) -> dict[str, str]:
+        """Headers the kind's API itself asks for (e.g. a version), before the endpoint's own headers."""
+        return {}
+
     @classmethod
     def headers(cls, api_key: str | None) -> dict[str, str]:
-        """Request headers; the API key goes only here, never into a log line."""
-        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        """Request headers with only an API key, presented the kind's default way; never logged."""
+        return merge_headers(cls.protocol_headers(), auth_headers(None, cls.auth_header, api_key, None))
+
+    @classmethod
+    def endpoint_headers(cls, endpoint: EndpointSettings, credentials: Credentials) -> dict[str, str]:
+        """An endpoint's request headers: the kind's, the endpoint's `headers` (which may replace them),
+        then the credential header `auth` (or the kind's default) makes of the key or password."""
+        credential = auth_headers(endpoint.auth, cls.auth_header, credentials.api_key, credentials.password)
+        return merge_headers(cls.protocol_headers(), credentials.headers, credential)
+
+    @classmethod
+    def endpoint_url(cls, endpoint: EndpointSettings) -> str:
+        """The generation URL of an endpoint: the kind's route under base_url, or base_url + `path`, with
+        the endpoint's `query` parameters."""
+        url = f"{endpoint.base_url}{endpoint.path}" if endpoint.path else cls.url(endpoint.base_url)
+        return with_query(url, endpoint.query)
 
     @property
     def uses_counters(self) -> bool:
@@ -199,7 +222,7 @@ class HttpProbe(Probe):
             temperature=ctx.settings.temperature,
             fixed_output=self.wants_fixed_output(ctx.settings.fixed_output),
         )
-        return self.url(ctx.endpoint.base_url), self.body(chat)
+        return self.endpoint_url(ctx.endpoint), self.body(chat)
 
     def server_candidates(self, col: StreamCollector, result: RunResult) -> dict[TimingSource, float]:
         """tok/s figures the server itself reported (llama.cpp `timings` for OpenAI-style answers)."""
@@ -277,7 +300,7 @@ class HttpProbe(Probe):
                 "POST",
                 url,
                 json_body=body,
-                headers=self.headers(ctx.api_key),
+                headers=self.headers(ctx.api_key) if ctx.headers is None else ctx.headers,
                 timeout=ctx.timeout,
                 max_bytes=ctx.settings.max_response_bytes,
             ) as resp:

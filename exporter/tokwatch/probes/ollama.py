@@ -8,6 +8,7 @@ from tokwatch.figures.result import RunResult, TimingSource
 from tokwatch.figures.timing import ollama_engine_tps, ollama_prefill_tps, ollama_server_wall_tps
 from tokwatch.probes.base import ProbeContext
 from tokwatch.probes.http import ChatRequest, HttpProbe, RequestPlan
+from tokwatch.settings.access import with_query
 from tokwatch.settings.config import server_root
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
@@ -61,7 +62,7 @@ class OllamaProbe(HttpProbe):
         body["prompt"] = plan.prompt
         if plan.system_prompt:
             body["system"] = plan.system_prompt
-        return f"{server_root(ctx.endpoint.base_url)}/api/generate", body
+        return with_query(f"{server_root(ctx.endpoint.base_url)}/api/generate", ctx.endpoint.query), body
 
     def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
         """eval_count from the final object."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.settings.config import server_root
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
+
+_AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/[^/]+/?$")
 
 
 class OpenAIProbe(HttpProbe):
@@ -22,7 +26,10 @@ class OpenAIProbe(HttpProbe):
 
     @classmethod
     def url(cls, base_url: str) -> str:
-        """The chat completions route."""
+        """The chat completions route; under an Azure OpenAI deployment URL (`/openai/deployments/NAME`),
+        the deployment's own `/chat/completions` (Azure's v1 API form, `/openai/v1`, takes the usual one)."""
+        if _AZURE_DEPLOYMENT.search(urlsplit(base_url).path):
+            return f"{base_url.rstrip('/')}/chat/completions"
         return f"{server_root(base_url)}/v1/chat/completions"
 
     @classmethod

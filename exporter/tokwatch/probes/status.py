@@ -24,7 +24,17 @@ _CONTEXT_MARKERS = (
     "exceeds the available context size",
     "longer than the model's context length",
     "context length",
+    "exceed context limit",  # Anthropic's
+    "prompt is too long",
 )
+
+
+# An error the server reported in its answer, by what its type says (any other: provider_error).
+_STREAM_ERROR_STATUS = {
+    "overloaded": Status.RATE_LIMITED,
+    "rate_limit": Status.RATE_LIMITED,
+    "auth_error": Status.AUTH_FAILURE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,8 @@ def classify_http_status(code: int, body: str = "", location: str | None = None)
         return Classification(Status.PROVIDER_ERROR, CONTEXT_EXCEEDED, detail)
     if code == 429:
         return Classification(Status.RATE_LIMITED, "http_429", detail)
+    if code == 529:  # Anthropic's "overloaded": come back later, as a 429 says
+        return Classification(Status.RATE_LIMITED, "http_529", detail)
     if code in (401, 403):
         return Classification(Status.AUTH_FAILURE, f"http_{code}", detail)
     if code >= 500:
@@ -79,7 +91,9 @@ def classify_exception(exc: BaseException) -> Classification:
             Status.PROVIDER_ERROR, "http_other", str(exc)
         )
     if isinstance(exc, StreamProtocolError):
-        return Classification(Status.PROVIDER_ERROR, exc.error_class, str(exc))
+        return Classification(
+            _STREAM_ERROR_STATUS.get(exc.error_class, Status.PROVIDER_ERROR), exc.error_class, str(exc)
+        )
     if isinstance(exc, TimeoutError):
         return Classification(Status.TIMEOUT, "read_timeout", "timed out")
     return Classification(Status.PROVIDER_ERROR, "internal", f"{type(exc).__name__}: {exc}")

@@ -74,7 +74,9 @@ class App:
         self.probe_metrics = ProbeMetrics()
         self.windows = MemoryWindows()
         self.server_collector = ServerCollector()
-        self.watchers = ServerWatchers(self.server_collector)
+        self.watchers = ServerWatchers(
+            self.server_collector, lambda name: self.keys.headers(name), lambda: self.keys.redactor
+        )
         self.probes = ProbeService(
             config,
             self.keys,

@@ -183,6 +183,7 @@ class ProbeService:
             settings=self._config.probe_for(ep),
             http=self._http,
             api_key=self._keys.get(name),
+            headers=self._keys.headers(name),
             log=ProbeLog(self._keys.redactor),
             instance=self._instance,
             # Scraping and parsing the server's /metrics stays on this (main) loop.

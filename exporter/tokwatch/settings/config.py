@@ -19,6 +19,15 @@ from pydantic import (
 )
 
 from tokwatch.figures.result import TimingSource
+from tokwatch.settings.access import (
+    AuthSettings,
+    HeaderValue,
+    base_url_fields,
+    check_endpoint_reach,
+    headers_fields,
+    path_fields,
+    text_fields,
+)
 from tokwatch.settings.kinds import Kind
 from tokwatch.settings.setting_values import (
     check_http_url,
@@ -227,7 +236,18 @@ class EndpointSettings(StrictModel):
     # A local HuggingFace tokenizer.json of the model: sized prompts are counted with it (else estimated).
     tokenizer: str | None = None
     cache_preamble_tokens: int | None = Field(None, ge=0)
+    # How requests reach it beyond the URL (tokwatch.settings.access): headers, secret ones, query, auth,
+    # path.
+    headers: dict[str, str | HeaderValue] = Field(default_factory=dict)
+    secret_headers: tuple[str, ...] = ()
+    query: dict[str, str] = Field(default_factory=dict)
+    auth: AuthSettings | None = None
+    path: str | None = None
     _durations = positive_duration_fields("timeout", "scrape_interval")
+    _headers = headers_fields("headers")
+    _texts = text_fields("headers", "query")
+    _path = path_fields("path")
+    _base_url = base_url_fields("base_url")
 
     @field_validator("workloads")
     @classmethod
@@ -270,6 +290,7 @@ class EndpointSettings(StrictModel):
             raise ValueError(
                 f"set only one of api_key, api_key_env and api_key_file (got {', '.join(given)})"
             )
+        check_endpoint_reach(self.headers, self.secret_headers, self.auth, given)
         return self
 
     @property

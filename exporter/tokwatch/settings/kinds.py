@@ -7,4 +7,4 @@ two list the same kinds).
 
 from typing import Literal
 
-Kind = Literal["openai", "ollama", "llamacpp", "vllm", "sglang"]
+Kind = Literal["openai", "ollama", "llamacpp", "vllm", "sglang", "anthropic"]

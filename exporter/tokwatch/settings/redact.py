@@ -32,6 +32,10 @@ class Redactor:
         """A redactor that also masks `secret`."""
         return Redactor([*self._secrets, secret])
 
+    def with_secrets(self, secrets: Iterable[str | None]) -> Redactor:
+        """A redactor that also masks every one of `secrets`."""
+        return Redactor([*self._secrets, *secrets])
+
     def __call__(self, text: str) -> str:
         """`text` with every secret masked."""
         for s in self._secrets:

@@ -27,8 +27,10 @@ FAULT_KINDS = (
     "error_mid_stream",
     "stall",
     "reset",
+    "http_529",
+    "overloaded_mid_stream",
 )
-Dialect = Literal["openai", "vllm", "llamacpp", "ollama", "sglang"]
+Dialect = Literal["openai", "vllm", "llamacpp", "ollama", "sglang", "anthropic"]
 ReasoningFormat = Literal["reasoning_content", "reasoning", "think_tags"]
 # Server names become the first path segment; "_sim" is reserved for the admin routes.
 _SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -46,6 +48,10 @@ class FaultSettings(StrictModel):
     error_mid_stream: float = Field(0.0, ge=0.0, le=1.0)
     stall: float = Field(0.0, ge=0.0, le=1.0)
     reset: float = Field(0.0, ge=0.0, le=1.0)
+    # Anthropic's overload: HTTP 529 before the stream, or an overloaded_error event in it (other dialects
+    # send their own error body with status 529).
+    http_529: float = Field(0.0, ge=0.0, le=1.0)
+    overloaded_mid_stream: float = Field(0.0, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _sum(self) -> FaultSettings:

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from tokwatch.sim.config import FAULT_KINDS, FaultSettings
 
-HTTP_FAULTS = frozenset({"http_401", "http_403", "http_429", "http_5xx"})
+HTTP_FAULTS = frozenset({"http_401", "http_403", "http_429", "http_5xx", "http_529"})
 _5XX = (500, 502, 503)
 
 
@@ -38,6 +38,9 @@ def error_payload(dialect: str, status: int, message: str | None = None) -> Any:
     """The JSON error body of `dialect` for `status`."""
     if dialect == "ollama":
         return {"error": message or _OLLAMA_MESSAGES.get(status, "internal server error")}
+    if dialect == "anthropic":
+        kind, msg = _ANTHROPIC.get(status, _ANTHROPIC[500])
+        return {"type": "error", "error": {"type": kind, "message": message or msg}}
     if dialect == "llamacpp":
         kind = _LLAMACPP_TYPES.get(status, "server_error")
         return {
@@ -70,6 +73,8 @@ def not_found_model(dialect: str, model: str, request_id: str | None) -> web.Res
     """Unknown model, worded as each server words it."""
     if dialect == "ollama":
         msg = f'model "{model}" not found, try pulling it first'
+    elif dialect == "anthropic":
+        msg = f"model: {model}"
     elif dialect == "openai":
         return web.json_response(
             {
@@ -105,6 +110,12 @@ def context_exceeded(
                 "code": "context_length_exceeded",
             }
         }
+    elif dialect == "anthropic":
+        message = (
+            f"input length and `max_tokens` exceed context limit: {prompt_tokens} + {max_tokens} > "
+            f"{context}, decrease input length or `max_tokens` and try again"
+        )
+        body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
     elif dialect == "llamacpp":
         body = {
             "error": {
@@ -162,6 +173,18 @@ _OPENAI: dict[int, tuple[str, str, str | None]] = {
     500: ("The server had an error while processing your request. Sorry about that!", "server_error", None),
     502: ("Bad gateway.", "server_error", None),
     503: ("The engine is currently overloaded, please try again later.", "server_error", None),
+}
+_ANTHROPIC: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Invalid request."),
+    401: ("authentication_error", "invalid x-api-key"),
+    403: ("permission_error", "Your API key does not have permission to use the specified resource."),
+    404: ("not_found_error", "Not found."),
+    413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
+    429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit."),
+    500: ("api_error", "Internal server error"),
+    502: ("api_error", "Bad gateway"),
+    503: ("api_error", "Service unavailable"),
+    529: ("overloaded_error", "Overloaded"),
 }
 _VLLM: dict[int, tuple[str, str]] = {
     400: ("Invalid request.", "BadRequestError"),

@@ -15,7 +15,9 @@ from tokwatch.sim.generation import Chunk, Generation, Ping
 from tokwatch.sim.profile import INVALID_UTF8_BYTES, INVALID_UTF8_MARKER, request_rng
 
 _MARKER = INVALID_UTF8_MARKER.encode()
-_STREAM_FAULTS = frozenset({"malformed_json", "wrong_shape", "error_mid_stream", "stall", "reset"})
+_STREAM_FAULTS = frozenset(
+    {"malformed_json", "wrong_shape", "error_mid_stream", "overloaded_mid_stream", "stall", "reset"}
+)
 
 
 async def respond(req: SimRequest, request: web.Request, fmt: Formatter) -> web.StreamResponse:
@@ -121,7 +123,7 @@ async def _strike(
         if done:
             await resp.write(done)
     else:
-        await resp.write(fmt.error_event())
+        await resp.write(fmt.error_event(overloaded=fault == "overloaded_mid_stream"))
     await resp.write_eof()
     return resp
 
@@ -141,11 +143,9 @@ async def _buffered(req: SimRequest, request: web.Request, fmt: Formatter) -> we
     if req.fault == "reset":
         reset_connection(request)
         return web.Response(status=200, headers=headers)
-    if req.fault == "error_mid_stream":
-        rec.http_status = 500
-        return error_response(
-            req.server.settings.dialect, 500, rec.request_id, "Generation failed (simulated)."
-        )
+    if req.fault in ("error_mid_stream", "overloaded_mid_stream"):
+        rec.http_status = 529 if req.fault == "overloaded_mid_stream" else 500
+        return error_response(req.server.settings.dialect, rec.http_status, rec.request_id)
     if req.fault == "wrong_shape":
         text = dumps(fmt.wrong_shape())
     else:

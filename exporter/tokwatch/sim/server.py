@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from tokwatch.settings.setting_values import parse_listen
 from tokwatch.sim.config import FaultSettings, SimConfig
 from tokwatch.sim.context import open_request
+from tokwatch.sim.dialects.anthropic import handle_anthropic_route
 from tokwatch.sim.dialects.llamacpp import handle_llamacpp_route
 from tokwatch.sim.dialects.ollama import handle_ollama_route
 from tokwatch.sim.dialects.openai import handle_openai_route
@@ -56,7 +57,12 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     path = request.match_info.get("tail", "").strip("/")
     dialect = server.settings.dialect
     key = server.settings.api_key
-    authorized = key is None or request.headers.get("Authorization", "") == f"Bearer {key.get_secret_value()}"
+    if key is None:
+        authorized = True
+    elif dialect == "anthropic":
+        authorized = request.headers.get("x-api-key", "") == key.get_secret_value()
+    else:
+        authorized = request.headers.get("Authorization", "") == f"Bearer {key.get_secret_value()}"
     if not authorized and path not in _PUBLIC_PATHS:
         return error_response(dialect, 401, None)
     if path == "dcgm/metrics" and request.method == "GET" and server.power is not None:
@@ -69,6 +75,8 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     resp: web.StreamResponse | None = None
     if dialect == "ollama":
         resp = await handle_ollama_route(server, request, path)
+    elif dialect == "anthropic":
+        resp = await handle_anthropic_route(server, request, path)
     else:
         if dialect == "llamacpp":
             resp = await handle_llamacpp_route(server, request, path)

@@ -12,7 +12,18 @@ from typing import Literal, Protocol
 
 from tokwatch.figures.result import Phase
 
-ProtocolErrorClass = Literal["malformed_json", "bad_shape", "stream_error", "bad_encoding", "not_json"]
+# `overloaded`, `rate_limit` and `auth_error`: an error the server reported in the stream (or in a 200 body)
+# whose type says why (Anthropic's overloaded_error, rate_limit_error, authentication/permission_error).
+ProtocolErrorClass = Literal[
+    "malformed_json",
+    "bad_shape",
+    "stream_error",
+    "bad_encoding",
+    "not_json",
+    "overloaded",
+    "rate_limit",
+    "auth_error",
+]
 
 
 class StreamProtocolError(Exception):

@@ -58,8 +58,11 @@ class Formatter(ABC):
         """Valid JSON with a shape no client of this format expects."""
         return {"id": self.req.body_id, "object": "unexpected", "result": {"text": None}, "choices": "none"}
 
-    def error_event(self) -> bytes:
-        """The error record sent after HTTP 200 when generation fails mid-stream."""
+    def error_event(self, *, overloaded: bool = False) -> bytes:
+        """The error record sent after HTTP 200 when generation fails (or the server is overloaded)
+        mid-stream."""
+        if overloaded:
+            return self.frame(error_payload(self.dialect, 529, "Overloaded (simulated)."))
         return self.frame(error_payload(self.dialect, 500, "Generation failed mid-stream (simulated)."))
 
     def malformed(self) -> bytes:

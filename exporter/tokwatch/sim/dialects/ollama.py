@@ -103,8 +103,10 @@ class OllamaFormatter(Formatter):
         """Valid JSON without message/response/done."""
         return {"model": self.req.model_name, "output": {"text": None}, "status": "unknown"}
 
-    def error_event(self) -> bytes:
+    def error_event(self, *, overloaded: bool = False) -> bytes:
         """Ollama reports a failure after 200 as an error line."""
+        if overloaded:
+            return self.frame(error_payload("ollama", 503))
         return self.frame(error_payload("ollama", 500, "an error was encountered while running the model"))
 
     def malformed(self) -> bytes:
