@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from tokwatch.kinds import Kind
+from tokwatch.reach import NoProxy, ProxyPasswordFile, ProxyUrl, TlsConfig, check_proxy_fields, inherit_reach
 from tokwatch.result import TimingSource
 from tokwatch.setting_values import (
     check_http_url,
@@ -103,6 +104,17 @@ class ProbeSettings(StrictModel):
     # Cached prompt tokens a fresh prompt may get from the chat template's own preamble (its default system
     # prompt, which every request shares); a run with more is `cache_assisted`. Endpoints may override.
     cache_preamble_tokens: int = Field(64, ge=0)
+    # Every endpoint's TLS and proxy settings unless it sets its own (tokwatch.reach.inherit_reach).
+    tls_config: TlsConfig | None = None
+    proxy_url: ProxyUrl | None = None
+    proxy_password_file: ProxyPasswordFile | None = None
+    proxy_from_environment: bool | None = None
+    no_proxy: NoProxy | None = None
+
+    @model_validator(mode="after")
+    def _proxy(self) -> ProbeSettings:
+        check_proxy_fields(self)
+        return self
 
     @field_validator("disturbance_threshold", mode="before")
     @classmethod
@@ -225,6 +237,12 @@ class EndpointSettings(StrictModel):
     # A local HuggingFace tokenizer.json of the model: sized prompts are counted with it (else estimated).
     tokenizer: str | None = None
     cache_preamble_tokens: int | None = Field(None, ge=0)
+    # How it is reached (tokwatch.reach, blackbox_exporter's names); unset: probe's.
+    tls_config: TlsConfig | None = None
+    proxy_url: ProxyUrl | None = None
+    proxy_password_file: ProxyPasswordFile | None = None
+    proxy_from_environment: bool | None = None
+    no_proxy: NoProxy | None = None
     _durations = positive_duration_fields("timeout", "scrape_interval")
 
     @field_validator("workloads")
@@ -268,6 +286,7 @@ class EndpointSettings(StrictModel):
             raise ValueError(
                 f"set only one of api_key, api_key_env and api_key_file (got {', '.join(given)})"
             )
+        check_proxy_fields(self)
         return self
 
     @property
@@ -344,6 +363,11 @@ class Config(StrictModel):
             for w in self.workloads_for(ep):
                 _check_fits(i, ep, w, self.probe_for(ep).max_tokens)
         return self
+
+    @model_validator(mode="after")
+    def _reach_defaults(self) -> Config:
+        endpoints = tuple(inherit_reach(self.probe, ep) for ep in self.endpoints)
+        return self if endpoints == self.endpoints else self.model_copy(update={"endpoints": endpoints})
 
     @field_validator("site")
     @classmethod

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 
 from tokwatch.config import Config, ConfigError, EndpointSettings
+from tokwatch.file_version import file_version
+from tokwatch.reach import reach_secrets
 from tokwatch.redact import Redactor
 
 log = logging.getLogger("tokwatch")
@@ -15,25 +16,29 @@ class Keys:
     """API keys resolved at (re)load time, so a missing env var is a config error, not a failed probe.
 
     An `api_key_file` is re-read when the file changes (a rotated key needs no restart or reload); while a
-    rotation leaves it unreadable, the last key read is used. Every key ever read stays in the redactor.
+    rotation leaves it unreadable, the last key read is used. Every key ever read stays in the redactor, and
+    so do the endpoints' proxy credentials (tokwatch.reach: read here, so an unreadable
+    `proxy_password_file` or a broken environment proxy is a config error too).
     """
 
     def __init__(self, config: Config) -> None:
         self._keys: dict[str, str | None] = {}
         self._files: dict[str, tuple[EndpointSettings, tuple[int, int, int] | None]] = {}
         problems = []
+        secrets: list[str] = []
         for ep in config.endpoints:
             try:
                 if ep.api_key_file is not None:
-                    self._files[ep.name] = (ep, _file_version(ep.api_key_file))
+                    self._files[ep.name] = (ep, file_version(ep.api_key_file))
                 self._keys[ep.name] = ep.resolve_api_key()
+                secrets += reach_secrets(ep.name, ep)
             except ConfigError as exc:
                 if ep.enabled:
                     problems.append(str(exc))
-                self._keys[ep.name] = None
+                self._keys.setdefault(ep.name, None)
         if problems:
             raise ConfigError("\n".join(problems))
-        self.redactor = Redactor(self._keys.values())
+        self.redactor = Redactor([*self._keys.values(), *secrets])
 
     def get(self, name: str) -> str | None:
         """Key for one endpoint (None when it needs none); re-reads a changed `api_key_file`."""
@@ -44,7 +49,7 @@ class Keys:
     def _refresh(self, name: str) -> None:
         ep, seen = self._files[name]
         assert ep.api_key_file is not None
-        version = _file_version(ep.api_key_file)
+        version = file_version(ep.api_key_file)
         if version == seen or version is None:
             if version is None and seen is not None:
                 log.warning("endpoint %s: api_key_file %s is unreadable; using the last key read",
@@ -61,11 +66,3 @@ class Keys:
             self.redactor = self.redactor.with_secret(key)
             log.info("endpoint %s: api_key_file %s changed; the new key is used", name, ep.api_key_file)
 
-
-def _file_version(path: str) -> tuple[int, int, int] | None:
-    """What changes when a file is replaced or rewritten (inode, size, mtime), None when it is missing."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)

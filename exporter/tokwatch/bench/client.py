@@ -19,6 +19,7 @@ from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
 from tokwatch.http import HttpClient
+from tokwatch.http_route import RouteSource
 from tokwatch.measurement import StampLateness
 from tokwatch.probes import probe_class
 from tokwatch.probes.http import ChatRequest, HttpProbe
@@ -40,6 +41,13 @@ class Target:
     metrics_url: str | None = None
     # Merged into every body last (the endpoint's `extra_body`, then --extra-body): its keys win.
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    # The endpoint's proxy and TLS settings (tokwatch.reach), for its requests and its /metrics scrapes.
+    reach: RouteSource | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def secrets(self) -> tuple[str | None, ...]:
+        """What a redactor of this target's output masks: the key and any proxy credentials."""
+        return (self.api_key, *(self.reach.secrets if self.reach is not None else ()))
 
     @property
     def dialect(self) -> type[HttpProbe]:
@@ -113,7 +121,12 @@ async def execute(
     runaway = False
     try:
         async with http.stream(
-            "POST", target.url, json_body=body, headers=target.headers(), timeout=target.timeout_s
+            "POST",
+            target.url,
+            json_body=body,
+            headers=target.headers(),
+            timeout=target.timeout_s,
+            reach=target.reach,
         ) as resp:
             sent_at = resp.sent_at
             watched = resp.watched

@@ -24,6 +24,7 @@ from tokwatch.bench.workload import (
 )
 from tokwatch.config import load_config
 from tokwatch.probes import metrics_url, probe_class
+from tokwatch.reach import Reach
 from tokwatch.request_options import merge_body
 from tokwatch.strict_yaml import ConfigError
 from tokwatch.tokens import token_counter
@@ -68,6 +69,7 @@ def resolve_target(opts: BenchOptions) -> Resolved:
             timeout_s=opts.timeout,
             metrics_url=opts.metrics_url or metrics_url(ep),
             extra_body=merge_body(ep.extra_body, opts.extra_body),  # --extra-body keys win
+            reach=Reach(ep.name, ep),  # its proxy and TLS settings, as the exporter reaches it
         )
         return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
     assert opts.url is not None

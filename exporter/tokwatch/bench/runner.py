@@ -101,7 +101,7 @@ class BenchRunner:
         self._conversations = conversations
         self._on_record = on_record
         self._on_start = on_start
-        self._redactor = Redactor([target.api_key])
+        self._redactor = Redactor(target.secrets)
         self._deadlines = Deadlines(
             options.fluidity_prefill_deadline, options.fluidity_decode_deadline, options.fluidity_mode
         )

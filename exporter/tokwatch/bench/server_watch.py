@@ -12,6 +12,7 @@ from tokwatch.counters.adapters import read_counters
 from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_metrics
 from tokwatch.counters.reading import CounterReading
 from tokwatch.http import HttpClient, HttpStatusError, TransportError
+from tokwatch.http_route import RouteSource
 from tokwatch.measurement import MeasurementLoop
 from tokwatch.probes import probe_class
 
@@ -29,9 +30,11 @@ class ServerWatch:
         model: str | None,
         mirror: Sequence[str] = (),
         sample_interval_s: float = 1.0,
+        reach: RouteSource | None = None,
     ) -> None:
         self._http = http
         self._url = url
+        self._reach = reach
         self._adapter = probe_class(kind).counter_adapter if kind is not None else None
         self._model = model
         self._mirror = tuple(mirror)
@@ -49,7 +52,7 @@ class ServerWatch:
         self, http: HttpClient | None = None
     ) -> tuple[str, float, CounterReading | None, MetricsSnapshot] | None:
         try:
-            text = await (http or self._http).get_text(self._url, timeout=SCRAPE_TIMEOUT_S)
+            text = await (http or self._http).get_text(self._url, timeout=SCRAPE_TIMEOUT_S, reach=self._reach)
             snap = parse_metrics(text)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
             self.problem = f"cannot read {self._url}: {exc}"

@@ -35,7 +35,7 @@ from tokwatch.setting_values import parse_listen
 
 def echo_options(opts: BenchOptions, target: Target) -> dict[str, Any]:
     """Options for summary.json: no secret, the target's URL without credentials."""
-    redact = Redactor([target.api_key])
+    redact = Redactor(target.secrets)
     data = {k: redact(v) if isinstance(v, str) else v for k, v in opts.model_dump(mode="json").items()}
     data["slos"] = [s.name for s in opts.parsed_slos()]
     data.update(
@@ -90,7 +90,14 @@ async def run_bench(
     async with bench_http_client(opts) as http:
         watch: ServerWatch | None = None
         if opts.server_metrics and target.metrics_url:
-            watch = ServerWatch(http, target.metrics_url, target.kind, target.model, resolved.mirror_metrics)
+            watch = ServerWatch(
+                http,
+                target.metrics_url,
+                target.kind,
+                target.model,
+                resolved.mirror_metrics,
+                reach=target.reach,
+            )
             await watch.start()
         n_workers = effective_workers(opts)
         # Start-up objects (modules, options, workload) out of the collector's view: a full collection
@@ -151,7 +158,7 @@ async def run_bench(
                 current.uncancel()
         except Exception as exc:  # a client-side bug must not lose what was measured
             state.stop_reason = "client_error"
-            state.message = Redactor([target.api_key])(
+            state.message = Redactor(target.secrets)(
                 f"the benchmark client failed: {type(exc).__name__}: {exc}"
             )
         finally:

@@ -25,6 +25,7 @@ from tokwatch.counters.loop import BackgroundLoop
 from tokwatch.counters.scraper import effective_interval, scrape_timeout
 from tokwatch.counters.state import ServerState, log
 from tokwatch.http import HttpStatusError, TransportError
+from tokwatch.reach import Reach
 from tokwatch.result import RunResult
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class OllamaSignals:
         self.endpoint = endpoint
         self.url = f"{server_root(endpoint.base_url)}/api/ps"
         self._http = http
+        self._reach = Reach(endpoint.name, endpoint)  # through the endpoint's proxy, with its TLS settings
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self.state = ServerState(endpoint.name, endpoint.labels, ollama=True)
         self._loop_task = BackgroundLoop(self._loop, f"tokwatch-ollama-ps-{endpoint.name}")
@@ -88,7 +90,9 @@ class OllamaSignals:
         """Read /api/ps once; returns the VRAM ratio (None when unloaded or on failure, which is counted)."""
         started = time.perf_counter()
         try:
-            text = await self._http.get_text(self.url, timeout=self._timeout, max_bytes=MAX_PS_BYTES)
+            text = await self._http.get_text(
+                self.url, timeout=self._timeout, max_bytes=MAX_PS_BYTES, reach=self._reach
+            )
             ratio = vram_ratio_from_ps(text, self.endpoint.model)
         except (TransportError, HttpStatusError, OllamaPsError) as exc:
             self.state.record_error(time.perf_counter() - started, f"{self.url}: {type(exc).__name__}: {exc}")

@@ -30,6 +30,7 @@ from tokwatch.counters.state import ServerState, log
 from tokwatch.counters.window import ServerCounterWindow
 from tokwatch.http import HttpStatusError, TransportError
 from tokwatch.probes import metrics_url, probe_class
+from tokwatch.reach import Reach
 from tokwatch.redact import Redactor
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ class ServerCounters:
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self._max_bytes = max_bytes
         self._headers = dict(headers or {})
-        self._redact = Redactor(self._headers.values())
+        self._reach = Reach(endpoint.name, endpoint)  # through the endpoint's proxy, with its TLS settings
+        self._redact = Redactor([*self._headers.values(), *self._reach.secrets])
         self.state = ServerState(endpoint.name, endpoint.labels, mirror=endpoint.mirror_metrics)
         self.window = ServerCounterWindow(self.read)
         self._loop_task = BackgroundLoop(self._loop, f"tokwatch-scrape-{endpoint.name}")
@@ -83,7 +85,11 @@ class ServerCounters:
         started = time.perf_counter()
         try:
             text = await self._http.get_text(
-                self.url, timeout=self._timeout, max_bytes=self._max_bytes, headers=self._headers or None
+                self.url,
+                timeout=self._timeout,
+                max_bytes=self._max_bytes,
+                headers=self._headers or None,
+                reach=self._reach,
             )
             snap = parse_metrics(text, max_chars=self._max_bytes)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:

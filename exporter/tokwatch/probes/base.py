@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from tokwatch.cert_expiry import cert_expiry
 from tokwatch.prompts import PromptSizer, RecentStarts
 from tokwatch.redact import Redactor
 from tokwatch.result import RunResult
@@ -17,6 +18,7 @@ from tokwatch.workloads import SEED000, Workload
 if TYPE_CHECKING:
     from tokwatch.config import EndpointSettings, ProbeSettings
     from tokwatch.http import HttpClient
+    from tokwatch.http_route import RouteSource
     from tokwatch.measurement import StallMonitor, StampLateness
 
 
@@ -93,6 +95,8 @@ class ProbeContext:
     # The first words of the endpoint's latest prompts, which a fresh prompt does not start with (None: this
     # run's own, covering its warm-up).
     starts: RecentStarts | None = None
+    # The endpoint's proxy and TLS settings (tokwatch.reach; None: straight, the system's trust store).
+    reach: RouteSource | None = None
 
     @property
     def timeout(self) -> float:
@@ -135,6 +139,11 @@ async def run_probe(probe: Probe, ctx: ProbeContext) -> RunResult:
     t0 = time.perf_counter()
     result = await probe.run_once(ctx, timed=True)
     result.duration_s = time.perf_counter() - t0
+    if result.peer_chain:  # now that the run is over: parsing certificates never delays a stamp
+        expiry = cert_expiry(result.peer_chain)
+        if expiry is not None:
+            result.tls_cert_expiry_s, result.tls_earliest_cert_expiry_s = expiry.leaf_s, expiry.earliest_s
+        result.peer_chain = ()
     result.instance = ctx.instance
     result.workload, result.site = ctx.workload.name, ctx.site
     ctx.log(
