@@ -26,9 +26,11 @@ class ProxyCounts:
 
 class ConnectProxy:
     """`with ConnectProxy(credentials=("alice", "s3cret")) as proxy:` relays through `proxy.url` until the
-    block ends; `proxy.counts` says what it relayed."""
+    block ends; `proxy.counts` says what it relayed. `tunnel_delay_s`: how long it takes to answer a
+    CONNECT once connected upstream (a slow proxy, whose set-up must not show in TTFT)."""
 
-    def __init__(self, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(self, credentials: tuple[str, str] | None = None, *, tunnel_delay_s: float = 0.0) -> None:
+        self._tunnel_delay_s = tunnel_delay_s
         self._expected = (
             "Basic " + base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
             if credentials is not None
@@ -102,6 +104,7 @@ class ConnectProxy:
             host, _, port = target.rpartition(":")
             up_reader, up_writer = await asyncio.open_connection(host.strip("[]"), int(port))
             self.counts.tunnels.append(target)
+            await asyncio.sleep(self._tunnel_delay_s)
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             await self._relay(reader, writer, up_reader, up_writer)
