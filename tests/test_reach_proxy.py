@@ -4,7 +4,9 @@ phase and not in TTFT; `proxy_from_environment` with NO_PROXY; proxy and key sec
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import datetime as dt
 import json
 import logging
 import statistics
@@ -17,7 +19,7 @@ import pytest
 
 from tests.bench.processes import tokwatch_cli
 from tests.support.connect_proxy import ConnectProxy
-from tests.support.pki import Pki, make_pki, mtls_server_ssl, server_ssl
+from tests.support.pki import Pki, make_chain_pki, make_pki, mtls_server_ssl, not_after, server_ssl
 from tests.support.sim import to_sim_config
 from tokwatch.app import App
 from tokwatch.config import Config, load_config_text
@@ -97,6 +99,30 @@ async def test_a_probe_goes_through_the_proxys_tunnel_with_its_own_phase(pki: Pk
     assert r.network_phases()["proxy_connect"] == r.phase_proxy_connect_s
     # Set-up, tunnel included, is in the send delay, never in TTFT.
     assert r.send_delay_s is not None and r.send_delay_s >= r.phase_proxy_connect_s + r.phase_connect_s
+
+
+def test_the_tunnel_and_the_chain_the_server_sent_on_uvloop_too(tmp_path: Path) -> None:
+    """The probes' measurement loop runs uvloop when installed: the CONNECT on the raw socket, the TLS
+    handshake over it and the server's chain (leaf and a shorter-lived intermediate) work there too."""
+    pytest.importorskip("uvloop")
+    from tokwatch.measurement import loop_name, new_loop
+
+    chain = make_chain_pki(tmp_path, intermediate_valid=dt.timedelta(hours=12))
+
+    async def main() -> tuple[str, RunResult, list[str]]:
+        async with https_sim(chain) as sim:
+            with ConnectProxy((USER, PASSWORD)) as proxy:
+                reach = f", proxy_url: '{_with_user(proxy)}', tls_config: {{ca_file: '{chain.ca}'}}"
+                async with HttpClient() as client:
+                    r = await _run(client, _config(f"{sim.base_url('oa')}/v1", reach))
+        return loop_name(asyncio.get_running_loop()), r, proxy.counts.tunnels
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        name, r, tunnels = runner.run(main())
+    assert name == "uvloop" and r.status is Status.OK, r.error_message
+    assert len(tunnels) == 1 and r.phase_proxy_connect_s is not None and r.phase_proxy_connect_s > 0
+    assert r.tls_cert_expiry_s == not_after(chain.server_cert)
+    assert r.tls_earliest_cert_expiry_s == not_after(tmp_path / "intermediate.crt")
 
 
 async def test_the_proxy_refuses_without_credentials_and_the_run_says_so(pki: Pki) -> None:
