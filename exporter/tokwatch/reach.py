@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import AfterValidator, BaseModel, field_validator, model_validator
 
 from tokwatch.file_version import file_version
-from tokwatch.http_route import ProxyHop, Route
+from tokwatch.http_route import DIRECT, ProxyHop, Route
 from tokwatch.proxy_env import (
     NoProxyRule,
     bypasses,
@@ -246,7 +246,10 @@ class _TlsFiles:
         self._tls = tls
         self._paths = tuple(p for p in (tls.ca_file, tls.cert_file, tls.key_file) if p is not None)
         self._seen = self._versions()
-        self.context = tls_context(tls)
+        try:
+            self.context = tls_context(tls)
+        except (ssl.SSLError, OSError) as exc:  # changed since the config was validated
+            raise ConfigError(f"endpoint {name}: tls_config: {_ssl_reason(exc)}") from None
 
     def _versions(self) -> tuple[tuple[int, int, int] | None, ...]:
         return tuple(file_version(p) for p in self._paths)
@@ -279,7 +282,6 @@ class Reach:
         env = os.environ if environ is None else environ
         self.name = name
         tls = settings.tls_config
-        self.insecure = tls is not None and tls.insecure_skip_verify
         self._server_name = tls.server_name if tls is not None else None
         self._tls = _TlsFiles(name, tls) if tls is not None else None
         self._proxies: dict[str, ProxyHop] = {}  # by scheme of the origin
@@ -328,16 +330,8 @@ class Reach:
         """The route to scheme://host:port now."""
         proxy = self.proxy_for(scheme, host, port)
         if scheme != "https" or self._tls is None:
-            return Route(proxy) if proxy is not None else _STRAIGHT
+            return Route(proxy) if proxy is not None else DIRECT
         return Route(proxy, self._tls.current(), self._server_name)
-
-    @property
-    def proxied(self) -> bool:
-        """Whether any request of this endpoint can go through a proxy."""
-        return bool(self._proxies)
-
-
-_STRAIGHT = Route()
 
 
 def reach_secrets(name: str, settings: ReachFields) -> tuple[str, ...]:
