@@ -67,9 +67,9 @@ BATCH_BYTES = 32 * 1024
 FLUSH_S = 0.05
 # Body bytes a connection holds for a reader that has not taken them before it stops reading the socket.
 HIGH_WATER_BYTES = 256 * 1024
-PoolKey = tuple[tuple[str, str, int], Route]
 IDLE_TIMEOUT_S = 15.0  # a kept-alive connection unused this long is closed instead of reused
 _CLOSE_WAIT_S = 0.25  # close(): how long to let closing connections finish (a TLS close_notify)
+PoolKey = tuple[tuple[str, str, int], Route]  # origin and route: which requests a connection may carry
 
 
 class TransportError(Exception):
