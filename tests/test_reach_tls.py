@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -336,3 +337,32 @@ def test_proxy_settings_that_cannot_work_are_config_errors(settings: str, messag
     probe = f"probe: {settings}\n" if settings.startswith("{") else f"probe:\n  {settings}\n"
     text = _config_error(probe)
     assert text.startswith("tokwatch.yml:") and message in text and "\n" not in text
+
+
+async def test_ssl_cert_file_trusts_a_private_ca_for_the_whole_process(
+    serve: Serve, pki: Pki, tmp_path: Path
+) -> None:
+    """The documented alternative to `ca_file`: OpenSSL's SSL_CERT_FILE replaces the system trust store of
+    every connection the process opens (here `tokwatch probe` as a separate process)."""
+    url = await serve(
+        {"/v1/chat/completions": sse_handler(["a ", "b ", "c ", "d "])}, ssl_context=server_ssl(pki)
+    )
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "probe: {max_tokens: 4, warmup: false}\nstorage: {enabled: false}\n"
+        f"endpoints:\n  - {{name: ep, kind: openai, base_url: '{url}/v1', model: m}}\n"
+    )
+
+    async def probe(env: dict[str, str]) -> tuple[int | None, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tokwatch", "probe", "--config", str(cfg),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode()
+
+    env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    code, out = await probe(env)
+    assert code == 1 and "certificate verify failed" in out, out
+    code, out = await probe({**env, "SSL_CERT_FILE": str(pki.ca)})
+    assert code == 0, out
