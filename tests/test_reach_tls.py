@@ -27,6 +27,7 @@ from tests.support.pki import (
 )
 from tokwatch.config import Config, load_config_text
 from tokwatch.http import HttpClient
+from tokwatch.keys import Keys
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
 from tokwatch.probes.openai import OpenAIProbe
@@ -366,3 +367,32 @@ async def test_ssl_cert_file_trusts_a_private_ca_for_the_whole_process(
     assert code == 1 and "certificate verify failed" in out, out
     code, out = await probe({**env, "SSL_CERT_FILE": str(pki.ca)})
     assert code == 0, out
+
+
+def test_a_broken_environment_proxy_is_a_config_error_without_its_password(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://bob:hunter2-pw@p:1080")
+    config = load_config_text(
+        "endpoints:\n  - {name: ep, kind: openai, base_url: 'https://x.example', model: m,"
+        " proxy_from_environment: true}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        Keys(config)  # at start, reload and check-config
+    assert str(info.value) == (
+        "endpoint ep: proxy_from_environment: the https proxy socks5://bob:***@p:1080: socks5 scheme: a "
+        "proxy_url is http://[user[:password]@]host:port"
+    )
+    # A password file that went away after the config was read: named, with the endpoint.
+    password = tmp_path / "pw"
+    password.write_text("pw-1234")
+    config = load_config_text(
+        "endpoints:\n  - {name: ep, kind: openai, base_url: 'https://x.example', model: m,"
+        f" proxy_url: 'http://bob@p:3128', proxy_password_file: '{password}'}}\n"
+    )
+    assert Keys(config).redactor("pw-1234 Basic Ym9iOnB3LTEyMzQ= Ym9iOnB3LTEyMzQ=") == "*** *** ***"
+    password.unlink()
+    with pytest.raises(
+        ConfigError, match=f"endpoint ep: cannot read proxy_password_file {password}: No such"
+    ):
+        Keys(config)

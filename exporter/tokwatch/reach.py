@@ -215,22 +215,22 @@ def _authorization(user: str, password: str) -> str:
     return f"Basic {token}"
 
 
-def _read_password(path: str) -> str:
+def _read_password(name: str, path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        raise ConfigError(f"cannot read proxy_password_file {path}: {why}") from None
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ConfigError(f"endpoint {name}: cannot read proxy_password_file {path}: {why}") from None
 
 
-def _hop(url: str, password_file: str | None = None) -> tuple[ProxyHop, tuple[str, ...]]:
+def _hop(name: str, url: str, password_file: str | None = None) -> tuple[ProxyHop, tuple[str, ...]]:
     """The proxy of an http:// URL and its secrets (password, Proxy-Authorization value)."""
     parts = urlsplit(url)
     assert parts.hostname is not None
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
     if password_file is not None:
-        password = _read_password(password_file)
+        password = _read_password(name, password_file)
     authorization = _authorization(user or "", password or "") if user or password else None
     secrets = tuple(s for s in (password, authorization, authorization and authorization[6:]) if s)
     return ProxyHop(parts.hostname, parts.port or 80, authorization), secrets
@@ -288,7 +288,7 @@ class Reach:
         secrets: list[str] = []
         no_proxy = settings.no_proxy or ""
         if settings.proxy_url is not None:
-            hop, hop_secrets = _hop(settings.proxy_url, settings.proxy_password_file)
+            hop, hop_secrets = _hop(name, settings.proxy_url, settings.proxy_password_file)
             self._proxies = {"http": hop, "https": hop}
             secrets += hop_secrets
         elif settings.proxy_from_environment:
@@ -303,7 +303,7 @@ class Reach:
                     raise ConfigError(
                         f"endpoint {name}: proxy_from_environment: the {scheme} proxy {shown}: {exc}"
                     ) from None
-                hop, hop_secrets = _hop(url)
+                hop, hop_secrets = _hop(name, url)
                 self._proxies[scheme] = hop
                 secrets += hop_secrets
             no_proxy = ",".join(v for v in (environment_no_proxy(env), no_proxy) if v)
