@@ -9,6 +9,7 @@ import base64
 import datetime as dt
 import json
 import logging
+import socket
 import statistics
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,10 +22,11 @@ from tests.bench.processes import tokwatch_cli
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.pki import Pki, make_chain_pki, make_pki, mtls_server_ssl, not_after, server_ssl
 from tests.support.sim import to_sim_config
+from tests.support.thread_server import ThreadServer
 from tokwatch.app import App
 from tokwatch.config import Config, load_config_text
 from tokwatch.counters import ServerCounters
-from tokwatch.http import HttpClient
+from tokwatch.http import HttpClient, TransportError
 from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
 from tokwatch.probes.openai import OpenAIProbe
 from tokwatch.reach import Reach
@@ -312,3 +314,31 @@ async def test_secrets_appear_nowhere(pki: Pki, tmp_path: Path, caplog: pytest.L
     texts += [p.read_bytes().decode("latin-1") for p in db.parent.glob("*") if p.is_file()]
     found = [(s, i) for s in secrets for i, text in enumerate(texts) if s in text]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"", "closed the connection before answering CONNECT"),
+        (
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+            "refused the tunnel to 127.0.0.1:9: HTTP 502",
+        ),
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "answered CONNECT with 'SSH-2.0-OpenSSH_9.6'"),
+    ],
+)
+async def test_a_proxy_that_does_not_open_the_tunnel_is_named_in_the_error(
+    answer: bytes, message: str
+) -> None:
+    def proxy(conn: socket.socket) -> None:
+        conn.recv(4096)
+        conn.sendall(answer)
+
+    with ThreadServer(proxy) as server:
+        config = _config("https://127.0.0.1:9/v1", f", proxy_url: '{server.url}'")
+        reach = Reach("ep", config.endpoints[0])
+        async with HttpClient() as client:
+            with pytest.raises(TransportError) as info:
+                await client.get_text("https://127.0.0.1:9/metrics", timeout=5, reach=reach)
+    assert info.value.kind == "proxy" and info.value.phase == "connect"
+    assert str(info.value).startswith(f"proxy {server.url} ") and message in str(info.value)
