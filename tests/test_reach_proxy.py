@@ -342,3 +342,12 @@ async def test_a_proxy_that_does_not_open_the_tunnel_is_named_in_the_error(
                 await client.get_text("https://127.0.0.1:9/metrics", timeout=5, reach=reach)
     assert info.value.kind == "proxy" and info.value.phase == "connect"
     assert str(info.value).startswith(f"proxy {server.url} ") and message in str(info.value)
+
+
+async def test_a_proxy_that_is_down_is_named_in_the_error(free_port) -> None:  # type: ignore[no-untyped-def]
+    proxy = f"http://127.0.0.1:{free_port()}"
+    config = _config("http://127.0.0.1:9/v1", f", proxy_url: '{proxy}'")
+    async with HttpClient() as client:
+        r = await _run(client, config)
+    assert r.status is Status.UNREACHABLE and r.error_class == "connect"
+    assert (r.error_message or "").startswith(f"proxy {proxy}: cannot connect:")

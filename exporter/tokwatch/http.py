@@ -430,7 +430,10 @@ class _Pool:
                 server_name=route.server_name,
             )
         except (OSError, ssl.CertificateError) as exc:
-            raise _connect_error(exc) from exc
+            error = _connect_error(exc)
+            if route.proxy is not None and error.kind in ("connect", "dns"):  # the proxy's name or port
+                error = TransportError(error.kind, "connect", f"proxy {route.proxy.shown}: {error}")
+            raise error from exc
         finally:
             self._opening -= 1
             self._wake_one()
