@@ -65,4 +65,3 @@ class Keys:
             self._keys[name] = key
             self.redactor = self.redactor.with_secret(key)
             log.info("endpoint %s: api_key_file %s changed; the new key is used", name, ep.api_key_file)
-
