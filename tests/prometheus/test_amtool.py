@@ -15,7 +15,7 @@ import yaml
 def test_alertmanager_config_is_valid(amtool: str, kit: SimpleNamespace) -> None:
     out = kit.run_tool([amtool, "check-config", str(kit.alertmanager_yml)])
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "5 inhibit rules" in out.stdout
+    assert "6 inhibit rules" in out.stdout
 
 
 @pytest.mark.parametrize(

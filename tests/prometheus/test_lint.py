@@ -11,6 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.support.pki import make_pki, server_ssl
+from tests.support.tls_front import tls_front
+
 EXPOSITION = """\
 # TYPE tokwatch_probe_runs counter
 tokwatch_probe_runs_total{endpoint="a",status="ok"} 3
@@ -104,11 +107,13 @@ def test_lint_cli_exit_codes(kit: SimpleNamespace, tmp_path: Path) -> None:
 
 
 async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
-    lint: ModuleType, kit: SimpleNamespace, stack: Any
+    lint: ModuleType, kit: SimpleNamespace, stack: Any, tmp_path: Path
 ) -> None:
     """Real output: a simulator with an OpenAI, a vLLM (server counters, a mirrored counter) and an Ollama
-    server, probed every 2 s by tokwatch with SQLite storage and by tokwatch without storage."""
+    server, the OpenAI one also over HTTPS behind a TLS front (the certificate-expiry gauges), probed every
+    2 s by tokwatch with SQLite storage and by tokwatch without storage."""
     st = stack
+    pki = make_pki(tmp_path)
     sim = {
         "seed": 3,
         "servers": [
@@ -117,32 +122,47 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
             {"name": "ollama", "dialect": "ollama", "models": [{"name": "llama3.2:3b", "decode_tps": 500}]},
         ],
     }
-    endpoints = [
-        st.endpoint("chat", "chat", "openai", "m"),
-        st.endpoint(
-            "gpu", "gpu", "vllm", "m", scrape_interval="1s", mirror_metrics=["vllm:num_preemptions_total"]
-        ),
-        st.endpoint("ollama", "ollama", "ollama", "llama3.2:3b", labels={"site": "lab"}),
-    ]
-    await st.start(sim, endpoints)
-    # tokwatch with storage refreshes its window figures from the database every 30 s; a second tokwatch
-    # without storage computes them in memory after each run, so both outputs together hold every name.
-    memory_port = kit.free_port()
-    await st.start_tokwatch("tokwatch-memory", memory_port, endpoints, "2s", storage=False)
-    wanted = {
-        st.tokwatch_url: ("tokwatch_server_up{", "tokwatch_server_mirrored_total{", "tokwatch_storage_up"),
-        f"http://127.0.0.1:{memory_port}": ("tokwatch_window_decode_tokens_per_second_cv_ratio{",),
-    }
-    async with aiohttp.ClientSession() as session:
+    async with tls_front(server_ssl(pki), st.sim_port) as front_port:
+        endpoints = [
+            st.endpoint("chat", "chat", "openai", "m"),
+            st.endpoint(
+                "gpu", "gpu", "vllm", "m", scrape_interval="1s", mirror_metrics=["vllm:num_preemptions_total"]
+            ),
+            st.endpoint("ollama", "ollama", "ollama", "llama3.2:3b", labels={"site": "lab"}),
+            {
+                "name": "chat-tls",
+                "kind": "openai",
+                "base_url": f"https://127.0.0.1:{front_port}/chat/v1",
+                "model": "m",
+                "tls_config": {"ca_file": str(pki.ca)},
+            },
+        ]
+        await st.start(sim, endpoints)
+        # tokwatch with storage refreshes its window figures from the database every 30 s; a second tokwatch
+        # without storage computes them in memory after each run, so both outputs together hold every name.
+        memory_port = kit.free_port()
+        await st.start_tokwatch("tokwatch-memory", memory_port, endpoints, "2s", storage=False)
+        wanted = {
+            st.tokwatch_url: (
+                "tokwatch_server_up{",
+                "tokwatch_server_mirrored_total{",
+                "tokwatch_storage_up",
+                "tokwatch_probe_tls_earliest_cert_expiry_timestamp_seconds{",
+            ),
+            f"http://127.0.0.1:{memory_port}": ("tokwatch_window_decode_tokens_per_second_cv_ratio{",),
+        }
+        async with aiohttp.ClientSession() as session:
 
-        async def complete() -> str:
-            texts = [await st.metrics(session, url) for url in wanted]
-            done = all(
-                all(w in text for w in names) for text, names in zip(texts, wanted.values(), strict=True)
+            async def complete() -> str:
+                texts = [await st.metrics(session, url) for url in wanted]
+                done = all(
+                    all(w in text for w in names) for text, names in zip(texts, wanted.values(), strict=True)
+                )
+                return "\n".join(texts) if done else ""
+
+            exposition = str(
+                await kit.wait_until(complete, 30, "server counters, storage and window figures")
             )
-            return "\n".join(texts) if done else ""
-
-        exposition = str(await kit.wait_until(complete, 30, "server counters, storage and window figures"))
     bad = lint.unknown_uses(kit.rule_files, exposition)
     assert not bad, "rules read metrics tokwatch does not expose:\n" + "\n".join(
         f"{u.file}: {u.rule}: {u.metric}" for u in bad

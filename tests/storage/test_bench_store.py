@@ -213,6 +213,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         later += ("cached_tokens", "cache_assisted", "prefill_tokens_per_second", "prefill_source")
         later += ("phase_resolve_s", "phase_connect_s", "phase_tls_s", "phase_processing_s")
         later += ("network_rtt_s", "connection_reused")
+        later += ("phase_proxy_connect_s",)
         for column in later:
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         conn.execute("DROP TABLE run_series")

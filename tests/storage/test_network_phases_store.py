@@ -1,5 +1,6 @@
 """Network phases in the store (SQLite and real PostgreSQL): written by both write paths, read back as
-written, NULL for runs that measured none and for runs stored before the migration; one file per version."""
+written, NULL for runs that measured none and for runs stored before the migrations (network_phases, then
+proxy_connect); one file per version."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import migrations_for, select_migrations
 from tokwatch.storage.sqlite import SQLiteStore
 
-PHASE_COLUMNS = (
+PHASE_COLUMNS = (  # the network_phases migration's; proxy_connect's phase_proxy_connect_s came after
     "phase_resolve_s",
     "phase_connect_s",
     "phase_tls_s",
@@ -48,6 +49,7 @@ def _measured(run_id: str, t: float) -> RunRow:
     result = RunResult(endpoint="a", started_at=t, status=Status.OK, run_id=run_id, ttft_s=0.31)
     result.phase_resolve_s, result.phase_connect_s, result.phase_tls_s = 0.004, 0.021, 0.043
     result.phase_processing_s, result.network_rtt_s, result.connection_reused = 0.025, 0.02, True
+    result.phase_proxy_connect_s, result.proxied = 0.012, True
     return RunRow.from_result(result)
 
 
@@ -61,13 +63,13 @@ async def test_phases_are_stored_as_measured_by_both_write_paths(
     assert await store.write_runs([unmeasured, RunRow.from_result(kept), _measured("m1", now - 1)]) == 3
     assert await store.bulk_load([_measured("m2", now)]) == 1
 
-    cols = ", ".join(PHASE_COLUMNS)
+    cols = ", ".join((*PHASE_COLUMNS, "phase_proxy_connect_s"))
     rows = _query(store, request, f"SELECT {cols}, run_id FROM runs ORDER BY time")
     assert rows == [
-        (None, None, None, None, None, None, unmeasured.run_id),
-        (None, None, None, 0.03, None, True, "kept"),
-        (0.004, 0.021, 0.043, 0.025, 0.02, True, "m1"),
-        (0.004, 0.021, 0.043, 0.025, 0.02, True, "m2"),
+        (None, None, None, None, None, None, None, unmeasured.run_id),
+        (None, None, None, 0.03, None, True, None, "kept"),
+        (0.004, 0.021, 0.043, 0.025, 0.02, True, 0.012, "m1"),
+        (0.004, 0.021, 0.043, 0.025, 0.02, True, 0.012, "m2"),
     ]
 
 
@@ -77,21 +79,24 @@ async def test_runs_stored_before_the_migration_keep_their_data(
     now = time.time()
     await store.write_runs([RunRow(run_id="old", time=now - 5, endpoint="a", status="ok", ttft_s=0.2)])
     family = "sqlite" if isinstance(store, SQLiteStore) else "postgres"
-    latest = migrations_for(family)[-1]
-    # Rolling back is only possible for the newest migration (a later one may change what this one added).
-    assert latest.name == "network_phases", "a newer migration: roll back to before network_phases otherwise"
-    # Back to the schema before, from another connection: the columns and the version row gone, the run kept.
+    *_, phases, proxy = migrations_for(family)
+    # Rolling back is only possible for the newest migrations (a later one may change what one added).
+    assert (phases.name, proxy.name) == ("network_phases", "proxy_connect"), (
+        "a newer migration: roll it back too"
+    )
+    # Back to the schema before, from another connection: the columns and the version rows gone, the run kept.
     for sql in (
-        *(f"ALTER TABLE runs DROP COLUMN {c}" for c in PHASE_COLUMNS),
-        f"DELETE FROM tokwatch_schema WHERE version = {latest.version}",
+        *(f"ALTER TABLE runs DROP COLUMN {c}" for c in (*PHASE_COLUMNS, "phase_proxy_connect_s")),
+        f"DELETE FROM tokwatch_schema WHERE version >= {phases.version}",
     ):
         _query(store, request, sql, fetch=False)
-    assert (await store.schema_status()).current == latest.version - 1
-    assert await store.migrate() == [latest.version]
+    assert (await store.schema_status()).current == phases.version - 1
+    assert await store.migrate() == [phases.version, proxy.version]
     await store.write_runs([_measured("new", now)])
-    sql = "SELECT phase_connect_s, connection_reused, ttft_s, run_id FROM runs ORDER BY time"
+    cols = "phase_connect_s, connection_reused, phase_proxy_connect_s, ttft_s, run_id"
+    sql = f"SELECT {cols} FROM runs ORDER BY time"
     rows = _query(store, request, sql)
-    assert rows == [(None, None, 0.2, "old"), (0.021, True, 0.31, "new")]
+    assert rows == [(None, None, None, 0.2, "old"), (0.021, True, 0.012, 0.31, "new")]
 
 
 def test_two_files_for_one_version_are_refused() -> None:

@@ -27,6 +27,7 @@ from tokwatch.settings.config import server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.transport.http import HttpClient
+from tokwatch.transport.http_route import RouteSource
 from tokwatch.transport.measurement import StampLateness
 from tokwatch.transport.request_options import merge_body
 
@@ -49,6 +50,9 @@ class Target:
     path: str | None = None  # the endpoint's `path` instead of the kind's route
     query: Mapping[str, str] = field(default_factory=dict)  # added to the request URL
     secrets: tuple[str, ...] = ()  # besides api_key, what to mask in every output (header values, password)
+    # The endpoint's proxy and TLS settings (tokwatch.settings.reach), for its requests and its /metrics
+    # scrapes.
+    reach: RouteSource | None = field(default=None, compare=False, repr=False)
 
     @property
     def dialect(self) -> type[HttpProbe]:
@@ -77,7 +81,8 @@ class Target:
     @property
     def redactor(self) -> Redactor:
         """Masks every secret of the target (key, header values, password) and credential-shaped text."""
-        return Redactor([self.api_key, *self.secrets])
+        proxy = self.reach.secrets if self.reach is not None else ()
+        return Redactor([self.api_key, *self.secrets, *proxy])
 
     def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
         """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key).
@@ -137,7 +142,12 @@ async def execute(
     runaway = False
     try:
         async with http.stream(
-            "POST", target.url, json_body=body, headers=target.headers(), timeout=target.timeout_s
+            "POST",
+            target.url,
+            json_body=body,
+            headers=target.headers(),
+            timeout=target.timeout_s,
+            reach=target.reach,
         ) as resp:
             sent_at = resp.sent_at
             watched = resp.watched

@@ -26,6 +26,7 @@ from tokwatch.figures.tokens import token_counter
 from tokwatch.probes import metrics_url, probe_class
 from tokwatch.settings.config import load_config
 from tokwatch.settings.keys import endpoint_secrets, resolve_credentials
+from tokwatch.settings.reach import Reach
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.request_options import merge_body
 
@@ -74,6 +75,7 @@ def resolve_target(opts: BenchOptions) -> Resolved:
             path=ep.path,
             query=dict(ep.query),
             secrets=tuple(endpoint_secrets(ep)),
+            reach=Reach(ep.name, ep),  # its proxy and TLS settings, as the exporter reaches it
         )
         return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
     assert opts.url is not None

@@ -13,6 +13,7 @@ from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_me
 from tokwatch.counters.reading import CounterReading
 from tokwatch.probes import probe_class
 from tokwatch.transport.http import HttpClient, HttpStatusError, TransportError
+from tokwatch.transport.http_route import RouteSource
 from tokwatch.transport.measurement import MeasurementLoop
 
 SCRAPE_TIMEOUT_S = 5.0
@@ -31,11 +32,13 @@ class ServerWatch:
         sample_interval_s: float = 1.0,
         headers: Mapping[str, str] | None = None,
         redact: Callable[[str], str] = str,
+        reach: RouteSource | None = None,
     ) -> None:
         self._http = http
         self._url = url
         self._headers = headers
         self._redact = redact
+        self._reach = reach
         self._adapter = probe_class(kind).counter_adapter if kind is not None else None
         self._model = model
         self._mirror = tuple(mirror)
@@ -54,7 +57,7 @@ class ServerWatch:
     ) -> tuple[str, float, CounterReading | None, MetricsSnapshot] | None:
         try:
             text = await (http or self._http).get_text(
-                self._url, timeout=SCRAPE_TIMEOUT_S, headers=self._headers
+                self._url, timeout=SCRAPE_TIMEOUT_S, headers=self._headers, reach=self._reach
             )
             snap = parse_metrics(text)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:

@@ -168,7 +168,7 @@ async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
         url, headers = target.metrics_request(target.metrics_url)
         watch = ServerWatch(
             http, url, target.kind, target.model, plan.resolved.mirror_metrics,
-            headers=headers, redact=target.redactor,
+            headers=headers, redact=target.redactor, reach=target.reach,
         )  # fmt: skip
         await watch.start()
     n_workers = effective_workers(opts)

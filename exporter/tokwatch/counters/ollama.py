@@ -27,6 +27,7 @@ from tokwatch.counters.state import ServerState, log
 from tokwatch.figures.result import RunResult
 from tokwatch.settings.access import with_query
 from tokwatch.settings.config import server_root
+from tokwatch.settings.reach import Reach
 from tokwatch.settings.redact import Redactor
 from tokwatch.transport.http import HttpStatusError, TransportError
 
@@ -84,6 +85,7 @@ class OllamaSignals:
         self._credentials = credentials
         self._redactor = redactor
         self._http = http
+        self._reach = Reach(endpoint.name, endpoint)  # through the endpoint's proxy, with its TLS settings
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self.state = ServerState(endpoint.name, endpoint.labels, ollama=True)
         self._loop_task = BackgroundLoop(self._loop, f"tokwatch-ollama-ps-{endpoint.name}")
@@ -104,7 +106,7 @@ class OllamaSignals:
         try:
             headers = self._credentials() if self._credentials is not None else None
             text = await self._http.get_text(
-                self.url, timeout=self._timeout, max_bytes=MAX_PS_BYTES, headers=headers
+                self.url, timeout=self._timeout, max_bytes=MAX_PS_BYTES, headers=headers, reach=self._reach
             )
             ratio = vram_ratio_from_ps(text, self.endpoint.model)
         except (TransportError, HttpStatusError, OllamaPsError) as exc:

@@ -31,6 +31,7 @@ from tokwatch.counters.window import ServerCounterWindow
 from tokwatch.probes import metrics_url, probe_class
 from tokwatch.settings.access import with_query
 from tokwatch.settings.config import server_key
+from tokwatch.settings.reach import Reach
 from tokwatch.settings.redact import Redactor
 from tokwatch.transport.http import HttpStatusError, TransportError
 
@@ -82,7 +83,8 @@ class ServerCounters:
         self._timeout = timeout if timeout is not None else scrape_timeout(endpoint.scrape_interval)
         self._max_bytes = max_bytes
         self._headers = dict(headers or {})
-        self._redact = Redactor(self._headers.values())
+        self._reach = Reach(endpoint.name, endpoint)  # through the endpoint's proxy, with its TLS settings
+        self._redact = Redactor([*self._headers.values(), *self._reach.secrets])
         self.state = ServerState(endpoint.name, endpoint.labels, mirror=endpoint.mirror_metrics)
         self.window = ServerCounterWindow(self.read)
         self._loop_task = BackgroundLoop(self._loop, f"tokwatch-scrape-{endpoint.name}")
@@ -95,7 +97,11 @@ class ServerCounters:
             headers = {**headers, **self._credentials()}
         try:
             text = await self._http.get_text(
-                self.url, timeout=self._timeout, max_bytes=self._max_bytes, headers=headers or None
+                self.url,
+                timeout=self._timeout,
+                max_bytes=self._max_bytes,
+                headers=headers or None,
+                reach=self._reach,
             )
             snap = parse_metrics(text, max_chars=self._max_bytes)
         except (TransportError, HttpStatusError, MetricsParseError) as exc:
@@ -103,7 +109,7 @@ class ServerCounters:
             redact = (
                 self._redact
                 if self._redactor is None
-                else self._redactor().with_secrets(self._headers.values())
+                else self._redactor().with_secrets([*self._headers.values(), *self._reach.secrets])
             )
             self.state.record_error(duration, redact(f"{self.url}: {type(exc).__name__}: {exc}"))
             return None

@@ -65,7 +65,7 @@ class TokenEvent:
 
 
 # The network phases a run exports, by blackbox_exporter's names (docs/methodology.md, "Network phases").
-NETWORK_PHASES = ("resolve", "connect", "tls", "processing")
+NETWORK_PHASES = ("resolve", "connect", "proxy_connect", "tls", "processing")
 
 
 @dataclass(slots=True)
@@ -154,6 +154,16 @@ class RunResult:
     phase_processing_s: float | None = None
     network_rtt_s: float | None = None  # the network's share of TTFT (see the class docstring)
     connection_reused: bool | None = None  # the timed request went out on a connection already open
+    # Through a proxy: its connection's CONNECT tunnel set-up (0.0 for plain HTTP, forwarded without one;
+    # None straight); lookup, connect and round trip above are then the proxy's.
+    phase_proxy_connect_s: float | None = None
+    proxied: bool = False
+    # HTTPS: unix times the server's leaf certificate and the earliest of the certificates it sent expire
+    # (docs/methodology.md, "Certificate expiry"), parsed after the run from `peer_chain` (DER, leaf first,
+    # kept on the result only until then).
+    tls_cert_expiry_s: float | None = None
+    tls_earliest_cert_expiry_s: float | None = None
+    peer_chain: tuple[bytes, ...] = field(default=(), repr=False)
 
     @property
     def ok(self) -> bool:
@@ -171,8 +181,13 @@ class RunResult:
         they stay None: not measured), so the exported series do not depend on connection reuse."""
         if self.connection_reused is None:
             return {}
-        setup = (self.phase_resolve_s, self.phase_connect_s, self.phase_tls_s)
-        out = {name: 0.0 if v is None else v for name, v in zip(NETWORK_PHASES[:3], setup, strict=True)}
+        out = {
+            "resolve": self.phase_resolve_s or 0.0,
+            "connect": self.phase_connect_s or 0.0,
+            "tls": self.phase_tls_s or 0.0,
+        }
+        if self.proxied:  # a series of its own only for endpoints reached through a proxy
+            out["proxy_connect"] = self.phase_proxy_connect_s or 0.0
         if self.phase_processing_s is not None:
             out["processing"] = self.phase_processing_s
         return out

@@ -130,6 +130,8 @@ class ProbeMetrics(Collector):
     on every per-run family)::
 
         tokwatch_endpoint_info{endpoint="a",gpu="3090",kind="openai",model="m1"} 1.0
+        tokwatch_probe_tls_cert_expiry_timestamp_seconds{endpoint="a",gpu="3090"} 1.767e+09
+        tokwatch_probe_tls_earliest_cert_expiry_timestamp_seconds{endpoint="a",gpu="3090"} 1.767e+09
         tokwatch_probe_runs_total{endpoint="a",gpu="3090",workload="seed000",status="ok"} 4.0
         tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090",workload="seed000"} 1.0
         tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",workload="seed000",figure="itl",reason="client_stall"} 1.0
@@ -151,6 +153,11 @@ class ProbeMetrics(Collector):
         self._revisions: dict[str, int] = {}
         self._labels = LabelSet(())
         self._generation = 0  # bumped on reload: label names and settings may have changed
+        # Per endpoint, not per workload: the certificates its last timed run's connection showed.
+        self._cert_expiry: dict[str, tuple[float, float]] = {}
+        # Whether the info series carry `tls_insecure_skip_verify` (only when an endpoint sets it, so the
+        # series of every other configuration stay as they were).
+        self._insecure_label = False
 
     def set_endpoints(
         self,
@@ -172,6 +179,9 @@ class ProbeMetrics(Collector):
                 states[(ep.name, w)] = state
         self._states = states
         self._endpoints = {ep.name: ep for ep in endpoints}
+        https = {ep.name for ep in endpoints if ep.base_url.lower().startswith("https://")}
+        self._cert_expiry = {name: v for name, v in self._cert_expiry.items() if name in https}
+        self._insecure_label = any(_insecure(ep) for ep in endpoints)
         self._labels = LabelSet(endpoints, site)
         self._generation += 1
 
@@ -191,6 +201,8 @@ class ProbeMetrics(Collector):
         state.revision += 1
         state.runs[result.status] += 1
         state.last = result
+        if result.tls_cert_expiry_s is not None and result.tls_earliest_cert_expiry_s is not None:
+            self._cert_expiry[result.endpoint] = (result.tls_cert_expiry_s, result.tls_earliest_cert_expiry_s)
         if result.timing_disturbed:
             state.disturbed += 1
         for key in result.set_aside.items():
@@ -227,13 +239,25 @@ class ProbeMetrics(Collector):
         fams = _Families(self._labels.run_names)
         for name in names:
             ep = self._endpoints[name]
-            info.gauge(
-                "tokwatch_endpoint_info",
-                "What each endpoint is; always 1.",
-                self._labels.values(ep),
-                1.0,
-                extra={"kind": ep.kind, "model": ep.model},
-            )
+            lv = self._labels.values(ep)
+            extra = {"kind": ep.kind, "model": ep.model}
+            if self._insecure_label:
+                extra["tls_insecure_skip_verify"] = "true" if _insecure(ep) else "false"
+            info.gauge("tokwatch_endpoint_info", "What each endpoint is; always 1.", lv, 1.0, extra=extra)
+            if (expiry := self._cert_expiry.get(name)) is not None:
+                info.gauge(
+                    "tokwatch_probe_tls_cert_expiry_timestamp_seconds",
+                    "Unix time the endpoint's TLS leaf certificate expires (notAfter), as its last timed "
+                    "run's connection showed it.",
+                    lv,
+                    expiry[0],
+                )
+                info.gauge(
+                    "tokwatch_probe_tls_earliest_cert_expiry_timestamp_seconds",
+                    "Unix time the first of the certificates the endpoint's server sent expires.",
+                    lv,
+                    expiry[1],
+                )
             for w in self._workloads.get(name, ()):
                 self._series(fams, self._states[(name, w)])
         yield from info.all()
@@ -313,6 +337,10 @@ class ProbeMetrics(Collector):
         for hname, (_, doc) in HISTOGRAMS.items():
             if (hist := state.hist.get(hname)) is not None:
                 fams.histogram(hname, doc, lv, hist)
+
+
+def _insecure(ep: EndpointSettings) -> bool:
+    return ep.tls_config is not None and ep.tls_config.insecure_skip_verify
 
 
 def _observe(state: EndpointState, r: RunResult) -> None:
@@ -430,7 +458,8 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge(
             "tokwatch_probe_phase_seconds",
             "Network phases of the run, by blackbox_exporter's names: resolve, connect, tls (setting up its "
-            "connection in this round; 0 if kept open), processing (request sent to first response byte).",
+            "connection in this round; 0 if kept open), proxy_connect (through a proxy: its tunnel's "
+            "set-up), processing (request sent to first response byte).",
             lv,
             seconds,
             extra={"phase": phase},
@@ -472,7 +501,22 @@ def probe_result_families(result: RunResult, ep: EndpointSettings, site: str = N
     """The metrics `/probe?target=` returns for one run (blackbox-exporter style)."""
     labels = LabelSet([ep], site)
     fams = _Families(labels.run_names)
-    last_run_families(fams, labels.run_values(ep, result.workload), result, include_tps=True)
+    lv = labels.run_values(ep, result.workload)
+    last_run_families(fams, lv, result, include_tps=True)
+    if result.tls_cert_expiry_s is not None and result.tls_earliest_cert_expiry_s is not None:
+        # blackbox_exporter's probe_ssl_earliest_cert_expiry, for a /probe caller
+        fams.gauge(
+            "tokwatch_probe_tls_cert_expiry_timestamp_seconds",
+            "Unix time the endpoint's TLS leaf certificate expires (notAfter).",
+            lv,
+            result.tls_cert_expiry_s,
+        )
+        fams.gauge(
+            "tokwatch_probe_tls_earliest_cert_expiry_timestamp_seconds",
+            "Unix time the first of the certificates the endpoint's server sent expires.",
+            lv,
+            result.tls_earliest_cert_expiry_s,
+        )
     out = list(fams.all())
     # trigger="on_demand" on every sample: Prometheus scraping both /metrics and /probe for one endpoint
     # keeps two distinct series, and the shipped rules read only the scheduled ones (`trigger=""`).

@@ -14,10 +14,12 @@ from tokwatch.figures.tokens import token_counter
 from tokwatch.probes.prompts import PromptSizer, RecentStarts
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.workloads import SEED000, Workload
+from tokwatch.transport.cert_expiry import cert_expiry
 
 if TYPE_CHECKING:
     from tokwatch.settings.config import EndpointSettings, ProbeSettings
     from tokwatch.transport.http import HttpClient
+    from tokwatch.transport.http_route import RouteSource
     from tokwatch.transport.measurement import StallMonitor, StampLateness
 
 
@@ -98,6 +100,9 @@ class ProbeContext:
     # The first words of the endpoint's latest prompts, which a fresh prompt does not start with (None: this
     # run's own, covering its warm-up).
     starts: RecentStarts | None = None
+    # The endpoint's proxy and TLS settings (tokwatch.settings.reach; None: straight, the system's trust
+    # store).
+    reach: RouteSource | None = None
 
     @property
     def timeout(self) -> float:
@@ -140,6 +145,11 @@ async def run_probe(probe: Probe, ctx: ProbeContext) -> RunResult:
     t0 = time.perf_counter()
     result = await probe.run_once(ctx, timed=True)
     result.duration_s = time.perf_counter() - t0
+    if result.peer_chain:  # now that the run is over: parsing certificates never delays a stamp
+        expiry = cert_expiry(result.peer_chain)
+        if expiry is not None:
+            result.tls_cert_expiry_s, result.tls_earliest_cert_expiry_s = expiry.leaf_s, expiry.earliest_s
+        result.peer_chain = ()
     result.instance = ctx.instance
     result.workload, result.site = ctx.workload.name, ctx.site
     ctx.log(

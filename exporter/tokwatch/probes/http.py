@@ -303,6 +303,7 @@ class HttpProbe(Probe):
                 headers=self.headers(ctx.api_key) if ctx.headers is None else ctx.headers,
                 timeout=ctx.timeout,
                 max_bytes=ctx.settings.max_response_bytes,
+                reach=ctx.reach,
             ) as resp:
                 sent_at = resp.sent_at
                 watched = resp.watched
@@ -511,11 +512,17 @@ def _network_phases(result: RunResult, resp: StreamResponse, round_started: floa
     result.connection_reused = resp.reused
     result.phase_processing_s = resp.processing_s
     setup = resp.connection
-    if setup is not None and setup.ready_at >= round_started:
+    if setup is None:
+        return
+    result.proxied = setup.proxied
+    result.peer_chain = setup.peer_chain  # parsed after the run (tokwatch.probes.base.run_probe)
+    if setup.ready_at >= round_started:
         result.phase_resolve_s = setup.resolve_s
         result.phase_connect_s = setup.connect_s
         result.phase_tls_s = setup.tls_s
         result.network_rtt_s = setup.rtt_s
+        if setup.proxied:
+            result.phase_proxy_connect_s = setup.proxy_connect_s
 
 
 def _text_bytes(col: StreamCollector) -> int:

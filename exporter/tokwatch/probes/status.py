@@ -76,7 +76,7 @@ def classify_exception(exc: BaseException) -> Classification:
             return Classification(
                 Status.TIMEOUT, "connect_timeout" if exc.phase == "connect" else "read_timeout", msg
             )
-        if exc.kind in ("connect", "dns", "tls"):
+        if exc.kind in ("connect", "dns", "tls", "proxy"):
             return Classification(Status.UNREACHABLE, exc.kind, msg)
         if exc.kind == "too_large":
             return Classification(Status.PROVIDER_ERROR, "too_large", msg)

@@ -35,6 +35,7 @@ from tokwatch.probes.prompts import PromptSizer, RecentStarts
 from tokwatch.service.runner import ProbeOutcome, ProbeRunner
 from tokwatch.settings.config import Config, ConfigError, EndpointSettings
 from tokwatch.settings.keys import Keys
+from tokwatch.settings.reach import Reach, warn_insecure
 from tokwatch.settings.workloads import Workload
 from tokwatch.storage.writer import RunWriter
 from tokwatch.transport.http import HttpClient
@@ -78,6 +79,8 @@ class ProbeService:
         self._sizers = prompt_sizers(config)
         # Each endpoint's latest prompt starts, which a fresh prompt avoids (no prefix shared by chance).
         self._starts: dict[str, RecentStarts] = {}
+        # Each endpoint's proxy and TLS settings, rebuilt at every (re)load: files and environment re-read.
+        self._reaches: dict[str, Reach] = {}
 
     def check(self, config: Config) -> None:
         """Raise ConfigError naming every enabled endpoint whose tokenizer.json cannot be loaded."""
@@ -87,8 +90,11 @@ class ProbeService:
         """Apply a (re)loaded config and its keys (`check`ed first: a tokenizer that cannot load raises
         ConfigError and nothing is applied); runs already in flight finish with the old ones."""
         sizers = prompt_sizers(config, self._sizers)
+        reaches = {ep.name: Reach(ep.name, ep) for ep in config.endpoints}  # `keys` built them once already
+        warn_insecure({ep.name: ep for ep in config.enabled_endpoints})
         self._config, self._keys = config, keys
         self._sizers = sizers
+        self._reaches = reaches
         self._starts = {name: st for name, st in self._starts.items() if config.endpoint(name) is not None}
 
     def target(self, name: str, workload: str | None = None) -> tuple[EndpointSettings, Workload]:
@@ -194,6 +200,7 @@ class ProbeService:
             site=self._config.site_name,
             prompts=self._sizers.get((name, w.name)),
             starts=self._starts.setdefault(name, RecentStarts()),
+            reach=self._reaches.get(name),
         )
 
     def record(self, result: RunResult) -> None:

@@ -29,6 +29,14 @@ from tokwatch.settings.access import (
     text_fields,
 )
 from tokwatch.settings.kinds import Kind
+from tokwatch.settings.reach import (
+    NoProxy,
+    ProxyPasswordFile,
+    ProxyUrl,
+    TlsConfig,
+    check_proxy_fields,
+    inherit_reach,
+)
 from tokwatch.settings.setting_values import (
     check_http_url,
     duration_fields,
@@ -114,6 +122,17 @@ class ProbeSettings(StrictModel):
     # Cached prompt tokens a fresh prompt may get from the chat template's own preamble (its default system
     # prompt, which every request shares); a run with more is `cache_assisted`. Endpoints may override.
     cache_preamble_tokens: int = Field(64, ge=0)
+    # Every endpoint's TLS and proxy settings unless it sets its own (tokwatch.settings.reach.inherit_reach).
+    tls_config: TlsConfig | None = None
+    proxy_url: ProxyUrl | None = None
+    proxy_password_file: ProxyPasswordFile | None = None
+    proxy_from_environment: bool | None = None
+    no_proxy: NoProxy | None = None
+
+    @model_validator(mode="after")
+    def _proxy(self) -> ProbeSettings:
+        check_proxy_fields(self)
+        return self
 
     @field_validator("disturbance_threshold", mode="before")
     @classmethod
@@ -243,6 +262,12 @@ class EndpointSettings(StrictModel):
     query: dict[str, str] = Field(default_factory=dict)
     auth: AuthSettings | None = None
     path: str | None = None
+    # How it is reached (tokwatch.settings.reach, blackbox_exporter's names); unset: probe's.
+    tls_config: TlsConfig | None = None
+    proxy_url: ProxyUrl | None = None
+    proxy_password_file: ProxyPasswordFile | None = None
+    proxy_from_environment: bool | None = None
+    no_proxy: NoProxy | None = None
     _durations = positive_duration_fields("timeout", "scrape_interval")
     _headers = headers_fields("headers")
     _texts = text_fields("headers", "query")
@@ -291,6 +316,7 @@ class EndpointSettings(StrictModel):
                 f"set only one of api_key, api_key_env and api_key_file (got {', '.join(given)})"
             )
         check_endpoint_reach(self.headers, self.secret_headers, self.auth, given)
+        check_proxy_fields(self)
         return self
 
     @property
@@ -367,6 +393,11 @@ class Config(StrictModel):
             for w in self.workloads_for(ep):
                 _check_fits(i, ep, w, self.probe_for(ep).max_tokens)
         return self
+
+    @model_validator(mode="after")
+    def _reach_defaults(self) -> Config:
+        endpoints = tuple(inherit_reach(self.probe, ep) for ep in self.endpoints)
+        return self if endpoints == self.endpoints else self.model_copy(update={"endpoints": endpoints})
 
     @field_validator("site")
     @classmethod

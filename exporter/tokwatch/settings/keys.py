@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 from tokwatch.probes import probe_class
 from tokwatch.settings.access import (
@@ -15,6 +14,8 @@ from tokwatch.settings.access import (
     secret_header_names,
 )
 from tokwatch.settings.config import Config, ConfigError, EndpointSettings
+from tokwatch.settings.file_version import file_version
+from tokwatch.settings.reach import reach_secrets
 from tokwatch.settings.redact import Redactor
 
 log = logging.getLogger("tokwatch")
@@ -27,7 +28,9 @@ class Keys:
 
     A file the credentials come from (`api_key_file`, `auth.password_file`, a header's `value_file`) is
     re-read when it changes (a rotated secret needs no restart or reload); while a rotation leaves it
-    unreadable, the last value read is used. Every secret ever read stays in the redactor.
+    unreadable, the last value read is used. Every secret ever read stays in the redactor, and so do the
+    endpoints' proxy credentials (tokwatch.settings.reach: read here, so an unreadable `proxy_password_file`
+    or a broken environment proxy is a config error too).
     """
 
     def __init__(self, config: Config) -> None:
@@ -40,9 +43,10 @@ class Keys:
             self._endpoints[ep.name] = ep
             files = followed_files(ep)
             if files:
-                self._files[ep.name] = {path: _file_version(path) for path in files}
+                self._files[ep.name] = {path: file_version(path) for path in files}
             try:
                 self._creds[ep.name] = resolve_credentials(ep)
+                secrets.extend(reach_secrets(ep.name, ep))
             except ConfigError as exc:
                 if ep.enabled:
                     problems.append(str(exc))
@@ -72,7 +76,7 @@ class Keys:
 
     def _refresh(self, name: str) -> None:
         ep, seen = self._endpoints[name], self._files[name]
-        now = {path: _file_version(path) for path in seen}
+        now = {path: file_version(path) for path in seen}
         if now == seen:
             return
         gone = [path for path, version in now.items() if version is None]
@@ -121,11 +125,3 @@ def endpoint_secrets(ep: EndpointSettings) -> list[str]:
     """Every secret an endpoint's requests carry now (key, password, secret header and query values)."""
     return [*resolve_credentials(ep).secrets(), *query_secrets(ep.query)]
 
-
-def _file_version(path: str) -> FileVersion:
-    """What changes when a file is replaced or rewritten (inode, size, mtime), None when it is missing."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import random
+import ssl
 from collections.abc import AsyncGenerator
 from contextlib import aclosing, suppress
 
@@ -229,14 +230,17 @@ async def _drain(events: AsyncGenerator[Chunk | Ping, None]) -> None:
 # --- serving --------------------------------------------------------------------------------------------
 
 
-async def start_runner(config: SimConfig, host: str, port: int) -> tuple[web.AppRunner, web.Application, int]:
-    """Start the app on host:port; returns the runner, the app and the bound port."""
+async def start_runner(
+    config: SimConfig, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, web.Application, int]:
+    """Start the app on host:port (over TLS with `ssl_context`); returns the runner, the app and the bound
+    port."""
     app = build_app(config)
     runner = web.AppRunner(
         app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
         await site.start()
     except BaseException:

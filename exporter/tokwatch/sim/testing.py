@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -52,10 +53,11 @@ class RunningSim:
 
 
 @asynccontextmanager
-async def run_sim(config: SimConfig) -> AsyncIterator[RunningSim]:
-    """Start the simulator on 127.0.0.1 with an ephemeral port; stopped (handlers cancelled) on exit."""
-    runner, app, port = await start_runner(config, "127.0.0.1", 0)
+async def run_sim(config: SimConfig, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[RunningSim]:
+    """Start the simulator on 127.0.0.1 with an ephemeral port (HTTPS with `ssl_context`); stopped (handlers
+    cancelled) on exit."""
+    runner, app, port = await start_runner(config, "127.0.0.1", 0, ssl_context)
     try:
-        yield RunningSim(f"http://127.0.0.1:{port}", app)
+        yield RunningSim(f"{'https' if ssl_context is not None else 'http'}://127.0.0.1:{port}", app)
     finally:
         await runner.cleanup()

@@ -75,6 +75,7 @@ class RunRow:
     phase_processing_s: float | None = None
     network_rtt_s: float | None = None
     connection_reused: bool | None = None
+    phase_proxy_connect_s: float | None = None  # through a proxy: its tunnel's set-up
 
     @classmethod
     def from_result(
@@ -134,6 +135,7 @@ class RunRow:
             phase_resolve_s=result.phase_resolve_s,
             phase_connect_s=result.phase_connect_s,
             phase_tls_s=result.phase_tls_s,
+            phase_proxy_connect_s=result.phase_proxy_connect_s,
             phase_processing_s=result.phase_processing_s,
             network_rtt_s=result.network_rtt_s,
             connection_reused=result.connection_reused,

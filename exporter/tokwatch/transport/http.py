@@ -9,8 +9,11 @@ watcher,
 split at the times the kernel signalled each arrival (`tokwatch.transport.rxwatch`). The time from calling
 the client to
 the send stamp (pool wait, connection set-up, serialisation, a full socket) is reported as the send delay.
-Every new connection records how long its DNS lookup, TCP connect and TLS handshake took (`ConnectionSetup`),
-and every response when the read that brought its headers ran. Every request has a total deadline and a cap on
+Every new connection records how long its DNS lookup, TCP connect, proxy tunnel and TLS handshake took
+(`ConnectionSetup`), and every response when the read that brought its headers ran. A request may name its
+endpoint's reach settings (`tokwatch.transport.http_route.RouteSource`): its proxy and TLS settings;
+connections are
+pooled per origin and route. Every request has a total deadline and a cap on
 the body size. Transport failures are raised as `TransportError` with a bounded `kind`;
 `tokwatch.probes.status`
 turns them into run statuses. Bodies are asked for uncoded (`Accept-Encoding: identity`: a compressing server
@@ -30,11 +33,13 @@ import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, cast
 
 from tokwatch.transport import rxwatch
-from tokwatch.transport.http_connect import ConnectionSetup, TimedProtocol, open_connection
+from tokwatch.transport.http_connect import ConnectionSetup, ProxyError, TimedProtocol, open_connection
+from tokwatch.transport.http_route import DIRECT, Route, RouteSource
 from tokwatch.transport.http_wire import (
     MAX_HEAD_BYTES,
     Body,
@@ -55,7 +60,7 @@ from tokwatch.transport.rxwatch import ReceiveWatcher
 
 __all__ = ["ConnectionSetup", "HttpClient", "HttpStatusError", "StreamResponse", "TransportError"]
 
-TransportKind = Literal["connect", "dns", "tls", "timeout", "reset", "too_large", "protocol"]
+TransportKind = Literal["connect", "dns", "tls", "proxy", "timeout", "reset", "too_large", "protocol"]
 Phase = Literal["connect", "response", "body"]
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
@@ -68,6 +73,7 @@ FLUSH_S = 0.05
 HIGH_WATER_BYTES = 256 * 1024
 IDLE_TIMEOUT_S = 15.0  # a kept-alive connection unused this long is closed instead of reused
 _CLOSE_WAIT_S = 0.25  # close(): how long to let closing connections finish (a TLS close_notify)
+PoolKey = tuple[tuple[str, str, int], Route]  # origin and route: which requests a connection may carry
 
 
 class TransportError(Exception):
@@ -101,6 +107,8 @@ def _connect_error(exc: BaseException) -> TransportError:
     text = str(exc) or type(exc).__name__
     if isinstance(exc, socket.gaierror):
         return TransportError("dns", "connect", f"DNS lookup failed: {text}")
+    if isinstance(exc, ProxyError):
+        return TransportError("proxy", "connect", text)
     if isinstance(exc, ssl.SSLError | ssl.CertificateError):
         return TransportError("tls", "connect", f"TLS handshake failed: {text}")
     return TransportError("connect", "connect", f"cannot connect: {text}")
@@ -179,9 +187,10 @@ class _Exchange:
 class _Connection(TimedProtocol):
     """One HTTP/1.1 connection: stamps every read, frames it, and hands the body pieces to the exchange."""
 
-    def __init__(self, pool: _Pool, origin: tuple[str, str, int], watcher: ReceiveWatcher | None) -> None:
+    def __init__(self, pool: _Pool, key: PoolKey, watcher: ReceiveWatcher | None) -> None:
         self.pool = pool
-        self.origin = origin
+        self.key = key  # origin and route: which requests this connection may carry
+        origin = key[0]
         self.watcher = watcher if origin[0] == "http" else None  # TLS: the socket's bytes are not the body's
         self.made_at: float | None = None
         self.transport: asyncio.Transport | None = None
@@ -362,7 +371,7 @@ class _Pool:
         self._stamps_on = StampsKeptOn() if kernel_stamps else None
         self._watcher = watcher
         self._ssl: ssl.SSLContext | None = ssl_context
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[PoolKey, list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -376,12 +385,13 @@ class _Pool:
     def _room(self) -> bool:
         return not self._limit or len(self._open) + self._opening < self._limit
 
-    async def acquire(self, target: Target, *, fresh: bool) -> tuple[_Connection, bool]:
-        """A connection to the target's origin and whether it was kept alive from an earlier request; `fresh`
-        opens a new one. Waits for room under the limit; raises TransportError when it cannot connect."""
+    async def acquire(self, target: Target, route: Route, *, fresh: bool) -> tuple[_Connection, bool]:
+        """A connection to the target's origin by `route` and whether it was kept alive from an earlier
+        request; `fresh` opens a new one. Waits for room under the limit; raises TransportError when it
+        cannot connect."""
         while True:
             if not fresh:
-                idle = self._idle.get(target.origin)
+                idle = self._idle.get((target.origin, route))
                 now = time.perf_counter()
                 while idle:
                     conn = idle.pop()
@@ -392,7 +402,7 @@ class _Pool:
                         continue
                     return conn, True
             if self._room():
-                return await self._connect(target), False
+                return await self._connect(target, route), False
             if fresh and self._close_one_idle():
                 continue
             waiter = asyncio.get_running_loop().create_future()
@@ -410,19 +420,24 @@ class _Pool:
                 return True
         return False
 
-    async def _connect(self, target: Target) -> _Connection:
+    async def _connect(self, target: Target, route: Route) -> _Connection:
         self._opening += 1
         try:
-            tls = self._tls_context() if target.scheme == "https" else None
+            tls = (route.ssl_context or self._tls_context()) if target.scheme == "https" else None
             conn, setup = await open_connection(
-                lambda: _Connection(self, target.origin, self._watcher),
+                lambda: _Connection(self, (target.origin, route), self._watcher),
                 target.host,
                 target.port,
                 ssl_context=tls,
                 kernel_stamps=self._kernel_stamps,
+                proxy=route.proxy,
+                server_name=route.server_name,
             )
         except (OSError, ssl.CertificateError) as exc:
-            raise _connect_error(exc) from exc
+            error = _connect_error(exc)
+            if route.proxy is not None and error.kind in ("connect", "dns"):  # the proxy's name or port
+                error = TransportError(error.kind, "connect", f"proxy {route.proxy.shown}: {error}")
+            raise error from exc
         finally:
             self._opening -= 1
             self._wake_one()
@@ -435,7 +450,7 @@ class _Pool:
         conn.exchange = None
         if reusable and conn.reusable and not conn.closed and conn in self._open:
             conn.idle_since = time.perf_counter()
-            self._idle.setdefault(conn.origin, []).append(conn)
+            self._idle.setdefault(conn.key, []).append(conn)
         else:
             conn.close()
             self._open.discard(conn)
@@ -444,7 +459,7 @@ class _Pool:
     def lost(self, conn: _Connection) -> None:
         """`conn` closed (either side): forget it."""
         self._open.discard(conn)
-        idle = self._idle.get(conn.origin)
+        idle = self._idle.get(conn.key)
         if idle and conn in idle:
             idle.remove(conn)
         self._wake_one()
@@ -678,7 +693,12 @@ class HttpClient:
         return target
 
     def _request(
-        self, method: str, target: Target, headers: Mapping[str, str] | None, body: bytes | None
+        self,
+        method: str,
+        target: Target,
+        headers: Mapping[str, str] | None,
+        body: bytes | None,
+        route: Route = DIRECT,
     ) -> bytes:
         fields = dict(self._defaults)
         for name, value in (headers or {}).items():
@@ -687,6 +707,13 @@ class HttpClient:
             fields["content-type"] = ("Content-Type", "application/json")
         fields.pop("content-length", None)
         fields.pop("host", None)
+        fields.pop("proxy-authorization", None)
+        if route.proxy is not None and target.scheme == "http":
+            # Plain HTTP through a proxy: the absolute form names the origin (RFC 9112 3.2.2); an HTTPS
+            # origin's requests go inside the tunnel unchanged.
+            target = replace(target, path=f"http://{target.host_header}{target.path}")
+            if route.proxy.authorization is not None:
+                fields["proxy-authorization"] = ("Proxy-Authorization", route.proxy.authorization)
         return encode_request(method, target, dict(fields.values()), body)
 
     async def _send(
@@ -736,8 +763,10 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: float,  # noqa: ASYNC109 - the deadline must also cover the stale-connection re-send
         max_bytes: int = DEFAULT_MAX_BYTES,
+        reach: RouteSource | None = None,
     ) -> AsyncIterator[StreamResponse]:
-        """Send a request and yield the open response; `timeout` bounds everything up to the last byte.
+        """Send a request and yield the open response; `timeout` bounds everything up to the last byte;
+        `reach`: the endpoint's proxy and TLS settings (None: straight, the system's trust store).
 
         A kept-alive connection that turns out dead before any response byte (the server closed it while we
         kept it) is replaced once by a fresh connection; every other failure is raised.
@@ -745,8 +774,9 @@ class HttpClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         target = self._target(url)
+        route = DIRECT if reach is None else reach.route(target.scheme, target.host, target.port)
         body = None if json_body is None else json.dumps(json_body).encode()
-        data = self._request(method, target, headers, body)
+        data = self._request(method, target, headers, body, route)
         if self._pool is None:
             self._pool = _Pool(self._limit, self.watcher, self._ssl_context, kernel_stamps=self.kernel_stamps)
         pool = self._pool
@@ -755,7 +785,7 @@ class HttpClient:
         conn: _Connection | None = None
         try:
             async with asyncio.timeout_at(deadline):
-                conn, reused = await pool.acquire(target, fresh=False)
+                conn, reused = await pool.acquire(target, route, fresh=False)
                 try:
                     ex, sent_at = await self._send(
                         conn, data, head_request=head_request, max_bytes=max_bytes, reused=reused
@@ -764,7 +794,7 @@ class HttpClient:
                     self.stale_resends += 1
                     pool.release(conn, reusable=False)
                     conn = None
-                    conn, reused = await pool.acquire(target, fresh=True)
+                    conn, reused = await pool.acquire(target, route, fresh=True)
                     ex, sent_at = await self._send(
                         conn, data, head_request=head_request, max_bytes=max_bytes, reused=False
                     )
@@ -775,6 +805,12 @@ class HttpClient:
                 phase: Phase = "connect" if conn is None else "response"
                 raise TransportError("timeout", phase, "timed out") from exc
             raise
+        proxy = route.proxy
+        if proxy is not None and target.scheme == "http" and ex.head is not None and ex.head.status == 407:
+            # The proxy's refusal, not the endpoint's answer: unreachable as a refused tunnel is.
+            pool.release(conn, reusable=False)
+            refusal = f"proxy {proxy.shown} refused the request: HTTP 407 {ex.head.reason}"
+            raise TransportError("proxy", "connect", refusal)
         # t = 0 is when the request's last byte went to the socket; the time before it is send delay.
         stream = StreamResponse(
             conn, ex, sent_at, deadline, send_delay_s=max(0.0, sent_at - called_at), reused=reused
@@ -796,9 +832,12 @@ class HttpClient:
         timeout: float,  # noqa: ASYNC109 - passed through to stream()
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: Mapping[str, str] | None = None,
+        reach: RouteSource | None = None,
     ) -> str:
         """GET a text document (e.g. /metrics); raises TransportError or HttpStatusError."""
-        async with self.stream("GET", url, headers=headers, timeout=timeout, max_bytes=max_bytes) as resp:
+        async with self.stream(
+            "GET", url, headers=headers, timeout=timeout, max_bytes=max_bytes, reach=reach
+        ) as resp:
             text = await resp.text()
             if not 200 <= resp.status < 300:
                 raise HttpStatusError(resp.status, text)
