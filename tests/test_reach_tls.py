@@ -28,9 +28,9 @@ from tests.support.pki import (
 from tokwatch.figures.result import RunResult, Status
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.probes.base import ProbeContext, ProbeLog, run_probe
+from tokwatch.probes.keys import Keys
 from tokwatch.probes.openai import OpenAIProbe
 from tokwatch.settings.config import Config, load_config_text
-from tokwatch.settings.keys import Keys
 from tokwatch.settings.reach import Reach, warn_insecure
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.http import HttpClient

@@ -18,12 +18,12 @@ from tokwatch.commands.store_commands import add_commands as storage_commands
 from tokwatch.figures.result import RunResult
 from tokwatch.figures.series import run_name
 from tokwatch.logs.log_throttle import RepeatThrottle
+from tokwatch.probes.keys import Keys
 from tokwatch.service.app import App
 from tokwatch.service.probe_service import prompt_sizers
 from tokwatch.service.shard import Shard, ShardError, parse_shard, shard_from_env
 from tokwatch.settings.argtypes import OneLineErrorParser, listen_address
 from tokwatch.settings.config import DEFAULT_LISTEN, Config, load_config
-from tokwatch.settings.keys import Keys
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.setting_values import parse_listen
 from tokwatch.settings.strict_yaml import ConfigError

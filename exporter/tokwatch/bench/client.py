@@ -44,7 +44,7 @@ class Target:
     metrics_url: str | None = None
     # Merged into every body last (the endpoint's `extra_body`, then --extra-body): its keys win.
     extra_body: Mapping[str, Any] = field(default_factory=dict)
-    # The endpoint's request headers, credential included (tokwatch.settings.keys); None: `api_key` the
+    # The endpoint's request headers, credential included (tokwatch.probes.keys); None: `api_key` the
     # kind's way.
     request_headers: Mapping[str, str] | None = None
     path: str | None = None  # the endpoint's `path` instead of the kind's route

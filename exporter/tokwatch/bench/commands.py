@@ -36,9 +36,9 @@ from tokwatch.bench.run_report import cmd_report
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
 from tokwatch.probes import PROBES
+from tokwatch.probes.keys import endpoint_secrets
 from tokwatch.settings.argtypes import http_url, listen_address
 from tokwatch.settings.config import Config, load_config
-from tokwatch.settings.keys import endpoint_secrets
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.measurement import new_loop
 

@@ -24,8 +24,8 @@ from tokwatch.bench.workload import (
 )
 from tokwatch.figures.tokens import token_counter
 from tokwatch.probes import metrics_url, probe_class
+from tokwatch.probes.keys import endpoint_secrets, resolve_credentials
 from tokwatch.settings.config import load_config
-from tokwatch.settings.keys import endpoint_secrets, resolve_credentials
 from tokwatch.settings.reach import Reach
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.request_options import merge_body

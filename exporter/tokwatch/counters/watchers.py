@@ -31,7 +31,7 @@ class ServerWatchers:
         redactor: Callable[[], Redactor] | None = None,
     ) -> None:
         self._collector = collector
-        # An endpoint's request headers now and the redactor knowing their secrets (tokwatch.settings.keys),
+        # An endpoint's request headers now and the redactor knowing their secrets (tokwatch.probes.keys),
         # for
         # scrapes of its own server.
         self._headers = headers

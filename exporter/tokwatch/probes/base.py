@@ -81,7 +81,7 @@ class ProbeContext:
     http: HttpClient
     api_key: str | None
     log: ProbeLog
-    # The endpoint's request headers, credential included (tokwatch.settings.keys); None: only `api_key`,
+    # The endpoint's request headers, credential included (tokwatch.probes.keys); None: only `api_key`,
     # presented
     # the kind's default way.
     headers: Mapping[str, str] | None = None

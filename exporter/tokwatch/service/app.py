@@ -30,12 +30,12 @@ from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus, Schedul
 from tokwatch.metrics.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.metrics.window import WindowCollector
+from tokwatch.probes.keys import Keys
 from tokwatch.service.probe_service import ProbeService
 from tokwatch.service.runner import ProbeOutcome
 from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler
 from tokwatch.service.shard import FleetDuty, Shard
 from tokwatch.settings.config import Config, load_config, server_key
-from tokwatch.settings.keys import Keys
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage import RunStore, RunWriter, StorageCollector, WindowCache, make_writer, open_store
 from tokwatch.storage.factory import resolve_dsn

@@ -31,10 +31,10 @@ from tokwatch.probes.base import (
     prompt_sizer,
     run_probe,
 )
+from tokwatch.probes.keys import Keys
 from tokwatch.probes.prompts import PromptSizer, RecentStarts
 from tokwatch.service.runner import ProbeOutcome, ProbeRunner
 from tokwatch.settings.config import Config, ConfigError, EndpointSettings
-from tokwatch.settings.keys import Keys
 from tokwatch.settings.reach import Reach, warn_insecure
 from tokwatch.settings.workloads import Workload
 from tokwatch.storage.writer import RunWriter
