@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Literal, cast
 
-from tokwatch import rxwatch
+from tokwatch import __version__, rxwatch
 from tokwatch.http_connect import ConnectionSetup, TimedProtocol, open_connection
 from tokwatch.http_wire import (
     MAX_HEAD_BYTES,
@@ -614,6 +614,9 @@ class StreamResponse:
         return (await self.read()).decode("utf-8", errors="replace")
 
 
+USER_AGENT = f"tokwatch/{__version__}"  # what a provider's logs name the prober by, with its version
+
+
 class HttpClient:
     """A pool of HTTP/1.1 connections; create and close it inside a running event loop (`async with`)."""
 
@@ -621,7 +624,7 @@ class HttpClient:
         self,
         *,
         limit: int = 100,
-        user_agent: str = "tokwatch",
+        user_agent: str = USER_AGENT,
         watch_receives: bool = False,
         kernel_stamps: bool = True,
         ssl_context: ssl.SSLContext | None = None,
