@@ -21,6 +21,7 @@ from tokwatch.storage.report import RENDERERS, build_report
 from tokwatch.strict_yaml import ConfigError
 from tokwatch.window import window_label, window_lengths
 from tokwatch.window_rule import WindowRule
+from tokwatch.wording import counted
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -121,7 +122,7 @@ def cmd_db_status(args: argparse.Namespace) -> int:
                 print(f"partitions: {len(parts)} ({parts[0]} .. {parts[-1]})" if parts else "partitions: 0")
         path = outbox_path(config.storage)
         if path.exists():
-            print(f"outbox:   {path}: {Outbox(path).pending} runs waiting")
+            print(f"outbox:   {path}: {counted(Outbox(path).pending, 'run')} waiting")
         else:
             print(f"outbox:   {path}: empty")
         return EXIT_OK if not st.pending and not st.too_new else EXIT_FAIL

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.rows import RunRow
+from tokwatch.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,9 @@ class Outbox:
                 items.append(item)
         if lost and count_losses:
             self.lost_records += lost
-            log.warning("outbox %s: %d torn or unreadable record(s) skipped: runs lost", self.path, lost)
+            log.warning(
+                "outbox %s: %s skipped: runs lost", self.path, counted(lost, "torn or unreadable record")
+            )
         return items
 
     def append(self, items: list[Pending]) -> None:
