@@ -382,6 +382,8 @@ def test_kubernetes_stack_is_wired_and_hardened() -> None:
     (config_map,) = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"] == "tokwatch"]  # type: ignore[index]
     cfg = load_config_text(config_map["data"]["tokwatch.yml"], "ConfigMap tokwatch")  # type: ignore[index]
     assert cfg.listen == "0.0.0.0:9477" and str(cfg.storage.sqlite_path).startswith("/var/lib/tokwatch/")
+    # the example endpoint ships disabled, as compose's: an unedited install probes nothing, pages nobody
+    assert cfg.endpoints and cfg.enabled_endpoints == ()
     (sts,) = by_kind["StatefulSet"]
     spec = sts["spec"]  # type: ignore[index]
     pod = spec["template"]["spec"]  # type: ignore[index]
