@@ -102,7 +102,7 @@ async def test_page_shows_a_tile_per_endpoint_with_status_and_figures(
     dom = Dom(text)
     tiles = {a["data-endpoint"]: a["data-status"] for a in dom.having("article", "data-endpoint")}
     assert tiles == {"good": "ok", "failing": "provider_error", "idle": "none"}
-    bands = [a["data-band"] for a in dom.having("div", "data-band")]
+    bands = [a["data-band"] for a in dom.having("td", "data-band")]
     assert len(bands) == 3 and bands[0] in ("tight", "typical", "jittery") and bands[1:] == ["none", "none"]
     assert "no ok run yet" in text and "PROVIDER ERROR" in text
     assert re.search(r'<span class="tps">[\d.]+</span> tok/s', text)

@@ -117,11 +117,12 @@ async def test_every_status_has_its_pill_label_and_colour(store: SQLiteStore) ->
     for status, (label, colour) in PILLS.items():
         tile = found[f"ep-{status}"]
         pills = re.findall(r'<span class="pill ([^"]+)" data-status="([^"]+)">([^<]+)</span>', tile)
-        assert pills == [(f"st-{status}", status, label)], tile
+        assert pills == [(f"st-{status}", status, label)] * 2, tile  # the tile's and its one row's
         assert family(colour_of(f"st-{status}")) == colour, status
         assert colour_of("pill", "color") == "#fff"  # white text on every pill
         assert 'class="headline"' in tile  # never blank: the earlier ok run stays in the headline
     assert re.findall(r'<span class="pill (st-none)" data-status="none">(NO RUNS)</span>', found["ep-new"])
+    assert colour_of("pill", "color") == "#fff"
     assert family(colour_of("st-none")) == "grey"
     # every status the page can label has a colour of its own in the stylesheet
     _, rules = _css()
@@ -162,11 +163,11 @@ async def test_cv_bands_follow_the_thresholds_with_their_colours(store: SQLiteSt
         sd = statistics.stdev(values)
         cv = sd / statistics.mean(values)
         assert band_by_the_spec(cv) == expected_bands[name], (name, cv)  # the fixture spans the bands
-        (cell,) = re.findall(r'<div class="cv band-(\w+)" data-band="(\w+)">(.*?)</div>', found[name])
+        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)">(.*?)</td>', found[name])
         assert cell[0] == cell[1] == expected_bands[name], (name, cv, cell)
         assert f"{cv * 100:.1f} %" in cell[2] and f"±{sd:.1f} tok/s" in cell[2], (name, cell)
     for name in ("one-run", "never-ok"):  # no CV below two ok runs: neutral, and said why
-        (cell,) = re.findall(r'<div class="cv band-(\w+)" data-band="(\w+)">(.*?)</div>', found[name])
+        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)">(.*?)</td>', found[name])
         assert cell[:2] == ("none", "none") and "2+ ok runs" in cell[2]
     assert "no ok run yet" in found["never-ok"] and "no ok run yet" not in found["one-run"]
     colours = {band: family(colour_of(f"band-{band}")) for band in ("tight", "typical", "jittery")}

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tokwatch.config import Config, EndpointSettings
+from tokwatch.network_time import NetworkTime, network_time
 from tokwatch.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.stats import median
 from tokwatch.storage.base import LastRun, RunPoint, Store
@@ -114,6 +115,31 @@ class EndpointPage:
     series: Sequence[SeriesKey] = ()
     # Every series of the endpoint: its figures over each configured window, shortest first.
     windows: Mapping[SeriesKey, Sequence[WindowFigures]] = field(default_factory=dict)
+    # The shown series' network vs server time over its last 24 h of counted runs (None without one).
+    network: NetworkTime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One endpoint in a workload's comparison: its figures over the comparison window by site."""
+
+    endpoint: EndpointSettings
+    by_site: Mapping[str, WindowFigures]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Who is fastest for this model: one workload's endpoints side by side over FLEET_WINDOW_S (sites as
+    columns), and every workload's figures of the same endpoints for the TTFT-by-prompt-size chart."""
+
+    generated_at: float
+    workload: str
+    workloads: Sequence[str]  # every workload of the fleet, in config order
+    sites: Sequence[str]  # the exporter's own first, then the others with stored runs
+    window: str
+    rows: Sequence[ComparisonRow]  # endpoints that run the workload, config order
+    every_workload: Mapping[SeriesKey, WindowFigures]
+    input_tokens: Mapping[str, int | None]  # workload -> its prompt size (None: seed000's configured prompt)
 
 
 def series_of(config: Config, seen: Sequence[SeriesKey] = ()) -> list[SeriesKey]:
@@ -209,8 +235,11 @@ async def build_endpoint_page(
     oldest_first = list(reversed(history.get(key, [])))
     series = [k for k in series_of(config, list(last)) if k.endpoint == endpoint.name]
     windows = {
-        k: figs for k in series if (figs := [f[k] for f in per_window if k in f])  # windows with runs
+        k: figs
+        for k in series
+        if (figs := [f[k] for f in per_window if k in f])  # windows with runs
     }
+    day_runs = [r for r in oldest_first if r.time >= now - WINDOW_S]
     return EndpointPage(
         now,
         endpoint,
@@ -221,6 +250,55 @@ async def build_endpoint_page(
         site,
         series,
         windows,
+        network_time(day_runs),
+    )
+
+
+def fleet_workloads(config: Config) -> list[str]:
+    """Every workload some endpoint runs, in config order."""
+    seen: dict[str, None] = {}
+    for ep in config.endpoints:
+        for w in config.workloads_for(ep):
+            seen.setdefault(w.name)
+    return list(seen)
+
+
+async def build_comparison(
+    store: Store, config: Config, workload: str, now: float | None = None
+) -> Comparison:
+    """One workload's endpoints over the fleet window from every site, and every workload's figures."""
+    now = time.time() if now is None else now
+    rule = WindowRule.of(config.schedule.window_includes)
+    names = [e.name for e in config.endpoints]
+    week, last = await asyncio.gather(
+        window_figures(store, now, rule=rule, window_s=FLEET_WINDOW_S, endpoints=names),
+        store.last_runs(0.0),
+    )
+    keys = series_of(config, list(last))
+    others = sorted({k.site for k in keys} - {config.site_name})
+    sites = [config.site_name, *others]
+    rows = [
+        ComparisonRow(
+            ep,
+            {k.site: week[k] for k in keys if k.endpoint == ep.name and k.workload == workload and k in week},
+        )
+        for ep in config.endpoints
+        if config.workload_for(ep, workload) is not None
+    ]
+    sizes: dict[str, int | None] = {}
+    for ep in config.endpoints:
+        for w in config.workloads_for(ep):
+            sizes.setdefault(w.name, w.input_tokens)
+    wanted = set(keys)
+    return Comparison(
+        now,
+        workload,
+        fleet_workloads(config),
+        sites,
+        window_label(FLEET_WINDOW_S),
+        rows,
+        {k: f for k, f in week.items() if k in wanted},
+        sizes,
     )
 
 
