@@ -20,13 +20,14 @@ from typing import Any
 from urllib.parse import quote
 
 from tokwatch.config import Config, EndpointSettings
+from tokwatch.network_time import network_time
 from tokwatch.redact import redact
 from tokwatch.series import SeriesKey
 from tokwatch.status_api_schema import SCHEMA_VERSION
 from tokwatch.statuspage.model import series_of
 from tokwatch.storage.base import LastRun, Store
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.window import window_figures
+from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.window import WindowFigures, window_label, window_lengths
 from tokwatch.window_percentiles import MIN_SAMPLES, Percentiles, percentile_label
 from tokwatch.window_rule import WindowRule
@@ -90,7 +91,18 @@ class StatusApi:
         got = await self._series()
         if isinstance(got, ApiAnswer):
             return got
-        series = [s for s in got.series if s["endpoint"] == ep.name]
+        store = self._store()
+        if store is None:  # switched off by a reload since
+            return _error(503, "storage is off (storage.enabled: false): the status API reads the store")
+        try:
+            network = await network_of(store, got.config, ep.name, got.at)
+        except StorageError as exc:
+            return _error(503, f"store unavailable ({redact(str(exc))})")
+        series = [
+            {**s, "network": network.get(SeriesKey(s["endpoint"], s["workload"], s["site"]))}
+            for s in got.series
+            if s["endpoint"] == ep.name
+        ]
         return ApiAnswer(200, {**self._head("endpoint", got), "endpoint": ep.name, "series": series})
 
     @staticmethod
@@ -123,6 +135,16 @@ class StatusApi:
                 return _error(503, f"store unavailable ({message})")
             self._computed = _Computed(now, config, series)
             return self._computed
+
+
+async def network_of(
+    store: Store, config: Config, endpoint: str, now: float
+) -> dict[SeriesKey, dict[str, Any]]:
+    """Each series of the endpoint: network vs server time over its runs of the last 24 h that the window
+    rule counts (tokwatch.network_time), as JSON; a series without an ok run with a TTFT is absent."""
+    rule = WindowRule.of(config.schedule.window_includes)
+    runs = await store.recent_runs(now - WINDOW_S, None, endpoint=endpoint, rule=rule)
+    return {key: split.as_dict() for key, rs in runs.items() if (split := network_time(rs)) is not None}
 
 
 def api_windows(config: Config) -> tuple[float, ...]:
