@@ -172,11 +172,13 @@ def _from_metrics(text: str) -> dict[str, Figures | None]:
 
 
 _TILE = re.compile(r'<article class="tile" data-endpoint="([^"]+)".*?</article>', re.S)
-_MEDIAN = re.compile(r'<div class="median"><dt>24 h median</dt><dd>(?:([\d.]+)<small> tok/s</small>|—)</dd>')
-_CV = re.compile(r"<dt>CV \(stddev\)</dt><dd>(?:[\d.]+ %<small> ±([\d.]+) tok/s</small>|—)")
+# The tile's row (one series per endpoint here): decode p50 (the median), CV with the stddev, uptime.
+_MEDIAN = re.compile(r'<td class="num decode">(?:<div class="pct" data-p50="([\d.]+)"|—)')
+_CV = re.compile(r'<td class="num cv band-\w+" data-band="\w+">(?:[\d.]+ %<small> ±([\d.]+) tok/s</small>|—)')
 _SET_ASIDE = re.compile(r'<p class="set-aside[^"]*" title="[^"]*" data-runs="(\d+)" data-tps="(\d+)">')
 _UPTIME = re.compile(
-    r'<dt>24 h uptime</dt><dd>(?:([\d.]+) %<small class="muted"> (\d+)/(\d+)</small>|—)</dd>'
+    r'<td class="num uptime ub-\w+" data-uptime-band="\w+">'
+    r'(?:([\d.]+) %<small class="muted"> (\d+)/(\d+)</small>|—)</td>'
 )
 
 
