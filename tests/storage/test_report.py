@@ -64,7 +64,7 @@ async def test_report_shows_network_vs_server_time_and_no_column_twice(tmp_path:
     (a,) = week.endpoints
     assert a.network_24h is not None and (a.network_24h.runs, a.network_24h.measured) == (4, 2)
     assert a.network_24h.server_s == 0.48 and a.network_24h.network_rtt_s == 0.02
-    head, rule, line = render_table(week).splitlines()[:3]
+    head, _, line = render_table(week).splitlines()[:3]
     assert "network ms 24h" in head and "server ms 24h" in head
     assert "20.0 (dns 4.0, tls 30.0)" in line and "480.0" in line
     # the --since window's median and uptime are a row of the percentile table (7d) or the 24 h columns
