@@ -30,17 +30,11 @@ class NetworkTime:
     tls_s: float | None
     processing_s: float | None
     network_rtt_s: float | None
-    ttft_s: float | None
+    ttft_s: float | None  # over every run counted (as the TTFT p50)
     server_s: float | None  # median of TTFT - round trip over the measured runs
+    measured_ttft_s: float | None = None  # median TTFT of the measured runs: about network_rtt_s + server_s
 
-    @property
-    def network_share(self) -> float | None:
-        """The round trip's share of TTFT over the measured runs (their median round trip / the median of
-        their TTFT), None without a measured run."""
-        if self.network_rtt_s is None or self.server_s is None:
-            return None
-        total = self.network_rtt_s + self.server_s
-        return self.network_rtt_s / total if total > 0 else None
+    network_share: float | None = None  # median of round trip / TTFT over the measured runs
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (seconds, counts, the share as a ratio)."""
@@ -54,6 +48,7 @@ class NetworkTime:
             "network_rtt_seconds": self.network_rtt_s,
             "ttft_seconds": self.ttft_s,
             "server_seconds": self.server_s,
+            "measured_ttft_seconds": self.measured_ttft_s,
             "network_share": self.network_share,
         }
 
@@ -79,4 +74,6 @@ def network_time(runs: Iterable[RunPoint]) -> NetworkTime | None:
         network_rtt_s=_median(r.network_rtt_s for r in measured),
         ttft_s=_median(r.ttft_s for r in timed),
         server_s=_median(r.server_s for r in measured),
+        measured_ttft_s=_median(r.ttft_s for r in measured),
+        network_share=_median(min(1.0, (r.network_rtt_s or 0.0) / r.ttft_s) for r in measured if r.ttft_s),
     )

@@ -163,12 +163,14 @@ async def test_cv_bands_follow_the_thresholds_with_their_colours(store: SQLiteSt
         sd = statistics.stdev(values)
         cv = sd / statistics.mean(values)
         assert band_by_the_spec(cv) == expected_bands[name], (name, cv)  # the fixture spans the bands
-        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)">(.*?)</td>', found[name])
+        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)"[^>]*>(.*?)</td>', found[name])
         assert cell[0] == cell[1] == expected_bands[name], (name, cv, cell)
-        assert f"{cv * 100:.1f} %" in cell[2] and f"±{sd:.1f} tok/s" in cell[2], (name, cell)
+        assert cell[2] == f"{cv * 100:.1f} %", (name, cell)
+        assert f'data-stddev="{sd:.3f}" title="stddev ±{sd:.1f} tok/s">{cell[2]}</td>' in found[name]
     for name in ("one-run", "never-ok"):  # no CV below two ok runs: neutral, and said why
-        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)">(.*?)</td>', found[name])
-        assert cell[:2] == ("none", "none") and "2+ ok runs" in cell[2]
+        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)"[^>]*>(.*?)</td>', found[name])
+        assert cell[:2] == ("none", "none") and cell[2] == "—"
+        assert 'data-band="none" title="from 2 ok runs">' in found[name]
     assert "no ok run yet" in found["never-ok"] and "no ok run yet" not in found["one-run"]
     colours = {band: family(colour_of(f"band-{band}")) for band in ("tight", "typical", "jittery")}
     assert colours == {"tight": "green", "typical": "amber", "jittery": "red"}
@@ -226,14 +228,15 @@ async def test_tile_shows_the_p50_with_the_p90_as_a_whisker_from_its_minimum(sto
     rows.append(_row("never-ok", NOW - 60, status="timeout"))
     found = tiles(await _page(store, config, rows))
     values = sorted(_levels(10.0))
-    pct = re.compile(r'<div class="pct" data-p50="([\d.]+)" data-p90="([\d.]*)">(.*?)</div>')
+    pct = re.compile(r'<div class="pct" data-p50="([\d.]+)" data-p90="([\d.]*)" data-n="(\d+)">(.*?)</div>')
     (many,) = pct.findall(found["many"])
     assert float(many[0]) == pytest.approx(statistics.median(values))
     assert float(many[1]) == pytest.approx(110.0)  # linear p90 of 12 x 90 and 12 x 110
-    assert "n=24" in many[2] and '<svg class="whisker"' in many[2] and 'class="wh"' in many[2]
+    assert many[2] == "24" and "<small> · 110.0</small>" in many[3]
+    assert '<svg class="whisker"' in many[3] and 'class="wh"' in many[3]
     (few,) = pct.findall(found["few"])
     assert float(few[0]) == pytest.approx(81.0) and few[1] == ""  # 3 runs: no p90, and why
-    assert "p90 from 10 runs (n=3)" in few[2] and 'class="wh"' not in few[2]
+    assert 'title="p90 from 10 runs"> (n=3)' in few[3] and 'class="wh"' not in few[3]
     assert 'class="pct"' not in found["never-ok"]
 
 

@@ -153,19 +153,25 @@ def uptime_band(uptime: float | None) -> str | None:
 def _uptime_cell(day: WindowFigures | None, tag: str = "td") -> str:
     band = uptime_band(day.uptime if day else None) or "none"
     if day is None or day.uptime is None:
-        text = "—"
+        text, runs = "—", ""
     else:
-        text = f'{day.uptime * 100:.1f} %<small class="muted"> {day.ok_runs}/{day.runs}</small>'
-    return f'<{tag} class="num uptime ub-{band}" data-uptime-band="{band}">{text}</{tag}>'
+        text = f"{day.uptime * 100:.1f} %"
+        runs = (
+            f' title="{day.ok_runs} of {counted(day.runs, "run")} ok" data-ok="{day.ok_runs}" '
+            f'data-runs="{day.runs}"'
+        )
+    return f'<{tag} class="num uptime ub-{band}" data-uptime-band="{band}"{runs}>{text}</{tag}>'
 
 
 def _cv_cell(day: WindowFigures | None) -> str:
     band = (cv_band(day.cv) if day else None) or "none"
     if day is None or day.cv is None:
-        text = '—<small class="muted"> (2+ ok runs)</small>'
-    else:
-        text = f"{day.cv * 100:.1f} %<small> ±{day.stddev or 0.0:.1f} tok/s</small>"
-    return f'<td class="num cv band-{band}" data-band="{band}">{text}</td>'
+        return f'<td class="num cv band-{band}" data-band="{band}" title="from 2 ok runs">—</td>'
+    sd = day.stddev or 0.0
+    return (
+        f'<td class="num cv band-{band}" data-band="{band}" data-stddev="{sd:.3f}" '
+        f'title="stddev ±{sd:.1f} tok/s">{day.cv * 100:.1f} %</td>'
+    )
 
 
 def _ttft_cell(day: WindowFigures | None) -> str:
@@ -174,7 +180,7 @@ def _ttft_cell(day: WindowFigures | None) -> str:
     if pct is None or pct.p50 is None:
         return '<td class="num ttft">—</td>'
     p90 = (
-        f"<small> · p90 {pct.p90 * 1000:,.0f}</small>"
+        f"<small> · {pct.p90 * 1000:,.0f}</small>"
         if pct.p90 is not None
         else f'<small class="muted" title="p90 from {MIN_SAMPLES[0.9]} runs"> (n={pct.samples})</small>'
     )
@@ -210,40 +216,39 @@ def _prefill_cell(day: WindowFigures | None, workload: str) -> str:
 
 
 def _decode_cell(day: WindowFigures | None) -> str:
-    """The 24 h p50 of tok/s with the p90 as a whisker (from MIN_SAMPLES[0.9] runs)."""
+    """The 24 h p50 of tok/s with the p90 beside it and as a whisker (from MIN_SAMPLES[0.9] runs)."""
     if day is None or day.decode_percentiles.p50 is None:
         return '<td class="num decode">—</td>'
     pct = day.decode_percentiles
     p50 = pct.p50 or 0.0
     if pct.p90 is None:
-        p90 = f'<small class="muted"> · p90 from {MIN_SAMPLES[0.9]} runs (n={pct.samples})</small>'
+        p90 = f'<small class="muted" title="p90 from {MIN_SAMPLES[0.9]} runs"> (n={pct.samples})</small>'
     else:
-        p90 = f"<small> · p90 {pct.p90:.1f} (n={pct.samples})</small>"
+        p90 = f"<small> · {pct.p90:.1f}</small>"
     return (
         f'<td class="num decode"><div class="pct" data-p50="{p50:.3f}" '
-        f'data-p90="{"" if pct.p90 is None else f"{pct.p90:.3f}"}">{p50:.1f}{p90}'
+        f'data-p90="{"" if pct.p90 is None else f"{pct.p90:.3f}"}" data-n="{pct.samples}">{p50:.1f}{p90}'
         f"{svg.whisker(p50, pct.p90)}</div></td>"
     )
 
 
 ROW_HEAD = (
-    '<tr><th>Series</th><th class="num">Last ok tok/s</th><th class="num">Decode p50 tok/s</th>'
-    '<th class="num">TTFT p50 ms</th><th class="num">Prefill p50 tok/s</th><th class="num">Uptime</th>'
-    '<th class="num">CV</th></tr>'
+    '<tr><th>Series</th><th class="num">Decode tok/s<br>p50 · p90</th>'
+    '<th class="num">TTFT ms<br>p50 · p90</th>'
+    '<th class="num">Prefill<br>tok/s</th><th class="num">Uptime</th><th class="num">CV</th></tr>'
 )
 
 
 def _series_row(tile: Tile, config: Config, named: bool) -> str:
-    """One series of an endpoint's tile: its status, last ok tok/s and the 24 h figures."""
+    """One series of an endpoint's tile: its status and the 24 h figures."""
     name = series_name(tile.key) if named else "24 h"
-    ok = tile.headline
-    last = "—" if ok is None or ok.tokens_per_second is None else f"{ok.tokens_per_second:.1f}"
     return (
         f'<tr class="series" data-endpoint="{_e(tile.endpoint.name)}" '
         f'data-status="{_e(tile.status or "none")}" data-workload="{_e(tile.workload)}" '
         f'data-site="{_e(tile.site)}">'
-        f'<td class="what"><a href="{series_href(tile.key, config)}">{_e(name)}</a> {_pill(tile.status)}</td>'
-        f'<td class="num last">{last}</td>{_decode_cell(tile.day)}{_ttft_cell(tile.day)}'
+        f'<td class="what"><a href="{series_href(tile.key, config)}">{_e(name)}</a><br>'
+        f"{_pill(tile.status)}</td>"
+        f"{_decode_cell(tile.day)}{_ttft_cell(tile.day)}"
         f"{_prefill_cell(tile.day, tile.workload)}{_uptime_cell(tile.day)}{_cv_cell(tile.day)}</tr>"
     )
 
@@ -328,7 +333,8 @@ def methodology(config: Config) -> str:
     if p.timed_prompt == "unique":
         unique = ", the timed run's prompt led by a fresh three-word sentence so it is no prefix-cache hit"
     interval, offset = config.round_schedule()
-    site = f", this site's share of the interval (site {_e(config.site)})" if config.site else ""
+    shifted = config.site and "offset" not in s.model_fields_set
+    site = f", site {_e(config.site)}'s own share of the interval" if shifted else ""
     return (
         '<footer class="method"><h2>Methodology</h2>'
         f"<p>Every {_e(window_label(interval))} (offset {_e(window_label(offset))}{site}) each enabled "
@@ -623,7 +629,7 @@ def sort_rows(
         v = _sort_value(row.by_site.get(site), key)
         return (v is None, 0.0 if v is None else (-v if descending else v), row.endpoint.name)
 
-    return [(model, sorted(groups[model], key=order)) for model in sorted(groups)]
+    return [(model, sorted(groups[model], key=order)) for model in sorted(groups, key=str.lower)]
 
 
 def _cmp_cell(f: WindowFigures | None, key: str, workload: str) -> str:
@@ -718,43 +724,39 @@ def render_comparison(
 
 
 def _network(net: NetworkTime | None) -> str:
-    """Where the shown series' TTFT went over 24 h: network set-up and round trip vs the server's time."""
+    """Where the shown series' time went over 24 h: the connection's set-up (new connections only), then
+    TTFT as one network round trip and the server's time."""
     if net is None:
         return '<p class="muted">No ok run with a TTFT in 24 h.</p>'
-    rows = (
-        ("DNS resolve", net.resolve_s, "new connections only"),
-        ("TCP connect", net.connect_s, "new connections only"),
-        ("TLS handshake", net.tls_s, "new connections only; 0 over plain HTTP"),
+    bar = (
+        ("DNS resolve", net.resolve_s, "set-up of a new connection, before TTFT starts"),
+        ("TCP connect", net.connect_s, "set-up of a new connection, before TTFT starts"),
+        ("TLS handshake", net.tls_s, "set-up of a new connection; 0 over plain HTTP"),
         ("Network round trip", net.network_rtt_s, "the connect's SYN → SYN-ACK: TTFT's network share"),
         ("Server time", net.server_s, "TTFT less one round trip: queueing, prefill, the first decode step"),
-        ("TTFT", net.ttft_s, "request sent → first token"),
+    )
+    more = (
+        ("TTFT of the same runs", net.measured_ttft_s, "about round trip + server time"),
+        ("TTFT, every run", net.ttft_s, "request sent → first token (the TTFT p50)"),
         ("Processing", net.processing_s, "request sent → response headers"),
     )
+    shown = [(i, name, v) for i, (name, v, _) in enumerate(bar) if v is not None]
+    swatch = {name: svg.PALETTE[n % len(svg.PALETTE)] for n, (_, name, _) in enumerate(shown)}
     cells = "".join(
-        f'<tr data-phase="{_e(name)}"><td>{_e(name)}</td><td class="num">{_ms(v)}</td>'
-        f'<td class="muted">{_e(why)}</td></tr>'
-        for name, v, why in rows
+        f'<tr data-phase="{_e(name)}"><td>'
+        + (f'<span class="sw" style="background:{swatch[name]}"></span>' if name in swatch else "")
+        + f'{_e(name)}</td><td class="num">{_ms(v)}</td><td class="muted">{_e(why)}</td></tr>'
+        for name, v, why in (*bar, *more)
     )
     share = "" if net.network_share is None else f" Network share of TTFT: {net.network_share * 100:.0f} %."
-    parts = [
-        (n, v)
-        for n, v in (
-            ("resolve", net.resolve_s),
-            ("connect", net.connect_s),
-            ("tls", net.tls_s),
-            ("rtt", net.network_rtt_s),
-            ("server", net.server_s),
-        )
-        if v is not None
-    ]
     return (
         f'<section id="network" data-runs="{net.runs}" data-measured="{net.measured}">'
-        f"{svg.network_split(parts)}"
+        f"{svg.network_split([(name, v) for _, name, v in shown])}"
         '<div class="scroll"><table><thead><tr><th>Phase (median, 24 h)</th><th class="num">ms</th>'
         f"<th>What</th></tr></thead><tbody>{cells}</tbody></table></div>"
         f'<p class="muted"><small>Medians over {counted(net.runs, "ok run")} with a TTFT (not '
-        f"cache-assisted); the round trip and server time over the {net.measured} whose round opened "
-        f"its connection (a connection kept from an earlier round measures none).{share} "
+        f"cache-assisted); the set-up, round trip and server time over the {net.measured} whose round "
+        f"opened its connection (a connection kept from an earlier round measures none).{share} "
         'docs/methodology.md, "Network phases".</small></p></section>'
     )
 

@@ -257,7 +257,7 @@ def decode_vs_ttft(points: Sequence[tuple[str, float, float]], width: int = 720,
         f'<text x="{left}" y="{height - 12}">0 ms</text>'
         f'<text x="{width - right}" y="{height - 12}" text-anchor="end">{x_hi:,.0f} ms</text>'
         f'<text x="{(left + width - right) / 2:.1f}" y="{height - 2}" text-anchor="middle">TTFT p50 →</text>'
-        f'<text x="12" y="{top + 8}">tok/s</text>'
+        f'<text x="{left - 6}" y="{top + 22}" text-anchor="end">tok/s</text>'
     )
     return (
         f'<svg class="chart cmp" id="decode-vs-ttft" viewBox="0 0 {width} {height}" role="img" '
@@ -276,7 +276,7 @@ def network_split(parts: Sequence[tuple[str, float]], width: int = 720, height: 
     for i, (name, v) in enumerate(parts):
         w = width * v / total
         bars.append(
-            f'<rect class="ph ph-{html.escape(name)}" x="{x:.1f}" y="4" width="{max(w, 0.5):.1f}" '
+            f'<rect class="ph" data-phase="{html.escape(name)}" x="{x:.1f}" y="4" width="{max(w, 0.5):.1f}" '
             f'height="18" fill="{_colour(i)}"><title>{html.escape(name)}: {v * 1000:,.1f} ms</title></rect>'
         )
         x += w
