@@ -187,7 +187,8 @@ async def test_the_endpoint_page_splits_network_and_server_time(store: SQLiteSto
     assert section is not None and section.group(1, 2) == ("6", "3")
     cells = dict(
         re.findall(
-            r'<tr data-phase="([^"]+)"><td>(?:<span class="sw"[^>]*></span>)?[^<]+</td><td class="num">([^<]+)</td>',
+            r'<tr data-phase="([^"]+)"><td>(?:<span class="sw"[^>]*></span>)?[^<]+</td>'
+            r'<td class="num">([^<]+)</td>',
             section.group(3),
         )
     )
