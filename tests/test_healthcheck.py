@@ -231,12 +231,16 @@ async def test_https_url_without_web_config_speaks_tls(pki: Pki, tmp_path: Path)
     assert code == 1 and "is plain HTTP: --ca-file and --client-cert need https://" in err
 
 
-HEAVY_MODULES = ("tokwatch.cli", "tokwatch.app", "aiohttp", "prometheus_client", "tokwatch.storage.base")
+HEAVY_MODULES = (
+    "tokwatch.cli", "tokwatch.app", "aiohttp", "prometheus_client", "tokwatch.storage.base",
+    "pydantic", "yaml",
+)  # fmt: skip
 
 
 def test_healthcheck_imports_only_what_it_needs(tmp_path: Path) -> None:
-    """Container probes exec it every few seconds: neither the exporter nor aiohttp is imported (measured
-    in docs/deploy.md: ~0.2 s CPU and 31 MB instead of 0.95 s and 80 MB)."""
+    """Container probes exec it every few seconds: neither the exporter nor aiohttp is imported, and without
+    a web config neither PyYAML nor pydantic (docs/security.md: 0.1 s CPU and 22 MB instead of 0.95 s and
+    80 MB; 0.2 s and 32 MB with a web config)."""
     script = (
         "import sys, runpy\n"
         "sys.argv = ['tokwatch', 'healthcheck', '--url', sys.argv[1]]\n"
@@ -252,6 +256,12 @@ def test_healthcheck_imports_only_what_it_needs(tmp_path: Path) -> None:
     full = script.replace("'healthcheck', '--url'", "'--log-level', 'info', 'healthcheck', '--url'")
     code, out, err = asyncio.run(_python(full, f"http://127.0.0.1:{port}/-/healthy"))
     assert out.startswith("1 [") and "tokwatch.cli" in out and "aiohttp" in out, (out, err)
+    # with a web config: the YAML loader and pydantic, still not the exporter
+    web = tmp_path / "web.yml"
+    web.write_text("http_server_config: {headers: {X-A: b}}\n")
+    with_web = script.replace("'--url', sys.argv[1]]", "'--url', sys.argv[1], '--web-config', sys.argv[2]]")
+    code, out, err = asyncio.run(_python(with_web, f"http://127.0.0.1:{port}/-/healthy", str(web)))
+    assert out == "1 ['pydantic', 'yaml']\n" and "connection refused" in err, (out, err)
 
 
 async def _python(script: str, *args: str) -> tuple[int, str, str]:

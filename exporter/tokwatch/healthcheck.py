@@ -22,12 +22,14 @@ from base64 import b64encode
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tokwatch import __version__
-from tokwatch.argtypes import OneLineErrorParser
-from tokwatch.strict_yaml import ConfigError, read_config_file
-from tokwatch.webconfig_file import WebConfig, load_web_config
+from tokwatch.one_line_parser import OneLineErrorParser
+
+if TYPE_CHECKING:
+    from tokwatch.webconfig_file import WebConfig
 
 DEFAULT_HOST = "127.0.0.1:9477"
 DEFAULT_PATH = "/-/healthy"
@@ -146,9 +148,11 @@ def _authorization(
     if password_file is None:
         raise CheckError(f"the web config requires basic auth: pass --password-file (user {user}'s password)")
     try:
-        text, _ = read_config_file(password_file)
-    except ConfigError as exc:
-        raise CheckError(f"--password-file: {_one_line(str(exc))}") from None
+        text = Path(password_file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheckError(f"--password-file: {password_file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckError(f"--password-file: {password_file}: cannot read: {exc}") from None
     password = text.removesuffix("\n").removesuffix("\r")
     if not password:
         raise CheckError(f"--password-file {password_file} is empty")
@@ -184,6 +188,11 @@ def build_request(
         return Request(full, host, port, path, None, None, None)
     if ca_file is not None:
         raise CheckError("--ca-file is for https URLs without --web-config (which pins its cert_file)")
+    # Only a check with a web config reads YAML, so the plain one (most exec probes) loads neither PyYAML
+    # nor pydantic: a probe exec'd every few seconds pays for what it uses (tests/test_healthcheck.py).
+    from tokwatch.strict_yaml import ConfigError
+    from tokwatch.webconfig_file import load_web_config
+
     try:
         cfg, base = load_web_config(web_config)
     except ConfigError as exc:
