@@ -648,14 +648,14 @@ def render_comparison(
     cmp: Comparison, config: Config, sort: str = "decode", site: str | None = None, order: str | None = None
 ) -> str:
     """A workload's comparison: the sortable table (sites as columns, grouped by model) and the charts."""
-    site = site if site in cmp.sites else (cmp.sites[0] if cmp.sites else "")
+    chosen: str = site if site is not None and site in cmp.sites else (cmp.sites[0] if cmp.sites else "")
     best_high = {k: high for k, _, _, high in SORTS}
     sort = sort if sort in best_high else "decode"
     descending = best_high[sort] if order not in ("asc", "desc") else order == "desc"
     site_name = {s: s or "this exporter" for s in cmp.sites}
 
     def head_link(key: str, title: str, at: str) -> str:
-        now_sorted = key == sort and at == site
+        now_sorted = key == sort and at == chosen
         flip = "asc" if descending else "desc"
         query = {"sort": key, "site": at, **({"order": flip} if now_sorted else {})}
         arrow = (" ▼" if descending else " ▲") if now_sorted else ""
@@ -669,12 +669,12 @@ def render_comparison(
     top = "".join(f'<th colspan="{len(SORTS)}" class="site">{_e(site_name[s])}</th>' for s in cmp.sites)
     sub = "".join(head_link(k, title, s) for s in cmp.sites for k, title, _, _ in SORTS)
     body = []
-    for model, rows in sort_rows(cmp.rows, sort, site, descending):
+    for model, rows in sort_rows(cmp.rows, sort, chosen, descending):
         body.append(
             f'<tr class="model"><th colspan="{1 + len(SORTS) * len(cmp.sites)}">{_e(model)}</th></tr>'
         )
         for row in rows:
-            key = SeriesKey(row.endpoint.name, cmp.workload, site)
+            key = SeriesKey(row.endpoint.name, cmp.workload, chosen)
             cells = "".join(
                 _cmp_cell(row.by_site.get(s), k, cmp.workload) for s in cmp.sites for k, _, _, _ in SORTS
             )
@@ -683,7 +683,7 @@ def render_comparison(
                 f'<td><a href="{series_href(key, config)}">{_e(row.endpoint.name)}</a></td>{cells}</tr>'
             )
     table = (
-        f'<div class="scroll"><table id="compare" data-sort="{_e(sort)}" data-site="{_e(site)}" '
+        f'<div class="scroll"><table id="compare" data-sort="{_e(sort)}" data-site="{_e(chosen)}" '
         f'data-order="{"desc" if descending else "asc"}"><thead><tr><th rowspan="2">Endpoint</th>{top}</tr>'
         f"<tr>{sub}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
