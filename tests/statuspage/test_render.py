@@ -265,10 +265,12 @@ async def test_endpoint_page_has_a_percentile_table_per_workload(store: SQLiteSt
     row_24h = re.search(r'<tr data-window="24h">(.*?)</tr>', tables["seed000"], re.S)
     assert row_24h is not None
     cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row_24h.group(1))
-    # uptime, runs, decode p50/p90/p99/n, prefill p50/p90/p99/n, TTFT p50/p90/p99/n
+    # uptime, runs, decode p50/p90/p99/n, (seed000: prefill n/a, not measured), TTFT p50/p90/p99/n
     assert cells[:2] == ["100.0 %", "12"]
     assert cells[2:6] == ["105.5", "109.9", "—", "12"]
-    assert cells[10:14] == ["200", "200", "—", "12"]
+    assert cells[6:10] == ["200", "200", "—", "12"]
+    assert re.search(r'<td colspan="4" class="num not-prefill" title="Not a prefill measurement[^"]*">n/a</td>',
+                     row_24h.group(1))  # fmt: skip
     big = re.search(r'<tr data-window="24h">(.*?)</tr>', tables["big"], re.S)
     assert big is not None and "2,000" in big.group(1)
     assert "p90 from 10" in page.body

@@ -491,10 +491,15 @@ def _run_row(r: RunPoint) -> str:
         cached = f"({r.cached_tokens} cached)"
         prompt += f" <small class='muted' title='served from the prefix cache'>{cached}</small>"
     prefill = "—" if r.prefill_tokens_per_second is None else f"{r.prefill_tokens_per_second:,.0f}"
+    prefill_cell = (
+        f'<td class="num not-prefill" title="{_e(NOT_PREFILL_WHY)}">n/a</td>'
+        if not_prefill(r.workload) and r.prefill_tokens_per_second is not None
+        else f'<td class="num">{prefill}</td>'
+    )
     return (
         f'<tr><td class="t">{_utc(r.time)}</td><td>{_e(r.triggered_by)}</td><td>{_pill(r.status)}{flags}</td>'
         f'<td class="num">{_tps(r.tokens_per_second)}</td><td>{_e(r.timing_source or "—")}</td>'
-        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{prompt}</td><td class="num">{prefill}</td>'
+        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{prompt}</td>{prefill_cell}'
         f'<td class="num">{_ms(r.itl_p50_s)}</td>'
         f'<td class="num">{_ms(r.itl_p99_s)}</td><td class="err">{_e(error)}</td></tr>'
     )
@@ -521,6 +526,9 @@ _PCT_FIGURES = (
 )
 
 
+_NOT_PREFILL_SPAN = f'<td colspan="4" class="num not-prefill" title="{_e(NOT_PREFILL_WHY)}">n/a</td>'
+
+
 def _pct_cells(p: Percentiles, fmt: str, scale: float) -> str:
     values = "".join(
         f'<td class="num">{"—" if v is None else format(v * scale, fmt)}</td>' for v in (p.p50, p.p90, p.p99)
@@ -541,7 +549,12 @@ def _percentile_tables(page: EndpointPage) -> str:
             f'<tr data-window="{_e(f.window)}"><td class="win">{_e(f.window)}</td>'
             f'<td class="num">{"—" if f.uptime is None else f"{f.uptime * 100:.1f} %"}</td>'
             f'<td class="num muted">{f.runs}</td>'
-            + "".join(_pct_cells(getattr(f, attr), fmt, k) for _, attr, fmt, k in _PCT_FIGURES)
+            + "".join(
+                _NOT_PREFILL_SPAN
+                if attr == "prefill_percentiles" and not_prefill(key.workload)
+                else _pct_cells(getattr(f, attr), fmt, k)
+                for _, attr, fmt, k in _PCT_FIGURES
+            )
             + "</tr>"
             for f in figures
         )
