@@ -70,6 +70,8 @@ class StatusApi:
         self._clock = clock
         self._max_age_s = max_age_s
         self._computed: _Computed | None = None
+        # Each endpoint view's network figures, with the `generated_at` of the series they were read with.
+        self._network: dict[str, tuple[float, dict[SeriesKey, dict[str, Any]]]] = {}
         self._lock = asyncio.Lock()  # concurrent requests wait for one computation, not start their own
 
     async def status(self) -> ApiAnswer:
@@ -94,10 +96,18 @@ class StatusApi:
         store = self._store()
         if store is None:  # switched off by a reload since
             return _error(503, "storage is off (storage.enabled: false): the status API reads the store")
-        try:
-            network = await network_of(store, got.config, ep.name, got.at)
-        except StorageError as exc:
-            return _error(503, f"store unavailable ({redact(str(exc))})")
+        cached = self._network.get(ep.name)
+        if cached is not None and cached[0] == got.at:
+            network = cached[1]  # as old as the series it goes with: one query per endpoint and max_age_s
+        else:
+            try:
+                network = await network_of(store, got.config, ep.name, got.at)
+            except StorageError as exc:
+                return _error(503, f"store unavailable ({redact(str(exc))})")
+            self._network = {
+                **{k: v for k, v in self._network.items() if v[0] == got.at},
+                ep.name: (got.at, network),
+            }
         series = [
             {**s, "network": network.get(SeriesKey(s["endpoint"], s["workload"], s["site"]))}
             for s in got.series

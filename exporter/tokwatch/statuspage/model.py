@@ -1,10 +1,11 @@
-"""What the status page shows, assembled from the store: tiles, the comparison strip, an endpoint's history.
+"""What the status page shows, assembled from the store: tiles, the comparison strip, a workload's comparison,
+an endpoint's history.
 
-A tile per series: each configured endpoint, with each of its workloads, from each site that stored runs
-of it (the exporter's own site always), side by side. Figures use the definitions of docs/methodology.md
-and the same window rule as the exported gauges and `tokwatch report` (`tokwatch.window_rule`: on-demand
-runs and set-aside tok/s figures left out unless `schedule.window_includes` names them), through the same
-`window_figures`.
+A `Tile` per series: each configured endpoint, with each of its workloads, from each site that stored runs
+of it (the exporter's own site always); the page draws an endpoint's series as the rows of one tile.
+Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges and
+`tokwatch report` (`tokwatch.window_rule`: on-demand runs and set-aside tok/s figures left out unless
+`schedule.window_includes` names them), through the same `window_figures`.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ MAX_INCIDENTS = 50
 
 @dataclass(frozen=True, slots=True)
 class Tile:
-    """One series' tile (an endpoint's runs of one workload from one site): current status, 24 h figures,
-    recent runs (oldest first) and the headline: the newest ok run among the runs the window figures take
-    (scheduled, not set aside, unless `schedule.window_includes` names more), however old."""
+    """One series (an endpoint's runs of one workload from one site; a row of its endpoint's tile): current
+    status, 24 h figures, recent runs (oldest first) and the headline: the newest ok run among the runs the
+    window figures take (scheduled, not set aside, unless `schedule.window_includes` names more), however
+    old."""
 
     endpoint: EndpointSettings
     last: LastRun | None  # the newest run of any kind: the status pill
