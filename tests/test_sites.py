@@ -135,14 +135,14 @@ servers:
     dialect: vllm
     models: [{name: m, decode_tps: 400, prefill_tps: 100000}]
 """
-SITE_ROUNDS = 10  # per site, at a 1 s interval
+SITE_ROUNDS = 10  # per site, every 2 s: a and b start 0.9 s apart (their fractions 0.79 and 0.24)
 
 
 def _timed_site(sim_url: str, site: str) -> Config:
     return load_config_text(f"""
 site: {site}
 probe: {{max_tokens: 24}}
-schedule: {{interval: 1s, run_on_start: false, window_includes: [timing_disturbed]}}
+schedule: {{interval: 2s, run_on_start: false, window_includes: [timing_disturbed]}}
 storage: {{enabled: false}}
 endpoints:
   - {{name: vllm, kind: vllm, base_url: '{sim_url}/v/v1', model: m, scrape_interval: 1s}}
@@ -169,7 +169,7 @@ def test_each_site_takes_its_own_fraction_of_the_interval() -> None:
 
 
 async def test_two_sites_never_share_the_servers_counter_window() -> None:
-    """Exporters at sites a and b probe one vLLM-dialect server every second: at their own offsets their
+    """Exporters at sites a and b probe one vLLM-dialect server every 2 s: at their own offsets their
     runs never overlap, so the counter window is usable (source vllm_metrics, not a fallback) in at least
     95 % of runs (at one shared offset about 20 % were)."""
     async with run_sim(load_sim_config_text(SITES_SIM)) as sim:
@@ -197,5 +197,6 @@ async def test_two_sites_never_share_the_servers_counter_window() -> None:
     assert all(r.ok for r in results), [(r.status, r.error_message) for r in results]
     sources = [r.source for r in results]
     usable = sum(s is TimingSource.VLLM_METRICS for s in sources)
-    assert usable >= 0.95 * len(results), sources
+    why = [(r.site, r.started_at % 2) for r in results if r.source is not TimingSource.VLLM_METRICS]
+    assert usable >= 0.95 * len(results), why
     assert {r.site for r in results} == {"a", "b"}
