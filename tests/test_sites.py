@@ -171,7 +171,7 @@ def test_each_site_takes_its_own_fraction_of_the_interval() -> None:
 async def test_two_sites_never_share_the_servers_counter_window() -> None:
     """Exporters at sites a and b probe one vLLM-dialect server every 2 s: at their own offsets their
     runs never overlap, so the counter window is usable (source vllm_metrics, not a fallback) in at least
-    95 % of runs (at one shared offset about 20 % were)."""
+    95 % of runs (at one shared offset 2-3 of 20 were)."""
     async with run_sim(load_sim_config_text(SITES_SIM)) as sim:
         apps = [App(_timed_site(sim.url, site), instance=site) for site in ("a", "b")]
         results: list[RunResult] = []
