@@ -36,6 +36,7 @@ from tokwatch.storage.bench_rows import BenchRunRow, BenchSegmentRow
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import open_store
 from tokwatch.strict_yaml import ConfigError
+from tokwatch.wording import counted
 
 _SAME_START_S = 1e-3  # a stored plan whose start differs by more is another run under the same id
 
@@ -185,7 +186,8 @@ async def run_segment(
         return outcome, out_dir, [f"warning: segment not stored: {exc} (result files are kept)"]
     label = opts.segment_part.label
     what = "stored" if new else "already stored (kept as it was)"
-    lines = [f"{what}: segment {label} of bench run {outcome.run_id} ({len(requests)} requests) in {where}"]
+    size = counted(len(requests), "request")
+    lines = [f"{what}: segment {label} of bench run {outcome.run_id} ({size}) in {where}"]
     if merged is not None:
         lines.append(merged_line(merged))
     return outcome, out_dir, lines

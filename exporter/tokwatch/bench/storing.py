@@ -20,6 +20,7 @@ from tokwatch.stats import percentile
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
 from tokwatch.storage.factory import open_store
 from tokwatch.storage.rows import ERROR_CLASS_MAX
+from tokwatch.wording import counted
 
 LATENCY_METRICS = ("ttft", "tbt", "tpot", "e2e")
 LATENCY_QUANTILES = ("p50", "p90", "p99")
@@ -197,4 +198,5 @@ async def store_outcome(outcome: BenchOutcome, config: Config, *, api_key: str |
     finally:
         await store.close()
     what = "stored" if new else "already stored"
-    return f"{what}: bench run {run.id} ({len(requests)} requests) in {store.backend} {store.location}"
+    size = counted(len(requests), "request")
+    return f"{what}: bench run {run.id} ({size}) in {store.backend} {store.location}"

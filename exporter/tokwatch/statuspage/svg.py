@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from tokwatch.statuspage.model import Day
 from tokwatch.storage.base import RunPoint
+from tokwatch.wording import counted
 
 MIN_SPAN = 0.2  # the y axis spans at least 20 % of the data's level, so a 0.5 % wobble looks flat
 
@@ -46,7 +47,7 @@ def _line(points: Sequence[tuple[float, float] | None]) -> tuple[str, list[tuple
 
 def sparkline(runs: Sequence[RunPoint], width: int = 260, height: int = 44) -> str:
     """Runs oldest first: the tok/s of ok runs as a line, non-ok runs as red dashed ticks."""
-    label = f"{len(runs)} recent runs, {sum(r.status != 'ok' for r in runs)} not ok"
+    label = f"{counted(len(runs), 'recent run')}, {sum(r.status != 'ok' for r in runs)} not ok"
     if not runs:
         return (
             f'<svg class="spark" viewBox="0 0 {width} {height}" role="img" aria-label="no runs yet">'
@@ -130,7 +131,7 @@ def daily_uptime(days: Sequence[Day], width: int = 720, height: int = 70) -> str
         bars.append(
             f'<rect class="{cls}" x="{left + i * step:.1f}" y="{bottom - h:.1f}" '
             f'width="{max(1.0, step - 1):.1f}" height="{h:.1f}"><title>{_day(d.start)}: '
-            f"{d.uptime * 100:.1f} % of {d.runs} runs ok</title></rect>"
+            f"{d.uptime * 100:.1f} % of {counted(d.runs, 'run')} ok</title></rect>"
         )
     axis = (
         f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">100%</text>'

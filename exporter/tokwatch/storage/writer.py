@@ -141,8 +141,8 @@ class RunWriter:
     def _dropped_line(self, count: int, seconds: float) -> str:
         return (
             f"storage: {counted(count, 'run')} dropped in {seconds:.1f}s: the outbox cannot be written "
-            f"({self._outbox_error}) and {self._queue_size} runs (queue_size) already wait in memory; "
-            "counted in tokwatch_storage_dropped_runs"
+            f"({self._outbox_error}) and {counted(self._queue_size, 'run')} (queue_size) already wait in "
+            "memory; counted in tokwatch_storage_dropped_runs"
         )
 
     @property
