@@ -11,7 +11,11 @@ def test_one_is_singular_and_every_other_count_plural() -> None:
     assert [counted(n, "server") for n in (0, 1, 2)] == ["0 servers", "1 server", "2 servers"]
     assert counted(1, "torn or unreadable record") == "1 torn or unreadable record"
     assert counted(3, "series", "series") == "3 series"
-    assert [counted_value(x, "request") for x in (1.0, 2.0, 0.5)] == ["1 request", "2 requests", "0.5 requests"]
+    assert [counted_value(x, "request") for x in (1.0, 2.0, 0.5)] == [
+        "1 request",
+        "2 requests",
+        "0.5 requests",
+    ]
 
 
 def test_a_sparkline_of_one_run_says_one_run() -> None:
