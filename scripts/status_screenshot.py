@@ -68,7 +68,7 @@ def _fetch(url: str) -> str | None:
 
 def _ready(page: str, min_runs: int) -> bool:
     statuses = re.findall(r'<article class="tile" data-endpoint="[^"]*" data-status="([^"]*)"', page)
-    runs = [int(n) for n in re.findall(r'aria-label="(\d+) recent runs', page)]
+    runs = [int(n) for n in re.findall(r'aria-label="(\d+) recent runs?,', page)]
     return bool(statuses) and "none" not in statuses and len(runs) == len(statuses) and min(runs) >= min_runs
 
 
