@@ -5,7 +5,8 @@ Used by tests/statuspage/test_browser.py and to make the docs' screenshots:
 
     python scripts/status_screenshot.py --seeded --out docs/img/status-page.png \\
         --mobile-out docs/img/status-page-phone.png \\
-        --endpoint-out docs/img/status-endpoint.png --endpoint sglang-a100
+        --endpoint-out docs/img/status-endpoint.png --endpoint vllm-h100 \\
+        --compare-out docs/img/status-compare.png
 
 Two sources of data:
 - default: starts `tokwatch demo` on a free loopback port with a throwaway state directory and waits until
@@ -14,7 +15,8 @@ Two sources of data:
   the same history each time, relative to now) and starts `tokwatch serve` on it with every endpoint
   disabled (no probe adds to it), so the page shows every state at once: green, amber and red CV bands,
   an ongoing TIMEOUT incident with its last ok run in the headline, rate-limited runs as red ticks, an
-  endpoint that never had an ok run.
+  endpoint that never had an ok run; two workloads (seed000, short) from the exporter's site `eu-west`,
+  and two endpoints measured from a second site, `us-east`, too (rows of one tile), with network phases.
 Then runs Chromium and stops the exporter. `--layout FILE` loads the page (and the endpoint page) at a
 390 px wide phone viewport through Chromium's DevTools protocol and writes what the layout measured.
 """
@@ -66,7 +68,7 @@ def _fetch(url: str) -> str | None:
 
 def _ready(page: str, min_runs: int) -> bool:
     statuses = re.findall(r'<article class="tile" data-endpoint="[^"]*" data-status="([^"]*)"', page)
-    runs = [int(n) for n in re.findall(r'aria-label="(\d+) recent runs', page)]
+    runs = [int(n) for n in re.findall(r'aria-label="(\d+) recent runs?,', page)]
     return bool(statuses) and "none" not in statuses and len(runs) == len(statuses) and min(runs) >= min_runs
 
 
@@ -90,20 +92,20 @@ DAYS = 90
 
 # name, kind, model, labels, tok/s level, relative jitter, timing source
 SEEDED_FLEET: list[tuple[str, str, str, dict[str, str], float, float, str]] = [
-    ("vllm-h100", "vllm", "Qwen/Qwen3-8B", {"site": "dc1", "gpu": "h100"}, 142.0, 0.015, "vllm_metrics"),
+    ("vllm-h100", "vllm", "Qwen/Qwen3-8B", {"dc": "dc1", "gpu": "h100"}, 142.0, 0.015, "vllm_metrics"),
     (
         "sglang-a100",
         "sglang",
         "meta-llama/Llama-3.1-8B-Instruct",
-        {"site": "dc2", "gpu": "a100"},
+        {"dc": "dc2", "gpu": "a100"},
         118.0,
         0.02,
         "server_wall",
     ),
-    ("ollama-desk", "ollama", "llama3.2:3b", {"site": "office"}, 46.0, 0.09, "engine"),
-    ("cloud-gpt-4o-mini", "openai", "gpt-4o-mini", {"site": "cloud"}, 82.0, 0.24, "client_stream"),
-    ("staging-mistral", "openai", "mistral-small-latest", {"site": "staging"}, 0.0, 0.0, "client_stream"),
-    ("llamacpp-pi", "llamacpp", "smollm2-135m", {"site": "lab"}, 24.5, 0.03, "engine"),
+    ("ollama-desk", "ollama", "llama3.2:3b", {"dc": "office"}, 46.0, 0.09, "engine"),
+    ("cloud-gpt-4o-mini", "openai", "gpt-4o-mini", {"dc": "cloud"}, 82.0, 0.24, "client_stream"),
+    ("staging-mistral", "openai", "mistral-small-latest", {"dc": "staging"}, 0.0, 0.0, "client_stream"),
+    ("llamacpp-pi", "llamacpp", "smollm2-135m", {"dc": "lab"}, 24.5, 0.03, "engine"),
 ]
 
 
@@ -111,7 +113,8 @@ def seeded_config(state: Path) -> str:
     """tokwatch.yml for the seeded fleet, its store in `state`. The usual hourly schedule, but every endpoint
     is disabled, so no round adds runs to the seeded history (disabled endpoints keep their tiles)."""
     lines = [
-        "probe: {max_tokens: 128}",
+        "site: eu-west",
+        "probe: {max_tokens: 128, workloads: [seed000, short]}",
         "schedule: {interval: 1h, offset: 30m, run_on_start: false}",
         f"storage: {{sqlite_path: '{state}/tokwatch.db', outbox_path: '{state}/outbox.jsonl'}}",
         "endpoints:",
@@ -125,73 +128,116 @@ def seeded_config(state: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Series of the seeded fleet besides seed000 from eu-west: (workload, site, endpoints it covers).
+SEEDED_SERIES = (
+    ("seed000", "eu-west", None),
+    ("short", "eu-west", None),
+    ("seed000", "us-east", ("vllm-h100", "cloud-gpt-4o-mini")),
+    ("short", "us-east", ("vllm-h100", "cloud-gpt-4o-mini")),
+)
+
+
 def seeded_runs(now: float) -> list[Any]:
-    """90 days of hourly runs (on the half hour) of SEEDED_FLEET, newest round before `now`."""
+    """90 days of hourly runs (on the half hour) of SEEDED_FLEET's series, newest round before `now`."""
     from tokwatch.storage.rows import RunRow
 
     rng = random.Random(11)
     last_round = (now - 1800) // HOUR * HOUR + 1800
     rows: list[RunRow] = []
-    for i, (name, _kind, _model, _labels, level, jitter, source) in enumerate(SEEDED_FLEET):
-        for k in range(DAYS * 24):
-            t = last_round - k * HOUR + 2.0 * i + rng.random()
-            days_ago = k / 24
-            base = level
-            if name == "vllm-h100" and days_ago > 21:
-                base = 128.0  # before an engine upgrade
-            if name == "sglang-a100" and 34 <= days_ago <= 41:
-                base = 84.0  # a week on a smaller GPU share
-            status, error_class, message = "ok", None, None
-            roll = rng.random()
-            if name == "staging-mistral":
-                if k >= 5:
-                    continue  # added five rounds ago, with a key the server does not accept
-                status, error_class, message = (
-                    "auth_failure",
-                    "http_401",
-                    'HTTP 401: {"message":"Unauthorized"}',
-                )
-            elif name == "sglang-a100" and k < 4:
-                status, error_class, message = "timeout", "read_timeout", "no response byte within 60 s"
-            elif name == "sglang-a100" and 12 * 24 <= k < 12 * 24 + 3:
-                status, error_class, message = "provider_error", "http_5xx", "HTTP 503: Service Unavailable"
-            elif name == "cloud-gpt-4o-mini" and roll < 0.08:
-                status, error_class = "rate_limited", "http_429"
-                message = "HTTP 429: Rate limit reached for gpt-4o-mini on tokens per min (TPM)"
-            elif name == "ollama-desk" and roll < 0.02:
-                status, error_class, message = "unreachable", "connect", "connection refused"
-            elif roll < 0.004:
-                status, error_class, message = "provider_error", "http_5xx", "HTTP 500: Internal Server Error"
-            if status != "ok":
+    for n, (workload, site, only) in enumerate(SEEDED_SERIES):
+        far = site == "us-east"  # an ocean away: a longer round trip, so a longer TTFT
+        sized = workload == "short"
+        for i, (name, _kind, _model, _labels, level, jitter, source) in enumerate(SEEDED_FLEET):
+            if only is not None and name not in only:
+                continue
+            for k in range(DAYS * 24):
+                t = last_round - k * HOUR + 2.0 * i + 0.3 * n + rng.random()
+                days_ago = k / 24
+                base = level * (0.93 if sized else 1.0)
+                if name == "vllm-h100" and days_ago > 21:
+                    base *= 128.0 / 142.0  # before an engine upgrade
+                if name == "sglang-a100" and 34 <= days_ago <= 41:
+                    base *= 84.0 / 118.0  # a week on a smaller GPU share
+                status, error_class, message = "ok", None, None
+                roll = rng.random()
+                run_id = f"seed-{name}-{workload}-{site}-{k}"
+                if name == "staging-mistral":
+                    if k >= 5:
+                        continue  # added five rounds ago, with a key the server does not accept
+                    status, error_class, message = (
+                        "auth_failure",
+                        "http_401",
+                        'HTTP 401: {"message":"Unauthorized"}',
+                    )
+                elif name == "sglang-a100" and k < 4:
+                    status, error_class, message = "timeout", "read_timeout", "no response byte within 60 s"
+                elif name == "sglang-a100" and 12 * 24 <= k < 12 * 24 + 3:
+                    status, error_class, message = (
+                        "provider_error",
+                        "http_5xx",
+                        "HTTP 503: Service Unavailable",
+                    )
+                elif name == "cloud-gpt-4o-mini" and roll < 0.08:
+                    status, error_class = "rate_limited", "http_429"
+                    message = "HTTP 429: Rate limit reached for gpt-4o-mini on tokens per min (TPM)"
+                elif name == "ollama-desk" and roll < 0.02:
+                    status, error_class, message = "unreachable", "connect", "connection refused"
+                elif roll < 0.004:
+                    status, error_class, message = (
+                        "provider_error",
+                        "http_5xx",
+                        "HTTP 500: Internal Server Error",
+                    )
+                if status != "ok":
+                    rows.append(
+                        RunRow(
+                            run_id,
+                            t,
+                            name,
+                            status,
+                            error_class=error_class,
+                            error_message=message,
+                            e2e_s=60.0 if status == "timeout" else 0.2,
+                            workload=workload,
+                            site=site,
+                        )
+                    )
+                    continue
+                tps = max(1.0, rng.gauss(base, base * jitter))
+                cloud = name == "cloud-gpt-4o-mini"
+                rtt = (0.068 if far else 0.002) + (0.018 if cloud else 0.0)
+                server = rng.uniform(0.04, 0.12) * (3.0 if cloud else 1.0) + (0.06 if sized else 0.0)
+                ttft = server + rtt
+                opened = k % 3 == 0  # a round whose warm-up opened the connection (else kept from before)
+                phases = {
+                    "phase_resolve_s": 0.0012 if opened else None,
+                    "phase_connect_s": rtt if opened else None,
+                    "phase_tls_s": 2 * rtt if opened and (cloud or far) else (0.0 if opened else None),
+                    "network_rtt_s": rtt if opened else None,
+                    "connection_reused": not opened,
+                }
+                prompt = 100 if sized else 39
                 rows.append(
                     RunRow(
-                        f"seed-{name}-{k}",
+                        run_id,
                         t,
                         name,
-                        status,
-                        error_class=error_class,
-                        error_message=message,
-                        e2e_s=60.0 if status == "timeout" else 0.2,
+                        "ok",
+                        tokens_per_second=tps,
+                        timing_source=source,
+                        output_tokens=128,
+                        prompt_tokens=prompt,
+                        ttft_s=ttft,
+                        itl_p50_s=1 / tps,
+                        itl_p99_s=1.8 / tps,
+                        e2e_s=ttft + 127 / tps,
+                        workload=workload,
+                        site=site,
+                        prefill_tokens_per_second=prompt / server,
+                        phase_processing_s=ttft,
+                        **phases,  # type: ignore[arg-type]
                     )
                 )
-                continue
-            tps = max(1.0, rng.gauss(base, base * jitter))
-            ttft = rng.uniform(0.04, 0.12) * (3.0 if name == "cloud-gpt-4o-mini" else 1.0)
-            rows.append(
-                RunRow(
-                    f"seed-{name}-{k}",
-                    t,
-                    name,
-                    "ok",
-                    tokens_per_second=tps,
-                    timing_source=source,
-                    output_tokens=128,
-                    ttft_s=ttft,
-                    itl_p50_s=1 / tps,
-                    itl_p99_s=1.8 / tps,
-                    e2e_s=ttft + 127 / tps,
-                )
-            )
     return rows
 
 
@@ -384,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mobile-out", type=Path, help="PNG of the page at phone size (390 px wide)")
     ap.add_argument("--dom", type=Path, help="write the DOM Chromium built")
     ap.add_argument("--endpoint-out", type=Path, help="PNG of an endpoint's page")
+    ap.add_argument("--compare-out", type=Path, help="PNG of a workload's comparison view")
+    ap.add_argument(
+        "--compare", help="the workload of --compare-out and --layout (default: the page's first)"
+    )
     ap.add_argument(
         "--endpoint", help="the endpoint of --endpoint-out and --layout (default: the first tile)"
     )
@@ -429,11 +479,20 @@ def main(argv: list[str] | None = None) -> int:
                 _chromium(
                     browser, "--window-size=1100,1400", f"--screenshot={args.endpoint_out}", url + detail
                 )
+            link = re.search(r'href="(/compare\?workload=[^"]+)"', page)
+            compare = (
+                f"{url}/compare?workload={args.compare}"
+                if args.compare
+                else url + (link.group(1) if link else "/")
+            )
+            if args.compare_out:
+                where = compare
+                _chromium(browser, "--window-size=1280,1500", f"--screenshot={args.compare_out}", where)
             if args.dom:
                 dom = _chromium(browser, "--dump-dom", url + "/")
                 args.dom.write_text(dom.stdout)
             if args.layout:
-                measured = measure_layout(browser, [url + "/", url + detail])
+                measured = measure_layout(browser, [url + "/", url + detail, compare])
                 args.layout.write_text(json.dumps(measured, indent=2))
         finally:
             exporter.terminate()

@@ -6,12 +6,13 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.test_cli import stop, tokwatch, wait_http
 from tokwatch.cli import build_parser
 from tokwatch.settings.argtypes import http_url, listen_address
 
@@ -84,3 +85,59 @@ def test_a_bench_file_url_without_a_scheme_names_the_file_and_option(tmp_path: P
 
     with pytest.raises(ConfigError, match="url: must be an http:// or https:// URL"):
         build_options({"url": "127.0.0.1:28900", "model": "m"}, source="bench.yml")
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tokwatch", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "exporter")},
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--bogus", "serve", "-c", CONFIG], "--bogus"),
+        (["--log-level", "debug", "--verbose=2", "check-config", CONFIG], "--verbose"),
+    ],
+)
+def test_an_unknown_top_level_flag_is_named(argv: list[str], flag: str) -> None:
+    """argparse alone took the command for the unknown flag's value and said only that COMMAND was missing."""
+    proc = _run(*argv)
+    assert proc.returncode == 2
+    assert proc.stderr == f"tokwatch: error: unknown option {flag} before the command (see tokwatch --help)\n"
+
+
+def test_known_top_level_flags_and_their_values_pass() -> None:
+    proc = _run("--log-level", "warning", "check-config", CONFIG)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"{CONFIG}: ok ("), proc.stderr
+
+
+def test_an_empty_config_warns_in_one_line_and_still_starts(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    empty = tmp_path / "tokwatch.yml"
+    empty.write_text("# nothing configured yet\n")
+    proc = _run("check-config", str(empty))
+    assert proc.returncode == 0 and proc.stdout == f"{empty}: ok (0 endpoints, 0 enabled)\n"
+    warnings = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1 and warnings[0].endswith(
+        f"{empty}: the file is empty: running on the defaults with no endpoints"
+    )
+    port = free_port()
+    server = tokwatch("serve", "-c", str(empty), "--listen", f"127.0.0.1:{port}")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/-/healthy")
+    finally:
+        code, _, err = stop(server)
+    assert code == 0 and "the file is empty" in err and "(0 endpoints)" in err, err
+
+
+def test_one_endpoint_is_not_one_endpoints(tmp_path: Path) -> None:
+    one = tmp_path / "one.yml"
+    one.write_text("endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:9/v1', model: m}\n")
+    proc = _run("check-config", str(one))
+    assert proc.stdout == f"{one}: ok (1 endpoint, 1 enabled)\n", proc.stderr

@@ -382,6 +382,19 @@ def test_kubernetes_stack_is_wired_and_hardened() -> None:
     (config_map,) = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"] == "tokwatch"]  # type: ignore[index]
     cfg = load_config_text(config_map["data"]["tokwatch.yml"], "ConfigMap tokwatch")  # type: ignore[index]
     assert cfg.listen == "0.0.0.0:9477" and str(cfg.storage.sqlite_path).startswith("/var/lib/tokwatch/")
+    # the example endpoint ships disabled, as compose's: an unedited install probes nothing, pages nobody
+    assert cfg.endpoints and cfg.enabled_endpoints == ()
+    sharded = next(
+        d
+        for d in yaml.safe_load_all((KUBE / "sharded" / "statefulset.yaml").read_text())
+        if d["kind"] == "ConfigMap"
+    )
+    shard_cfg = load_config_text(sharded["data"]["tokwatch.yml"], "ConfigMap tokwatch-sharded")
+    assert len(shard_cfg.endpoints) == 3 and shard_cfg.enabled_endpoints == ()
+    # no offset set: sites take turns (tokwatch.settings.site_offset) once an operator adds `site:`
+    assert (
+        "offset" not in cfg.schedule.model_fields_set and "offset" not in shard_cfg.schedule.model_fields_set
+    )
     (sts,) = by_kind["StatefulSet"]
     spec = sts["spec"]  # type: ignore[index]
     pod = spec["template"]["spec"]  # type: ignore[index]

@@ -59,8 +59,8 @@ async def test_the_status_page_says_how_many_runs_and_why(store: RunStore) -> No
     assert "2 of 24 runs' client timing set aside: host busy; tok/s of 1 left out of the median" in html
     assert "3 of 3 runs' client timing set aside: host busy; tok/s of 3 left out of the median" in html
     # every run counts in uptime, whatever its client timing; the set-aside tok/s is in no median
-    assert '95.8 %<small class="muted"> 23/24</small>' in html
-    assert '100.0 %<small class="muted"> 3/3</small>' in html
+    assert 'title="23 of 24 runs ok" data-ok="23" data-runs="24">95.8 %</td>' in html
+    assert 'title="3 of 3 runs ok" data-ok="3" data-runs="3">100.0 %</td>' in html
     assert '<span class="tps">50.0</span> tok/s' in html and "80.0" not in html and "900.0" not in html
     assert "tok/s set aside: host busy" in html  # jammed: ok runs, but no tok/s sample at all
     page = render_endpoint(await build_endpoint_page(store, config, _ep("busy"), NOW), config)

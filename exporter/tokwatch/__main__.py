@@ -2,6 +2,6 @@
 
 import sys
 
-from tokwatch.cli import main
+from tokwatch.entry import main
 
 sys.exit(main())

@@ -17,6 +17,7 @@ from tokwatch.commands.launch import add_web_config_option, print_results, start
 from tokwatch.commands.store_commands import add_commands as storage_commands
 from tokwatch.figures.result import RunResult
 from tokwatch.figures.series import run_name
+from tokwatch.figures.wording import counted
 from tokwatch.logs.log_throttle import RepeatThrottle
 from tokwatch.probes.keys import Keys
 from tokwatch.service.app import App
@@ -99,10 +100,10 @@ async def _serve(
     app = App(config, path, shard=shard)
     if app.shard.count > 1:
         log.info(
-            "shard %s: probing %d of the fleet's %d endpoints",
+            "shard %s: probing %d of the fleet's %s",
             app.shard.label,
             len(app.config.endpoints),
-            len(config.endpoints),
+            counted(len(config.endpoints), "endpoint"),
         )
         if resolve_dsn(config.storage) is None:
             log.warning(
@@ -117,12 +118,12 @@ async def _serve(
     runner, bound = started
     tls = web_config is not None and web_config[0].tls_server_config is not None
     log.info(
-        "tokwatch %s listening on %s://%s:%d/metrics (%d endpoints)",
+        "tokwatch %s listening on %s://%s:%d/metrics (%s)",
         __version__,
         "https" if tls else "http",
         host,
         bound,
-        len(config.endpoints),
+        counted(len(config.endpoints), "endpoint"),
     )
     try:
         await until_signal(on_hup=lambda: asyncio.ensure_future(app.reload()))
@@ -184,7 +185,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
     Keys(config)  # env vars and key files must resolve too
     prompt_sizers(config)  # and endpoints' tokenizer.json files load
-    print(f"{args.file}: ok ({len(config.endpoints)} endpoints, {len(config.enabled_endpoints)} enabled)")
+    endpoints = counted(len(config.endpoints), "endpoint")
+    print(f"{args.file}: ok ({endpoints}, {len(config.enabled_endpoints)} enabled)")
     return EXIT_OK
 
 
@@ -228,9 +230,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_top_level_flag(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The first flag before the command that the top-level parser does not know (argparse would take the
+    command for its value and say only that COMMAND is missing), or None."""
+    known = parser._option_string_actions
+    commands = {c for a in parser._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices}
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in commands or token == "--":
+            return None
+        elif token.startswith("-"):
+            name = token.split("=", 1)[0]
+            action = known.get(name)
+            if action is None:
+                return name
+            skip = "=" not in token and action.nargs != 0
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (config errors: 2, never a traceback)."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    unknown = unknown_top_level_flag(parser, argv)
+    if unknown is not None:
+        parser.error(f"unknown option {unknown} before the command")
     args = parser.parse_args(argv)
     args.log_filter = setup_logging(args.log_level)
     try:

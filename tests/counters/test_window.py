@@ -35,7 +35,7 @@ def test_after_snapshot_may_still_count_the_run_itself(vllm_text: Callable[..., 
     ("before_extra", "after_extra", "why"),
     [
         ({}, {"success": 12, "gen_count": 12, "gen_sum": 1300}, "2 requests finished"),
-        ({"running": 1}, {}, "1 requests running before"),
+        ({"running": 1}, {}, "1 request running before"),
         ({}, {"running": 2}, "2 requests running after"),
         ({}, {"waiting": 3}, "3 requests waiting after"),
         ({}, {"preemptions": 1}, "1 preemptions"),

@@ -111,6 +111,16 @@ async def test_status_and_endpoint_answers_follow_the_schema(
     assert one["kind"] == "endpoint" and one["endpoint"] == "good"
     assert {s["workload"] for s in one["series"]} == {"seed000", "tiny"}
     assert all(s["endpoint"] == "good" for s in one["series"])
+    # network vs server time (the endpoint view only): medians over the same 24 h runs as the TTFT p50
+    net = {s["workload"]: s["network"] for s in one["series"]}
+    seed = net["seed000"]
+    assert seed["runs"] == 3 and seed["ttft_seconds"] == pytest.approx(
+        good["windows"]["24h"]["ttft_seconds"]["p50"]
+    )
+    assert 1 <= seed["measured_runs"] <= 3  # the first round opened its connection; later ones may reuse it
+    assert 0 < seed["network_rtt_seconds"] < seed["ttft_seconds"] and seed["server_seconds"] > 0
+    assert seed["tls_seconds"] == 0.0 and 0 <= seed["network_share"] < 1  # plain HTTP on 127.0.0.1
+    assert "network" not in series[("good", "seed000")]  # /status stays light
 
     status, missing = await _get(session, url + "/api/v1/endpoints/nope")
     assert status == 404

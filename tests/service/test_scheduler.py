@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
+import time
 from collections.abc import Callable
 
 import pytest
@@ -106,7 +108,10 @@ async def test_scheduler_runs_rounds_and_reports_lag() -> None:
     assert abs((following / 0.05) - round(following / 0.05)) < 1e-6  # aligned to the interval
 
 
-async def test_an_overrunning_round_skips_the_missed_slots_and_counts_them() -> None:
+async def test_an_overrunning_round_skips_the_missed_slots_and_counts_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tokwatch.service.scheduler")
     starts: list[float] = []
 
     async def probe(name: str) -> None:
@@ -124,12 +129,49 @@ async def test_an_overrunning_round_skips_the_missed_slots_and_counts_them() -> 
     finally:
         task.cancel()
     assert sched.stats.skipped_slots >= 4  # at least two per overrun round
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned and all(m.startswith("the round took longer than the interval (") for m in warned)
+    assert all("s of 0.05s): " in m for m in warned)
+    assert "planned rounds skipped" in warned[0]
     # ... and exported as the counter that docs/metrics.md and the scaling guide point at
     assert registry.get_sample_value("tokwatch_scheduler_skipped_rounds_total") == sched.stats.skipped_slots
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # never back to back: the next round waits for a slot after the overrun, on the aligned grid
     assert all(g >= 0.15 - 1e-6 for g in gaps)
     assert all(abs(p / 0.05 - round(p / 0.05)) < 1e-6 for p in starts)
+
+
+async def test_a_round_that_started_off_the_grid_and_ended_past_a_slot_did_not_overrun(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The start-up round runs at no slot: ending past the next one after less than an interval is no
+    overrun, so no warning and nothing counted in tokwatch_scheduler_skipped_rounds_total."""
+    caplog.set_level(logging.INFO, logger="tokwatch.service.scheduler")
+    interval = 0.5
+    real = time.time()
+    shift = next_round_time(real, interval, 0.0) + 10 * interval - 0.02 - real  # 20 ms before a slot
+    ended = asyncio.Event()
+
+    async def probe(name: str) -> None:
+        await asyncio.sleep(0.1)  # a fifth of the interval, across the slot
+
+    sched = Scheduler(
+        lambda: (interval, 0.0, plan({"s": ["x"]})),
+        probe,
+        lambda *a: None,
+        run_on_start=True,
+        after_round=ended.set,
+        clock=lambda: time.time() + shift,
+    )
+    task = asyncio.create_task(sched.run())
+    try:
+        await asyncio.wait_for(ended.wait(), 5)
+    finally:
+        task.cancel()
+    assert sched.rounds == 1 and sched.stats.skipped_slots == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    skipped = [r.getMessage() for r in caplog.records if "ended past the next one" in r.getMessage()]
+    assert len(skipped) == 1 and re.match(r"the round \(0\.\ds, started 0\.0s after its slot\)", skipped[0])
 
 
 async def test_a_crashed_scheduler_is_counted_and_restarted(caplog: pytest.LogCaptureFixture) -> None:
@@ -185,4 +227,12 @@ async def test_each_round_logs_one_line(caplog: pytest.LogCaptureFixture) -> Non
     assert len(lines) == sched.rounds >= 3  # one line per round, no more
     for n, line in enumerate(lines, 1):
         assert line.startswith(f"round {n}: 3 probes on 2 servers in "), line
+    one = Scheduler(lambda: (0.05, 0.0, plan({"a:1": ["a1"]})), probe, lambda *a: None, run_on_start=True)
+    caplog.clear()
+    task = asyncio.create_task(one.run())
+    try:
+        await _until(lambda: one.rounds >= 1)
+    finally:
+        task.cancel()
+    assert caplog.records[0].getMessage().startswith("round 1: 1 probe on 1 server in ")  # never "1 servers"
     assert all(r.levelno == logging.INFO for r in caplog.records if r.getMessage().startswith("round "))

@@ -134,7 +134,7 @@ def test_check_config_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixtu
     good = tmp_path / "good.yml"
     good.write_text(BASE)
     assert main(["check-config", str(good)]) == 0
-    assert "ok (1 endpoints" in capsys.readouterr().out
+    assert "ok (1 endpoint, 1 enabled)" in capsys.readouterr().out  # not "1 endpoints"
     bad = tmp_path / "bad.yml"
     bad.write_text(BASE + "    timeout: soon\n")
     assert main(["check-config", str(bad)]) == 2

@@ -76,9 +76,13 @@ def test_demo_page_in_chromium(tmp_path: Path) -> None:
     tiles = [a for t, a in dom.found if t == "article" and a.get("class") == "tile"]
     assert [a["data-endpoint"] for a in tiles] == expected  # one tile per endpoint, config order
     assert all(a["data-status"] not in (None, "none") for a in tiles)
-    bands = [a["data-band"] for a in dom.where("div") if a.get("data-band")]
-    assert len(bands) == len(expected) and set(bands) <= {"tight", "typical", "jittery", "none"}
-    assert all(f"band-{b}" in (a.get("class") or "") for a in dom.where("div") if (b := a.get("data-band")))
+    rows = [a for t, a in dom.found if t == "tr" and a.get("class") == "series"]
+    assert len(rows) >= len(expected) and {a["data-endpoint"] for a in rows} == set(expected)
+    bands = [a["data-band"] for a in dom.where("td") if a.get("data-band")]
+    assert len(bands) == len(rows) and set(bands) <= {"tight", "typical", "jittery", "none"}
+    assert all(f"band-{b}" in (a.get("class") or "") for a in dom.where("td") if (b := a.get("data-band")))
+    uptime = [a["data-uptime-band"] for a in dom.where("td") if a.get("data-uptime-band")]
+    assert len(uptime) == len(rows) and set(uptime) <= {"full", "some", "low", "none"}
     assert dom.where("section", id="comparison"), "the comparison strip is rendered"
     ranked = [a for t, a in dom.found if t == "li" and a.get("data-endpoint")]
     pairs = [a for t, a in dom.found if t == "li" and a.get("class") == "pair"]
@@ -93,13 +97,14 @@ def test_demo_page_in_chromium(tmp_path: Path) -> None:
 
 def test_seeded_page_shows_every_state_in_chromium(tmp_path: Path) -> None:
     """The state the docs' screenshots are made from: every CV band, non-ok pills, a tile without an ok
-    run, an ongoing incident with its last ok run in the headline; and it fits a phone."""
+    run, an ongoing incident with its last ok run in the headline, several workloads and sites as rows,
+    the comparison view; and it fits a phone."""
     shot, mobile, dom_file = tmp_path / "desktop.png", tmp_path / "phone.png", tmp_path / "dom.html"
-    detail, layout = tmp_path / "endpoint.png", tmp_path / "layout.json"
+    detail, layout, compare = tmp_path / "endpoint.png", tmp_path / "layout.json", tmp_path / "compare.png"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--seeded", "--out", str(shot), "--mobile-out", str(mobile),
          "--dom", str(dom_file), "--endpoint-out", str(detail), "--endpoint", "sglang-a100",
-         "--layout", str(layout), "--timeout", "60"],
+         "--compare-out", str(compare), "--compare", "short", "--layout", str(layout), "--timeout", "60"],
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -110,21 +115,37 @@ def test_seeded_page_shows_every_state_in_chromium(tmp_path: Path) -> None:
         "vllm-h100": "ok", "sglang-a100": "timeout", "ollama-desk": "ok", "cloud-gpt-4o-mini": "ok",
         "staging-mistral": "auth_failure", "llamacpp-pi": "ok",
     }  # fmt: skip
-    bands = [a["data-band"] for a in dom.where("div") if a.get("data-band")]
-    assert bands == ["tight", "tight", "typical", "jittery", "none", "tight"]
+    # a tile per endpoint, its series as rows: two workloads from eu-west, two endpoints from us-east too
+    rows = [
+        (a["data-endpoint"], a["data-workload"], a["data-site"])
+        for a in dom.where("tr")
+        if a.get("data-workload")
+    ]
+    assert len(rows) == 16 and rows[:4] == [
+        ("vllm-h100", "seed000", "eu-west"), ("vllm-h100", "seed000", "us-east"),
+        ("vllm-h100", "short", "eu-west"), ("vllm-h100", "short", "us-east"),
+    ]  # fmt: skip
+    assert re.search(r'id="counts">6 endpoints · 2 workloads · 2 sites ·', text)
+    bands = [a["data-band"] for a in dom.where("td") if a.get("data-band")]
+    assert bands == ["tight"] * 6 + ["typical"] * 2 + ["jittery"] * 4 + ["none"] * 2 + ["tight"] * 2
+    uptime = [a["data-uptime-band"] for a in dom.where("td") if a.get("data-uptime-band")]
+    assert uptime[:4] == ["full"] * 4 and uptime[12:14] == ["low", "low"]  # staging: 0 %
+    assert text.count('class="num prefill not-prefill"') == 8  # seed000's rows: no prefill figure
     assert "TIMEOUT</span>" in text and "AUTH FAILURE</span>" in text and text.count("no ok run yet") == 1
     assert re.search(r"last ok run · server_wall · [45] h ago", text), "the incident keeps its headline"
     assert text.count('class="fail"') >= 4 + 5  # the ongoing timeouts and the failed key, as red ticks
-    for png, width in ((shot, 1280), (mobile, 390), (detail, 1100)):
+    for png, width in ((shot, 1280), (mobile, 390), (detail, 1100), (compare, 1280)):
         assert_not_blank(png, width)
-    assert_fits_a_phone(json.loads(layout.read_text()), tiles=6)
+    measured = json.loads(layout.read_text())
+    assert measured[2]["url"].endswith("/compare?workload=short")
+    assert_fits_a_phone(measured, tiles=6)
 
 
 def assert_fits_a_phone(measured: list[dict[str, Any]], tiles: int) -> None:
-    """The overview and an endpoint page, laid out by Chromium at 390 px: nothing wider than the screen
-    (the run tables scroll inside their own box), text no smaller than 9 px."""
-    overview, endpoint = measured
-    assert overview["tiles"] == tiles and endpoint["tiles"] == 0
+    """The overview, an endpoint page and a comparison, laid out by Chromium at 390 px: nothing wider than
+    the screen (the tables scroll inside their own box), text no smaller than 9 px."""
+    overview, endpoint, compare = measured
+    assert overview["tiles"] == tiles and endpoint["tiles"] == 0 and compare["tiles"] == 0
     for page in measured:
         assert page["viewport"] == PHONE[0], page
         assert page["scroll_width"] <= PHONE[0] and page["body_scroll_width"] <= PHONE[0], page

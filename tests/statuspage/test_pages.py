@@ -102,7 +102,7 @@ async def test_page_shows_a_tile_per_endpoint_with_status_and_figures(
     dom = Dom(text)
     tiles = {a["data-endpoint"]: a["data-status"] for a in dom.having("article", "data-endpoint")}
     assert tiles == {"good": "ok", "failing": "provider_error", "idle": "none"}
-    bands = [a["data-band"] for a in dom.having("div", "data-band")]
+    bands = [a["data-band"] for a in dom.having("td", "data-band")]
     assert len(bands) == 3 and bands[0] in ("tight", "typical", "jittery") and bands[1:] == ["none", "none"]
     assert "no ok run yet" in text and "PROVIDER ERROR" in text
     assert re.search(r'<span class="tps">[\d.]+</span> tok/s', text)
@@ -110,6 +110,21 @@ async def test_page_shows_a_tile_per_endpoint_with_status_and_figures(
     assert "<script" not in text and "http://" not in text.replace(url, "")  # no external assets
     assert '<svg class="spark"' in text and 'class="fail"' in text  # failing endpoint: a red tick
     assert [a["data-endpoint"] for a in dom.having("li", "data-endpoint")] == ["good"]  # only ranked one
+
+    # the comparison view is served too, sorted as the query says; an unknown workload is a 404
+    async with session.get(url + "/compare?workload=seed000&sort=ttft&order=asc") as resp:
+        assert resp.status == 200 and resp.content_type == "text/html"
+        compare = await resp.text()
+    assert '<table id="compare" data-sort="ttft" data-site="" data-order="asc">' in compare
+    # grouped by model (broken, m), then by TTFT within one: rows without a figure last
+    rows = [a["data-endpoint"] for a in Dom(compare).having("tr", "data-model")]
+    assert rows == ["failing", "good", "idle"]
+    async with session.get(url + "/compare?workload=nope") as resp:
+        assert resp.status == 404
+    # network vs server time on the endpoint page, from the stored phases of the real runs
+    async with session.get(url + "/endpoints/good") as resp:
+        page = await resp.text()
+    assert re.search(r'<section id="network" data-runs="2" data-measured="[12]">', page), page
 
     # /metrics is unchanged and still the exposition format
     async with session.get(url + "/metrics") as resp:

@@ -117,11 +117,12 @@ async def test_every_status_has_its_pill_label_and_colour(store: SQLiteStore) ->
     for status, (label, colour) in PILLS.items():
         tile = found[f"ep-{status}"]
         pills = re.findall(r'<span class="pill ([^"]+)" data-status="([^"]+)">([^<]+)</span>', tile)
-        assert pills == [(f"st-{status}", status, label)], tile
+        assert pills == [(f"st-{status}", status, label)] * 2, tile  # the tile's and its one row's
         assert family(colour_of(f"st-{status}")) == colour, status
         assert colour_of("pill", "color") == "#fff"  # white text on every pill
         assert 'class="headline"' in tile  # never blank: the earlier ok run stays in the headline
     assert re.findall(r'<span class="pill (st-none)" data-status="none">(NO RUNS)</span>', found["ep-new"])
+    assert colour_of("pill", "color") == "#fff"
     assert family(colour_of("st-none")) == "grey"
     # every status the page can label has a colour of its own in the stylesheet
     _, rules = _css()
@@ -162,12 +163,14 @@ async def test_cv_bands_follow_the_thresholds_with_their_colours(store: SQLiteSt
         sd = statistics.stdev(values)
         cv = sd / statistics.mean(values)
         assert band_by_the_spec(cv) == expected_bands[name], (name, cv)  # the fixture spans the bands
-        (cell,) = re.findall(r'<div class="cv band-(\w+)" data-band="(\w+)">(.*?)</div>', found[name])
+        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)"[^>]*>(.*?)</td>', found[name])
         assert cell[0] == cell[1] == expected_bands[name], (name, cv, cell)
-        assert f"{cv * 100:.1f} %" in cell[2] and f"±{sd:.1f} tok/s" in cell[2], (name, cell)
+        assert cell[2] == f"{cv * 100:.1f} %", (name, cell)
+        assert f'data-stddev="{sd:.3f}" title="stddev ±{sd:.1f} tok/s">{cell[2]}</td>' in found[name]
     for name in ("one-run", "never-ok"):  # no CV below two ok runs: neutral, and said why
-        (cell,) = re.findall(r'<div class="cv band-(\w+)" data-band="(\w+)">(.*?)</div>', found[name])
-        assert cell[:2] == ("none", "none") and "2+ ok runs" in cell[2]
+        (cell,) = re.findall(r'<td class="num cv band-(\w+)" data-band="(\w+)"[^>]*>(.*?)</td>', found[name])
+        assert cell[:2] == ("none", "none") and cell[2] == "—"
+        assert 'data-band="none" title="from 2 ok runs">' in found[name]
     assert "no ok run yet" in found["never-ok"] and "no ok run yet" not in found["one-run"]
     colours = {band: family(colour_of(f"band-{band}")) for band in ("tight", "typical", "jittery")}
     assert colours == {"tight": "green", "typical": "amber", "jittery": "red"}
@@ -225,14 +228,15 @@ async def test_tile_shows_the_p50_with_the_p90_as_a_whisker_from_its_minimum(sto
     rows.append(_row("never-ok", NOW - 60, status="timeout"))
     found = tiles(await _page(store, config, rows))
     values = sorted(_levels(10.0))
-    pct = re.compile(r'<div class="pct" data-p50="([\d.]+)" data-p90="([\d.]*)">(.*?)</div>')
+    pct = re.compile(r'<div class="pct" data-p50="([\d.]+)" data-p90="([\d.]*)" data-n="(\d+)">(.*?)</div>')
     (many,) = pct.findall(found["many"])
     assert float(many[0]) == pytest.approx(statistics.median(values))
     assert float(many[1]) == pytest.approx(110.0)  # linear p90 of 12 x 90 and 12 x 110
-    assert "n=24" in many[2] and '<svg class="whisker"' in many[2] and 'class="wh"' in many[2]
+    assert many[2] == "24" and "<small> · 110.0</small>" in many[3]
+    assert '<svg class="whisker"' in many[3] and 'class="wh"' in many[3]
     (few,) = pct.findall(found["few"])
     assert float(few[0]) == pytest.approx(81.0) and few[1] == ""  # 3 runs: no p90, and why
-    assert "p90 from 10 runs (n=3)" in few[2] and 'class="wh"' not in few[2]
+    assert 'title="p90 from 10 runs"> (n=3)' in few[3] and 'class="wh"' not in few[3]
     assert 'class="pct"' not in found["never-ok"]
 
 
@@ -261,10 +265,12 @@ async def test_endpoint_page_has_a_percentile_table_per_workload(store: SQLiteSt
     row_24h = re.search(r'<tr data-window="24h">(.*?)</tr>', tables["seed000"], re.S)
     assert row_24h is not None
     cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row_24h.group(1))
-    # uptime, runs, decode p50/p90/p99/n, prefill p50/p90/p99/n, TTFT p50/p90/p99/n
+    # uptime, runs, decode p50/p90/p99/n, (seed000: prefill n/a, not measured), TTFT p50/p90/p99/n
     assert cells[:2] == ["100.0 %", "12"]
     assert cells[2:6] == ["105.5", "109.9", "—", "12"]
-    assert cells[10:14] == ["200", "200", "—", "12"]
+    assert cells[6:10] == ["200", "200", "—", "12"]
+    not_prefill = r'<td colspan="4" class="num not-prefill" title="Not a prefill measurement[^"]*">n/a</td>'
+    assert re.search(not_prefill, row_24h.group(1))
     big = re.search(r'<tr data-window="24h">(.*?)</tr>', tables["big"], re.S)
     assert big is not None and "2,000" in big.group(1)
     assert "p90 from 10" in page.body

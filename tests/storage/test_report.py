@@ -43,3 +43,35 @@ async def test_report_figures_and_formats(tmp_path: Path) -> None:
     data = json.loads(render_json(report))
     assert data["comparison"]["fastest"] == "a" and round(data["comparison"]["percent_faster"]) == 67
     assert {e["endpoint"] for e in data["endpoints"]} == {"a", "b"}
+
+
+async def test_report_shows_network_vs_server_time_and_no_column_twice(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "tw.db")
+    now = time.time()
+    opened = {"phase_resolve_s": 0.004, "phase_connect_s": 0.02, "phase_tls_s": 0.03, "network_rtt_s": 0.02}
+    rows = [
+        RunRow(run_id=f"a{i}", time=now - 300 - i * 3600, endpoint="a", status="ok", tokens_per_second=100.0,
+               ttft_s=0.5, workload="short", phase_processing_s=0.45, **(opened if i < 2 else {}))
+        for i in range(4)
+    ]  # fmt: skip
+    try:
+        await store.write_runs(rows)
+        week = await build_report(store, now, 7 * 86400, rule=WindowRule(), windows_s=(86400.0, 7 * 86400.0))
+        two_days = await build_report(store, now, 2 * 86400, rule=WindowRule(), windows_s=(86400.0,))
+        day = await build_report(store, now, 86400, rule=WindowRule())
+    finally:
+        await store.close()
+    (a,) = week.endpoints
+    assert a.network_24h is not None and (a.network_24h.runs, a.network_24h.measured) == (4, 2)
+    assert a.network_24h.server_s == 0.48 and a.network_24h.network_rtt_s == 0.02
+    head, _, line = render_table(week).splitlines()[:3]
+    assert "network ms 24h" in head and "server ms 24h" in head
+    assert "20.0 (dns 4.0, tls 30.0)" in line and "480.0" in line
+    # the --since window's median and uptime are a row of the percentile table (7d) or the 24 h columns
+    assert "7d median" not in head and "uptime 7d" not in head and head.count("uptime") == 1
+    assert "24h median" in render_table(day).splitlines()[0]
+    assert render_table(day).splitlines()[0].count("24h median") == 1
+    assert "48h median" in render_table(two_days).splitlines()[0]  # not shown elsewhere: kept
+    data = json.loads(render_json(week))["endpoints"][0]["network_24h"]
+    assert data["server_seconds"] == 0.48 and data["measured_runs"] == 2 and data["tls_seconds"] == 0.03
+    assert data["network_share"] == 0.02 / 0.5

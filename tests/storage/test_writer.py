@@ -262,10 +262,10 @@ async def test_a_burst_of_dropped_runs_is_logged_once_with_its_count(
                 writer.submit(make_run("a", now + i))
         assert writer.stats().dropped_total == 9
         for _ in range(int(DROP_BURST_QUIET_S * 40)):
-            if any("run(s) dropped" in m for m in caplog.messages):
+            if any("runs dropped" in m for m in caplog.messages):
                 break
             await asyncio.sleep(0.05)
-    dropped = [m for m in caplog.messages if "run(s) dropped" in m]
-    assert len(dropped) == 1 and dropped[0].startswith("storage: 9 run(s) dropped in ")
+    dropped = [m for m in caplog.messages if "runs dropped" in m]
+    assert len(dropped) == 1 and dropped[0].startswith("storage: 9 runs dropped in ")
     assert "counted in tokwatch_storage_dropped_runs" in dropped[0]
     assert len([m for m in caplog.messages if "held in memory" in m]) == 1

@@ -13,6 +13,9 @@ import pytest
 from aiohttp import web
 
 from tests.support.thread_server import ThreadServer, read_body, read_head
+from tokwatch import __version__
+from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.stamping import bench_http_client
 from tokwatch.transport import kernel_stamps, rxwatch
 from tokwatch.transport.http import HttpClient, HttpStatusError, StreamResponse, TransportError
 
@@ -185,6 +188,23 @@ async def test_authorization_header_is_sent(serve, client: HttpClient) -> None:
         "POST", url + "/e", json_body={}, headers={"Authorization": "Bearer k"}, timeout=5
     ) as r:
         assert await r.text() == "Bearer k"
+
+
+async def test_the_user_agent_carries_the_version(serve, client: HttpClient) -> None:
+    """Providers' logs name the prober with its version: `tokwatch/<version>` unless a caller names itself,
+    as the bench does (`tokwatch-bench/<version>`)."""
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        return web.Response(text=request.headers.get("User-Agent", ""))
+
+    url = await serve({"/e": echo})
+    async with client.stream("GET", url + "/e", timeout=5) as r:
+        assert await r.text() == f"tokwatch/{__version__}"
+    async with (
+        bench_http_client(BenchOptions(url=url, model="m")) as bench,
+        bench.stream("GET", url + "/e", timeout=5) as r,
+    ):
+        assert await r.text() == f"tokwatch-bench/{__version__}"
 
 
 class _BodyClock:

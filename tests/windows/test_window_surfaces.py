@@ -172,11 +172,13 @@ def _from_metrics(text: str) -> dict[str, Figures | None]:
 
 
 _TILE = re.compile(r'<article class="tile" data-endpoint="([^"]+)".*?</article>', re.S)
-_MEDIAN = re.compile(r'<div class="median"><dt>24 h median</dt><dd>(?:([\d.]+)<small> tok/s</small>|—)</dd>')
-_CV = re.compile(r"<dt>CV \(stddev\)</dt><dd>(?:[\d.]+ %<small> ±([\d.]+) tok/s</small>|—)")
+# The tile's row (one series per endpoint here): decode p50 (the median), CV with the stddev, uptime.
+_MEDIAN = re.compile(r'<td class="num decode">(?:<div class="pct" data-p50="([\d.]+)"|—)')
+_CV = re.compile(r'<td class="num cv band-\w+" data-band="\w+"(?: data-stddev="([\d.]+)")?')
 _SET_ASIDE = re.compile(r'<p class="set-aside[^"]*" title="[^"]*" data-runs="(\d+)" data-tps="(\d+)">')
 _UPTIME = re.compile(
-    r'<dt>24 h uptime</dt><dd>(?:([\d.]+) %<small class="muted"> (\d+)/(\d+)</small>|—)</dd>'
+    r'<td class="num uptime ub-\w+" data-uptime-band="\w+"'
+    r'(?: title="[^"]*" data-ok="(\d+)" data-runs="(\d+)">([\d.]+) %|>—)</td>'
 )
 
 
@@ -187,16 +189,16 @@ def _from_page(html: str) -> dict[str, Figures | None]:
         tile = m.group(0)
         median, cv, uptime = _MEDIAN.search(tile), _CV.search(tile), _UPTIME.search(tile)
         assert median and cv and uptime, tile
-        if uptime.group(1) is None:
+        if uptime.group(3) is None:
             out[m.group(1)] = None
             continue
         set_aside = _SET_ASIDE.search(tile)
         out[m.group(1)] = Figures(
-            int(uptime.group(3)),
             int(uptime.group(2)),
+            int(uptime.group(1)),
             float(median.group(1)) if median.group(1) else None,
             float(cv.group(1)) if cv.group(1) else None,
-            float(uptime.group(1)) / 100,
+            float(uptime.group(3)) / 100,
             int(set_aside.group(1)) if set_aside else 0,
             int(set_aside.group(2)) if set_aside else 0,
         )

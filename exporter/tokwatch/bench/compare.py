@@ -25,6 +25,7 @@ import numpy as np
 
 from tokwatch.bench import arrays
 from tokwatch.bench.load_shape import LoadShape, cache_notes, differences, shape_of
+from tokwatch.figures.wording import counted
 
 # figure -> (jsonl key, list of values per request?, higher is better?)
 FIGURES: dict[str, tuple[str, bool, bool]] = {
@@ -236,7 +237,7 @@ def render_table(
 ) -> str:
     """A Markdown table (seconds shown as ms), the throughput line and the verdict."""
     lines = [
-        f"A: {a.name} ({a.count()} requests)   B: {b.name} ({b.count()} requests)   "
+        f"A: {a.name} ({counted(a.count(), 'request')})   B: {b.name} ({counted(b.count(), 'request')})   "
         f"threshold {threshold:.0%}",
         "",
         "| figure | stat | A | A 95 % CI | B | B 95 % CI | change | gate |",

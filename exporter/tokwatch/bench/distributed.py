@@ -30,6 +30,7 @@ from tokwatch.bench.segments import planned_arrivals
 from tokwatch.bench.session import echo_options, run_bench
 from tokwatch.bench.storing import instance_name, planned_run_row, request_row, summary_text
 from tokwatch.bench.wallclock import ClockOffset, measure_offset
+from tokwatch.figures.wording import counted
 from tokwatch.settings.config import Config
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.strict_yaml import ConfigError
@@ -188,7 +189,8 @@ async def run_segment(
         return outcome, out_dir, [f"warning: segment not stored: {exc} (result files are kept)"]
     label = opts.segment_part.label
     what = "stored" if new else "already stored (kept as it was)"
-    lines = [f"{what}: segment {label} of bench run {outcome.run_id} ({len(requests)} requests) in {where}"]
+    size = counted(len(requests), "request")
+    lines = [f"{what}: segment {label} of bench run {outcome.run_id} ({size}) in {where}"]
     if merged is not None:
         lines.append(merged_line(merged))
     return outcome, out_dir, lines

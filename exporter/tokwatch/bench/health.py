@@ -11,6 +11,7 @@ from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.figures.stats import median, percentile
+from tokwatch.figures.wording import counted
 
 RATE_TOLERANCE = 0.01
 LAG_P99_LIMIT_S = 0.005
@@ -213,10 +214,10 @@ def _client_timing(measured: Sequence[RequestRecord], receive_stamps: str = "eve
             f">= {STALL_LIMIT_S * 1e3:.0f} ms (worst {worst * 1e3:.1f} ms; FAIL above "
             f"{DISTURBED_SHARE_FAIL:.0%} of requests: their TTFT/TBT carry the client's own lateness); "
             f"stamps taken by {stamps}; the event loop stalled >= {STALL_LIMIT_S * 1e3:.0f} ms while "
-            f"{len(stalled)} requests streamed (worst {worst_stall * 1e3:.1f} ms"
+            f"{counted(len(stalled), 'request')} streamed (worst {worst_stall * 1e3:.1f} ms"
             + ("; a loop stall delays the reading, not the watcher's stamps)" if watcher else ")")
-            + f"; {merged} merged reads in {with_merged} requests (several chunks in one read: client "
-            "lateness, or batching by the server or a proxy)",
+            + f"; {counted(merged, 'merged read')} in {counted(with_merged, 'request')} (several chunks in "
+            "one read: client lateness, or batching by the server or a proxy)",
         )
     ]
 

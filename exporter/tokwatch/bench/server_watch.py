@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tokwatch.bench.stamping import BENCH_USER_AGENT
 from tokwatch.counters.adapters import read_counters
 from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_metrics
 from tokwatch.counters.reading import CounterReading
@@ -138,7 +139,7 @@ async def watch_during(watch: ServerWatch) -> asyncio.Task[None]:
     side.start()
 
     async def sample() -> None:
-        async with HttpClient(user_agent="tokwatch-bench") as http:
+        async with HttpClient(user_agent=BENCH_USER_AGENT) as http:
             await watch.sample_forever(http)
 
     async def run() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from tokwatch import __version__
 from tokwatch.bench.config import BenchOptions
 from tokwatch.transport import rxwatch
 from tokwatch.transport.http import HttpClient
+
+BENCH_USER_AGENT = f"tokwatch-bench/{__version__}"
 
 
 def bench_http_client(opts: BenchOptions) -> HttpClient:
@@ -12,7 +15,7 @@ def bench_http_client(opts: BenchOptions) -> HttpClient:
     time), the kernel's receive stamps and the receive watcher as the options say."""
     return HttpClient(
         limit=0,
-        user_agent="tokwatch-bench",
+        user_agent=BENCH_USER_AGENT,
         watch_receives=opts.watch_receives,
         kernel_stamps=opts.kernel_stamped,
     )

@@ -16,6 +16,7 @@ from typing import Any
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.figures.stats import percentile
+from tokwatch.figures.wording import counted
 from tokwatch.settings.config import Config
 from tokwatch.settings.redact import Redactor
 from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
@@ -198,4 +199,5 @@ async def store_outcome(outcome: BenchOutcome, config: Config, *, secrets: Itera
     finally:
         await store.close()
     what = "stored" if new else "already stored"
-    return f"{what}: bench run {run.id} ({len(requests)} requests) in {store.backend} {store.location}"
+    size = counted(len(requests), "request")
+    return f"{what}: bench run {run.id} ({size}) in {store.backend} {store.location}"

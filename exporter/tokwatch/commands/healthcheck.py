@@ -5,7 +5,11 @@ probes (docs/security.md, "Health checks").
 Exit 0 when the route answers 2xx, 1 otherwise with one line naming the reason (never 2: Docker reserves
 it). The password is read from a file and never printed. The request goes straight to the address in the
 URL (no proxy from the environment, no redirect), and over TLS it trusts exactly the certificate the web
-config's `cert_file` holds, so it needs neither a CA bundle nor a certificate naming 127.0.0.1.
+config's `cert_file` holds, so it needs neither a CA bundle nor a certificate naming 127.0.0.1. An https URL
+without `--web-config` is checked against `--ca-file` (pinned the same way) or else the system's CA bundle.
+
+It is exec'd every few seconds by container probes, so it imports neither the exporter nor aiohttp
+(`tokwatch.entry` runs it without tokwatch.cli; tests/test_healthcheck.py holds that).
 """
 
 from __future__ import annotations
@@ -15,13 +19,19 @@ import http.client
 import ssl
 import sys
 from base64 import b64encode
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tokwatch import __version__
-from tokwatch.settings.strict_yaml import ConfigError, read_config_file
-from tokwatch.settings.webconfig import WebConfig, load_web_config
+from tokwatch.settings.one_line_parser import OneLineErrorParser
+from tokwatch.settings.strict_yaml import ConfigError
+from tokwatch.settings.webconfig import WebConfig
+
+if TYPE_CHECKING:
+    from tokwatch.settings.webconfig_file import WebConfig
 
 DEFAULT_HOST = "127.0.0.1:9477"
 DEFAULT_PATH = "/-/healthy"
@@ -44,6 +54,8 @@ class Request:
     tls: ssl.SSLContext | None
     authorization: str | None
     user: str | None
+    # what the server's certificate failed to be, when it fails verification
+    untrusted: str = "the web config's cert_file"
 
 
 def _one_line(text: str) -> str:
@@ -71,27 +83,51 @@ def _target(url: str | None, tls: bool) -> tuple[str, str, int, str]:
     return url, parts.hostname, port, path
 
 
+def _pinned(cafile: str, flag: str) -> ssl.SSLContext:
+    """A client context whose only trust anchor is the certificate in `cafile` (accepted without its
+    issuer), so the name in it need not be the address dialled."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    try:
+        ctx.load_verify_locations(cafile=cafile)
+    except (ssl.SSLError, OSError) as exc:
+        raise CheckError(f"cannot load {flag} {cafile}: {exc}") from None
+    return ctx
+
+
+def _load_client_cert(ctx: ssl.SSLContext, client_cert: str | None, client_key: str | None) -> bool:
+    """Load --client-cert/--client-key into `ctx`; False when neither was given."""
+    if not (client_cert or client_key):
+        return False
+    if not (client_cert and client_key):
+        raise CheckError("--client-cert and --client-key go together")
+    try:
+        ctx.load_cert_chain(client_cert, client_key)
+    except (ssl.SSLError, OSError) as exc:
+        raise CheckError(f"cannot load --client-cert/--client-key: {exc}") from None
+    return True
+
+
+def _plain_tls(ca_file: str | None, client_cert: str | None, client_key: str | None) -> ssl.SSLContext:
+    """TLS for an https URL without a web config: the server's certificate pinned by --ca-file, else
+    verified against the system's CA bundle with its name checked."""
+    ctx = _pinned(ca_file, "--ca-file") if ca_file else ssl.create_default_context()
+    _load_client_cert(ctx, client_cert, client_key)
+    return ctx
+
+
 def _client_tls(
     cfg: WebConfig, base: Path, client_cert: str | None, client_key: str | None
 ) -> ssl.SSLContext | None:
     tls = cfg.tls_server_config
     if tls is None:
         return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    # Pinned to the server's own certificate: it is the only trust anchor (accepted without its issuer),
-    # so the name in it need not be the address dialled.
-    ctx.check_hostname = False
-    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    ctx.load_verify_locations(cafile=str(base / tls.cert_file))
-    if client_cert or client_key:
-        if not (client_cert and client_key):
-            raise CheckError("--client-cert and --client-key go together")
-        try:
-            ctx.load_cert_chain(client_cert, client_key)
-        except (ssl.SSLError, OSError) as exc:
-            raise CheckError(f"cannot load --client-cert/--client-key: {exc}") from None
-    elif tls.client_auth_type in ("RequireAnyClientCert", "RequireAndVerifyClientCert"):
+    # Pinned to the server's own certificate.
+    ctx = _pinned(str(base / tls.cert_file), "the web config's cert_file")
+    given = _load_client_cert(ctx, client_cert, client_key)
+    if not given and tls.client_auth_type in ("RequireAnyClientCert", "RequireAndVerifyClientCert"):
         raise CheckError(
             f"the web config requires a client certificate ({tls.client_auth_type}): "
             "pass --client-cert and --client-key"
@@ -114,9 +150,11 @@ def _authorization(
     if password_file is None:
         raise CheckError(f"the web config requires basic auth: pass --password-file (user {user}'s password)")
     try:
-        text, _ = read_config_file(password_file)
-    except ConfigError as exc:
-        raise CheckError(f"--password-file: {_one_line(str(exc))}") from None
+        text = Path(password_file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheckError(f"--password-file: {password_file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckError(f"--password-file: {password_file}: cannot read: {exc}") from None
     password = text.removesuffix("\n").removesuffix("\r")
     if not password:
         raise CheckError(f"--password-file {password_file} is empty")
@@ -131,6 +169,7 @@ def build_request(
     password_file: str | None = None,
     client_cert: str | None = None,
     client_key: str | None = None,
+    ca_file: str | None = None,
 ) -> Request:
     """The request a check sends; CheckError (one line) when the flags or the web config do not allow one."""
     if web_config is None:
@@ -138,7 +177,23 @@ def build_request(
             if value is not None:
                 raise CheckError(f"{flag} needs --web-config (the file the server runs with)")
         full, host, port, path = _target(url, tls=False)
+        if full.startswith("https://"):
+            trust = (
+                f"the one --ca-file {ca_file} holds"
+                if ca_file
+                else "trusted by the system's CA bundle: pass --ca-file with the server's certificate"
+            )
+            tls = _plain_tls(ca_file, client_cert, client_key)
+            return Request(full, host, port, path, tls, None, None, trust)
+        if ca_file or client_cert or client_key:
+            raise CheckError(f"--url {full} is plain HTTP: --ca-file and --client-cert need https://")
         return Request(full, host, port, path, None, None, None)
+    if ca_file is not None:
+        raise CheckError("--ca-file is for https URLs without --web-config (which pins its cert_file)")
+    # Only a check with a web config reads YAML, so the plain one (most exec probes) loads neither PyYAML
+    # nor pydantic: a probe exec'd every few seconds pays for what it uses (tests/test_healthcheck.py).
+    from tokwatch.settings.webconfig_file import load_web_config
+
     try:
         cfg, base = load_web_config(web_config)
     except ConfigError as exc:
@@ -171,7 +226,7 @@ def check(req: Request, timeout_s: float) -> str:
         body = resp.read(4096).decode("utf-8", "replace")
     except ssl.SSLCertVerificationError as exc:
         raise CheckError(
-            f"{req.url}: the server's certificate is not the web config's cert_file ({exc.verify_message})"
+            f"{req.url}: the server's certificate is not {req.untrusted} ({exc.verify_message})"
         ) from None
     except ssl.SSLError as exc:
         reason = exc.reason or exc.__class__.__name__
@@ -210,7 +265,13 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Exit 0 if the exporter answers its health route with 2xx, 1 (one line on stderr) if not."""
     try:
         req = build_request(
-            args.url, args.web_config, args.user, args.password_file, args.client_cert, args.client_key
+            args.url,
+            args.web_config,
+            args.user,
+            args.password_file,
+            args.client_cert,
+            args.client_key,
+            args.ca_file,
         )
         print(check(req, args.timeout))
     except CheckError as exc:
@@ -246,6 +307,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-cert", metavar="FILE", help="client certificate, when the server requires one")
     p.add_argument("--client-key", metavar="FILE", help="its key")
     p.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="without --web-config: the certificate an https server must present (default: the system's CA "
+        "bundle, with the host name checked)",
+    )
+    p.add_argument(
         "--timeout", type=_positive_seconds, default=3.0, help="seconds to wait for the answer (default 3)"
     )
     p.set_defaults(func=cmd_healthcheck)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`tokwatch healthcheck ...` alone (argv from `healthcheck` on): the exporter's command line without
+    importing it (tokwatch.entry)."""
+    parser = OneLineErrorParser(prog="tokwatch")
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    return int(args.func(args))

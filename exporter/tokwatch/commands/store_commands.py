@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tokwatch.bench.stored_report import BENCH_RENDERERS
+from tokwatch.figures.wording import counted
 from tokwatch.settings.config import Config, load_config
 from tokwatch.settings.setting_values import parse_duration
 from tokwatch.settings.strict_yaml import ConfigError
@@ -121,7 +122,7 @@ def cmd_db_status(args: argparse.Namespace) -> int:
                 print(f"partitions: {len(parts)} ({parts[0]} .. {parts[-1]})" if parts else "partitions: 0")
         path = outbox_path(config.storage)
         if path.exists():
-            print(f"outbox:   {path}: {Outbox(path).pending} runs waiting")
+            print(f"outbox:   {path}: {counted(Outbox(path).pending, 'run')} waiting")
         else:
             print(f"outbox:   {path}: empty")
         return EXIT_OK if not st.pending and not st.too_new else EXIT_FAIL

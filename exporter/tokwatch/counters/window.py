@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tokwatch.counters.reading import CounterReading, delta, delta_from_zero, reset_between
+from tokwatch.figures.wording import counted_value
 from tokwatch.probes.base import CounterMeasurement
 
 # Above this a counter delta is a unit or bookkeeping error, not a decode speed.
@@ -36,15 +37,15 @@ def _contamination(before: CounterReading, after: CounterReading) -> list[str]:
     reasons: list[str] = []
     finished = delta_from_zero(before.finished_requests, after.finished_requests)
     if finished is not None and finished > 1:
-        reasons.append(f"{finished:g} requests finished in the window")
+        reasons.append(f"{counted_value(finished, 'request')} finished in the window")
     if before.running is not None and before.running > 0:
-        reasons.append(f"{before.running:g} requests running before the run")
+        reasons.append(f"{counted_value(before.running, 'request')} running before the run")
     # The after snapshot may still count the timed request itself for a moment, so one is tolerated.
     if after.running is not None and after.running > 1:
-        reasons.append(f"{after.running:g} requests running after the run")
+        reasons.append(f"{counted_value(after.running, 'request')} running after the run")
     for side, reading in (("before", before), ("after", after)):
         if reading.waiting is not None and reading.waiting > 0:
-            reasons.append(f"{reading.waiting:g} requests waiting {side} the run")
+            reasons.append(f"{counted_value(reading.waiting, 'request')} waiting {side} the run")
     preempted = delta_from_zero(before.preemptions, after.preemptions)
     if preempted is not None and preempted > 0:
         reasons.append(f"{preempted:g} preemptions in the window")

@@ -1,5 +1,5 @@
-"""The exporter's HTTP interface: status page (/, /endpoints/NAME), status API (/api/v1/...), /metrics,
-/probe, /-/ready, /-/reload."""
+"""The exporter's HTTP interface: status page (/, /endpoints/NAME, /compare), status API (/api/v1/...),
+/metrics, /probe, /-/ready, /-/reload."""
 
 from __future__ import annotations
 
@@ -168,6 +168,15 @@ async def endpoint_page(request: web.Request) -> web.Response:
     return _html(await request.app[PAGES_KEY].endpoint(request.match_info["name"], workload, site))
 
 
+async def compare_page(request: web.Request) -> web.Response:
+    """A workload's endpoints side by side (`?workload=`, sorted by `?sort=` at `?site=`, `?order=`)."""
+    q = request.query
+    page = await request.app[PAGES_KEY].compare(
+        q.get("workload"), q.get("sort", "decode"), q.get("site"), q.get("order")
+    )
+    return _html(page)
+
+
 async def api_status(request: web.Request) -> web.Response:
     """Every series' newest run, uptime, percentiles and status as JSON (docs/api.md)."""
     return _json(await request.app[API_KEY].status())
@@ -200,6 +209,7 @@ def build_web_app(app: App, web_config: WebConfig | None = None) -> web.Applicat
         [
             web.get("/", index),
             web.get("/endpoints/{name}", endpoint_page),
+            web.get("/compare", compare_page),
             web.get("/api/v1/status", api_status),
             web.get("/api/v1/endpoints/{name}", api_endpoint),
             web.get("/metrics", metrics),

@@ -27,7 +27,8 @@ from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import series_of
 from tokwatch.storage.base import LastRun, RunStore
 from tokwatch.storage.errors import StorageError
-from tokwatch.storage.window import window_figures
+from tokwatch.storage.network_time import network_time
+from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.windows.window import WindowFigures, window_label, window_lengths
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles, percentile_label
 from tokwatch.windows.window_rule import WindowRule
@@ -70,6 +71,8 @@ class StatusApi:
         self._clock = clock
         self._max_age_s = max_age_s
         self._computed: _Computed | None = None
+        # Each endpoint view's network figures, with the `generated_at` of the series they were read with.
+        self._network: dict[str, tuple[float, dict[SeriesKey, dict[str, Any]]]] = {}
         self._lock = asyncio.Lock()  # concurrent requests wait for one computation, not start their own
 
     async def status(self) -> ApiAnswer:
@@ -91,7 +94,26 @@ class StatusApi:
         got = await self._series()
         if isinstance(got, ApiAnswer):
             return got
-        series = [s for s in got.series if s["endpoint"] == ep.name]
+        store = self._store()
+        if store is None:  # switched off by a reload since
+            return _error(503, "storage is off (storage.enabled: false): the status API reads the store")
+        cached = self._network.get(ep.name)
+        if cached is not None and cached[0] == got.at:
+            network = cached[1]  # as old as the series it goes with: one query per endpoint and max_age_s
+        else:
+            try:
+                network = await network_of(store, got.config, ep.name, got.at)
+            except StorageError as exc:
+                return _error(503, f"store unavailable ({redact(str(exc))})")
+            self._network = {
+                **{k: v for k, v in self._network.items() if v[0] == got.at},
+                ep.name: (got.at, network),
+            }
+        series = [
+            {**s, "network": network.get(SeriesKey(s["endpoint"], s["workload"], s["site"]))}
+            for s in got.series
+            if s["endpoint"] == ep.name
+        ]
         return ApiAnswer(200, {**self._head("endpoint", got), "endpoint": ep.name, "series": series})
 
     @staticmethod
@@ -124,6 +146,16 @@ class StatusApi:
                 return _error(503, f"store unavailable ({message})")
             self._computed = _Computed(now, config, series)
             return self._computed
+
+
+async def network_of(
+    store: RunStore, config: Config, endpoint: str, now: float
+) -> dict[SeriesKey, dict[str, Any]]:
+    """Each series of the endpoint: network vs server time over its runs of the last 24 h that the window
+    rule counts (tokwatch.storage.network_time), as JSON; a series without an ok run with a TTFT is absent."""
+    rule = WindowRule.of(config.schedule.window_includes)
+    runs = await store.recent_runs(now - WINDOW_S, None, endpoint=endpoint, rule=rule)
+    return {key: split.as_dict() for key, rs in runs.items() if (split := network_time(rs)) is not None}
 
 
 def api_windows(config: Config) -> tuple[float, ...]:

@@ -54,7 +54,7 @@ SCHEMA: dict[str, Any] = {
                 "windows": {"type": "array", "items": {"$ref": "#/$defs/window_label"}, "minItems": 1},
                 "min_samples": {"$ref": "#/$defs/min_samples"},
                 "endpoint": {"type": "string"},
-                "series": {"type": "array", "items": {"$ref": "#/$defs/series"}},
+                "series": {"type": "array", "items": {"$ref": "#/$defs/endpoint_series"}},
             },
         },
         "error": {
@@ -98,6 +98,58 @@ SCHEMA: dict[str, Any] = {
                     "propertyNames": {"$ref": "#/$defs/window_label"},
                     "additionalProperties": {"$ref": "#/$defs/window"},
                 },
+            },
+        },
+        "endpoint_series": {
+            "description": "A series in the endpoint view: as in /status, with its network vs server time.",
+            "type": "object",
+            "required": [
+                "endpoint", "workload", "site", "model", "labels", "status", "last_run", "windows", "network",
+            ],
+            "additionalProperties": False,
+            "properties": {
+                "endpoint": {"type": "string"},
+                "workload": {"type": "string"},
+                "site": {"type": "string"},
+                "model": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "status": {"type": ["string", "null"]},
+                "last_run": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/last_run"}]},
+                "windows": {
+                    "type": "object",
+                    "propertyNames": {"$ref": "#/$defs/window_label"},
+                    "additionalProperties": {"$ref": "#/$defs/window"},
+                },
+                "network": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/network"}]},
+            },
+        },
+        "network": {
+            "description": (
+                "Medians over the last 24 h of counted ok runs with a TTFT, not cache-assisted "
+                "(docs/methodology.md, Network phases): set-up phases where the round opened its "
+                "connection; ttft_seconds over every run (the TTFT p50); the round trip, server_seconds "
+                "(TTFT less the round trip), measured_ttft_seconds (their sum, about) and network_share "
+                "(the median of round trip / TTFT) over the measured_runs that had a round trip."
+            ),
+            "type": "object",
+            "required": [
+                "runs", "measured_runs", "resolve_seconds", "connect_seconds", "tls_seconds",
+                "processing_seconds", "network_rtt_seconds", "ttft_seconds", "server_seconds",
+                "measured_ttft_seconds", "network_share",
+            ],
+            "additionalProperties": False,
+            "properties": {
+                "runs": {"type": "integer", "minimum": 1},
+                "measured_runs": {"type": "integer", "minimum": 0},
+                "resolve_seconds": _NUMBER_OR_NULL,
+                "connect_seconds": _NUMBER_OR_NULL,
+                "tls_seconds": _NUMBER_OR_NULL,
+                "processing_seconds": _NUMBER_OR_NULL,
+                "network_rtt_seconds": _NUMBER_OR_NULL,
+                "ttft_seconds": _NUMBER_OR_NULL,
+                "server_seconds": _NUMBER_OR_NULL,
+                "measured_ttft_seconds": _NUMBER_OR_NULL,
+                "network_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
             },
         },
         "last_run": {

@@ -26,6 +26,7 @@ from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from tokwatch.counters import ServerCollector
 from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.figures.result import Trigger
+from tokwatch.figures.wording import counted
 from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus, SchedulerStats
 from tokwatch.metrics.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics
@@ -311,7 +312,7 @@ class App:
         self._sync_schedulers()
         for sched, _ in self._schedulers.values():
             sched.reschedule()
-        log.info("config reloaded: %d endpoints", len(config.endpoints))
+        log.info("config reloaded: %s", counted(len(config.endpoints), "endpoint"))
         return True, "config reloaded"
 
     # --- the schedule ------------------------------------------------------------------------------
@@ -339,17 +340,19 @@ class App:
     def _plans(self) -> dict[ScheduleKey, RoundPlan]:
         """Each schedule's round: (endpoint, workload) targets by server; None: the main schedule."""
         s = self.config.schedule
+        main = self.config.round_schedule()
         groups: dict[ScheduleKey, dict[str, list[tuple[str, str]]]] = {}
         for ep in self.config.enabled_endpoints:
             for w in self.config.workloads_for(ep):
-                own = w.schedule(s.interval, s.offset)
-                key = None if own == (s.interval, s.offset) else own
+                own = self.config.round_schedule(w)
+                key = None if own == main else own
                 groups.setdefault(key, {}).setdefault(server_key(ep.base_url), []).append((ep.name, w.name))
         return {k: RoundPlan(g, s.parallelism, s.per_server) for k, g in groups.items()}
 
     def _schedule_settings(self) -> tuple[float, float, RoundPlan]:
         s = self.config.schedule
-        return s.interval, s.offset, self._plans().get(None, RoundPlan({}, s.parallelism, s.per_server))
+        interval, offset = self.config.round_schedule()
+        return interval, offset, self._plans().get(None, RoundPlan({}, s.parallelism, s.per_server))
 
     def _own_schedule_settings(self, key: tuple[float, float]) -> tuple[float, float, RoundPlan]:
         s = self.config.schedule

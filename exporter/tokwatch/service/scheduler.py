@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tokwatch.figures.wording import counted
 from tokwatch.metrics.exporter import SchedulerStats
 from tokwatch.transport.event_wait import wait_event
 
@@ -180,24 +181,38 @@ class Scheduler:
             await run_round(plan, self._probe, self._slots)
             self.stats.rounds += 1
             log.info(
-                "round %d: %d probes on %d servers in %.1fs (every %gs)",
+                "round %d: %s on %s in %.1fs (every %gs)",
                 self.stats.rounds,
-                len(plan.names),
-                len(plan.servers),
+                counted(len(plan.names), "probe"),
+                counted(len(plan.servers), "server"),
                 time.monotonic() - t0,
                 interval,
             )
             if self._after_round is not None:
                 self._after_round()
-            # A round that overran skips the slots it missed rather than running them back to back.
+            # A round that ended past the next slot skips the slots it missed rather than running them
+            # back to back. Only one that took longer than the interval overran (warned and counted): the
+            # start-up round starts at no slot, and a round that started late ends late too.
             now = self._clock()
             if now > following:
                 missed = math.floor((now - following) / interval) + 1
-                self.stats.skipped_slots += missed
                 following = next_round_time(now, interval, offset)
-                log.warning(
-                    "the round took longer than the interval: %d planned round(s) skipped, next at %s",
-                    missed,
-                    time.strftime("%H:%M:%S", time.localtime(following)),
-                )
+                at = time.strftime("%H:%M:%S", time.localtime(following))
+                took = now - started
+                if took > interval:
+                    self.stats.skipped_slots += missed
+                    log.warning(
+                        "the round took longer than the interval (%.1fs of %gs): %s skipped, next at %s",
+                        took,
+                        interval,
+                        counted(missed, "planned round"),
+                        at,
+                    )
+                else:
+                    log.info(
+                        "the round (%.1fs, started %.1fs after its slot) ended past the next one: next at %s",
+                        took,
+                        max(0.0, started - target),
+                        at,
+                    )
             planned = following

@@ -8,17 +8,11 @@ so `serve --listen localhost` or `bench --url 127.0.0.1:8000` exit 2 with
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
 
+from tokwatch.settings.one_line_parser import OneLineErrorParser
 from tokwatch.settings.setting_values import check_http_url, parse_listen
 
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line naming the flag (exit 2), not the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        """`PROG: error: MESSAGE (see PROG --help)` on stderr, exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+__all__ = ["OneLineErrorParser", "http_url", "listen_address"]
 
 
 def listen_address(value: str) -> str:

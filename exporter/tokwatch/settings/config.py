@@ -5,6 +5,7 @@ that every error names file, line and field."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 from pathlib import Path
@@ -45,8 +46,11 @@ from tokwatch.settings.setting_values import (
     positive_duration_fields,
     ratio_fields,
 )
+from tokwatch.settings.site_offset import site_offset
 from tokwatch.settings.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 from tokwatch.settings.workloads import SEED000, Workload, check_workloads
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
 DEFAULT_PROMPT = "Explain theory of relativity simply"
@@ -187,7 +191,10 @@ class ScheduleSettings(StrictModel):
     def _check(self) -> ScheduleSettings:
         if self.interval < 1:
             raise ValueError("interval must be at least 1s")
-        if self.offset >= self.interval:
+        # The default 30m applies to intervals longer than it; shorter ones start at 0
+        # (tokwatch.settings.config's
+        # round_schedule), shifted by the site like any offset not configured.
+        if "offset" in self.model_fields_set and self.offset >= self.interval:
             raise ValueError(f"offset ({self.offset:g}s) must be shorter than interval ({self.interval:g}s)")
         return self
 
@@ -411,6 +418,20 @@ class Config(StrictModel):
         """The site runs are stored under ("" when none is configured)."""
         return self.site or ""
 
+    def round_schedule(self, workload: Workload | None = None) -> tuple[float, float]:
+        """(interval, offset) the rounds of `workload` (the main schedule's when None) start on: an offset
+        not set in the config is shifted by the site's fraction of the interval
+        (tokwatch.settings.site_offset),
+        so exporters at several sites take turns on a shared server; a configured one is kept as is."""
+        s = self.schedule
+        interval, offset = (
+            (s.interval, s.offset) if workload is None else workload.schedule(s.interval, s.offset)
+        )
+        own = workload is not None and workload.offset is not None
+        if own or "offset" in s.model_fields_set:
+            return interval, offset
+        return interval, site_offset(self.site_name, interval, offset)
+
     def workloads_for(self, ep: EndpointSettings) -> tuple[Workload, ...]:
         """The endpoint's own workloads, else probe.workloads."""
         return ep.workloads if ep.workloads is not None else self.probe.workloads
@@ -472,5 +493,9 @@ def load_config_text(text: str, filename: str = "<config>") -> Config:
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file."""
-    return load_config_text(*read_config_file(path))
+    """Read and validate a config file; an empty one is valid (the defaults, no endpoints), with a warning."""
+    text, name = read_config_file(path)
+    config = load_config_text(text, name)
+    if not config.model_fields_set:
+        log.warning("%s: the file is empty: running on the defaults with no endpoints", name)
+    return config

@@ -1,4 +1,5 @@
-"""The status page served at `/` and `/endpoints/NAME`: a tile per endpoint, read from the store."""
+"""The status page served at `/`, `/endpoints/NAME` and `/compare?workload=`: a tile per endpoint (its
+workloads and sites as rows), an endpoint's history, a workload's comparison; read from the store."""
 
 from __future__ import annotations
 
@@ -9,8 +10,21 @@ from dataclasses import dataclass
 
 from tokwatch.settings.config import Config
 from tokwatch.settings.redact import redact
-from tokwatch.statuspage.model import Overview, Tile, build_endpoint_page, build_overview
-from tokwatch.statuspage.render import endpoint_href, render_endpoint, render_message, render_overview
+from tokwatch.statuspage.model import (
+    Overview,
+    Tile,
+    build_comparison,
+    build_endpoint_page,
+    build_overview,
+    fleet_workloads,
+)
+from tokwatch.statuspage.render import (
+    endpoint_href,
+    render_comparison,
+    render_endpoint,
+    render_message,
+    render_overview,
+)
 from tokwatch.storage.base import RunStore
 from tokwatch.storage.errors import StorageError
 from tokwatch.windows.window import FleetRanking
@@ -84,6 +98,28 @@ class StatusPages:
         except StorageError as exc:
             return Page(503, render_message(ep.name, f"Store unavailable ({redact(str(exc))}).", now, config))
         return Page(200, render_endpoint(page, config))
+
+    async def compare(
+        self, workload: str | None, sort: str = "decode", site: str | None = None, order: str | None = None
+    ) -> Page:
+        """A workload's comparison (the first workload of the fleet when none is given); `sort`, `site` and
+        `order` pick the column the table is sorted by."""
+        config, store, now = self._config(), self._store(), self._clock()
+        workloads = fleet_workloads(config)
+        if workload is None and workloads:
+            workload = workloads[0]
+        if workload not in workloads:
+            message = f"No endpoint runs a workload named {workload!r}."
+            return Page(404, render_message("Unknown workload", message, now, config))
+        if store is None:
+            return Page(200, render_message(f"Compare {workload}", _NO_STORE, now, config))
+        try:
+            cmp = await build_comparison(store, config, workload, now)
+        except StorageError as exc:
+            return Page(
+                503, render_message("Compare", f"Store unavailable ({redact(str(exc))}).", now, config)
+            )
+        return Page(200, render_comparison(cmp, config, sort, site, order))
 
 
 _NO_STORE = (

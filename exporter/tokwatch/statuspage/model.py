@@ -1,11 +1,11 @@
-"""What the status page shows, assembled from the store: tiles, the comparison strip, an endpoint's history.
+"""What the status page shows, assembled from the store: tiles, the comparison strip, a workload's comparison,
+an endpoint's history.
 
-A tile per series: each configured endpoint, with each of its workloads, from each site that stored runs
-of it (the exporter's own site always), side by side. Figures use the definitions of docs/methodology.md
-and the same window rule as the exported gauges and `tokwatch report` (`tokwatch.windows.window_rule`:
-on-demand
-runs and set-aside tok/s figures left out unless `schedule.window_includes` names them), through the same
-`window_figures`.
+A `Tile` per series: each configured endpoint, with each of its workloads, from each site that stored runs
+of it (the exporter's own site always); the page draws an endpoint's series as the rows of one tile.
+Figures use the definitions of docs/methodology.md and the same window rule as the exported gauges and
+`tokwatch report` (`tokwatch.windows.window_rule`: on-demand runs and set-aside tok/s figures left out
+unless `schedule.window_includes` names them), through the same `window_figures`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.figures.stats import median
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.storage.base import LastRun, RunPoint, RunStore
+from tokwatch.storage.network_time import NetworkTime, network_time
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
 from tokwatch.windows.window import (
     FleetRanking,
@@ -39,9 +40,10 @@ MAX_INCIDENTS = 50
 
 @dataclass(frozen=True, slots=True)
 class Tile:
-    """One series' tile (an endpoint's runs of one workload from one site): current status, 24 h figures,
-    recent runs (oldest first) and the headline: the newest ok run among the runs the window figures take
-    (scheduled, not set aside, unless `schedule.window_includes` names more), however old."""
+    """One series (an endpoint's runs of one workload from one site; a row of its endpoint's tile): current
+    status, 24 h figures, recent runs (oldest first) and the headline: the newest ok run among the runs the
+    window figures take (scheduled, not set aside, unless `schedule.window_includes` names more), however
+    old."""
 
     endpoint: EndpointSettings
     last: LastRun | None  # the newest run of any kind: the status pill
@@ -115,6 +117,31 @@ class EndpointPage:
     series: Sequence[SeriesKey] = ()
     # Every series of the endpoint: its figures over each configured window, shortest first.
     windows: Mapping[SeriesKey, Sequence[WindowFigures]] = field(default_factory=dict)
+    # The shown series' network vs server time over its last 24 h of counted runs (None without one).
+    network: NetworkTime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One endpoint in a workload's comparison: its figures over the comparison window by site."""
+
+    endpoint: EndpointSettings
+    by_site: Mapping[str, WindowFigures]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Who is fastest for this model: one workload's endpoints side by side over FLEET_WINDOW_S (sites as
+    columns), and every workload's figures of the same endpoints for the TTFT-by-prompt-size chart."""
+
+    generated_at: float
+    workload: str
+    workloads: Sequence[str]  # every workload of the fleet, in config order
+    sites: Sequence[str]  # the exporter's own first, then the others with stored runs
+    window: str
+    rows: Sequence[ComparisonRow]  # endpoints that run the workload, config order
+    every_workload: Mapping[SeriesKey, WindowFigures]
+    input_tokens: Mapping[str, int | None]  # workload -> its prompt size (None: seed000's configured prompt)
 
 
 def series_of(config: Config, seen: Sequence[SeriesKey] = ()) -> list[SeriesKey]:
@@ -210,8 +237,11 @@ async def build_endpoint_page(
     oldest_first = list(reversed(history.get(key, [])))
     series = [k for k in series_of(config, list(last)) if k.endpoint == endpoint.name]
     windows = {
-        k: figs for k in series if (figs := [f[k] for f in per_window if k in f])  # windows with runs
+        k: figs
+        for k in series
+        if (figs := [f[k] for f in per_window if k in f])  # windows with runs
     }
+    day_runs = [r for r in oldest_first if r.time >= now - WINDOW_S]
     return EndpointPage(
         now,
         endpoint,
@@ -222,6 +252,55 @@ async def build_endpoint_page(
         site,
         series,
         windows,
+        network_time(day_runs),
+    )
+
+
+def fleet_workloads(config: Config) -> list[str]:
+    """Every workload some endpoint runs, in config order."""
+    seen: dict[str, None] = {}
+    for ep in config.endpoints:
+        for w in config.workloads_for(ep):
+            seen.setdefault(w.name)
+    return list(seen)
+
+
+async def build_comparison(
+    store: RunStore, config: Config, workload: str, now: float | None = None
+) -> Comparison:
+    """One workload's endpoints over the fleet window from every site, and every workload's figures."""
+    now = time.time() if now is None else now
+    rule = WindowRule.of(config.schedule.window_includes)
+    names = [e.name for e in config.endpoints]
+    week, last = await asyncio.gather(
+        window_figures(store, now, rule=rule, window_s=FLEET_WINDOW_S, endpoints=names),
+        store.last_runs(0.0),
+    )
+    keys = series_of(config, list(last))
+    others = sorted({k.site for k in keys} - {config.site_name})
+    sites = [config.site_name, *others]
+    rows = [
+        ComparisonRow(
+            ep,
+            {k.site: week[k] for k in keys if k.endpoint == ep.name and k.workload == workload and k in week},
+        )
+        for ep in config.endpoints
+        if config.workload_for(ep, workload) is not None
+    ]
+    sizes: dict[str, int | None] = {}
+    for ep in config.endpoints:
+        for w in config.workloads_for(ep):
+            sizes.setdefault(w.name, w.input_tokens)
+    wanted = set(keys)
+    return Comparison(
+        now,
+        workload,
+        fleet_workloads(config),
+        sites,
+        window_label(FLEET_WINDOW_S),
+        rows,
+        {k: f for k, f in week.items() if k in wanted},
+        sizes,
     )
 
 

@@ -9,22 +9,30 @@ from importlib import resources
 from urllib.parse import quote, urlencode
 
 from tokwatch.figures.series import DEFAULT_WORKLOAD, SeriesKey
+from tokwatch.figures.wording import counted
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.statuspage import svg
 from tokwatch.statuspage.model import (
     HISTORY_DAYS,
     LAST_RUNS,
     SPARK_RUNS,
+    Comparison,
+    ComparisonRow,
     EndpointPage,
     Incident,
     Overview,
     Tile,
+    fleet_workloads,
 )
 from tokwatch.storage.base import RunPoint
+from tokwatch.storage.network_time import NetworkTime
 from tokwatch.windows.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles
 
 REFRESH_S = 30
+# Uptime bands (the colour of an uptime figure, as the CV's): green from 99 %, amber from 95 %, red below.
+UPTIME_GOOD = 0.99
+UPTIME_FAIR = 0.95
 STATUS_LABELS = {
     "ok": "OK",
     "timeout": "TIMEOUT",
@@ -46,6 +54,11 @@ def endpoint_href(name: str, workload: str | None = None, site: str | None = Non
     """URL path of an endpoint's page (of one of its series, when a workload or site is given)."""
     query = {k: v for k, v in (("workload", workload), ("site", site)) if v is not None}
     return "/endpoints/" + quote(name, safe="") + (f"?{urlencode(query)}" if query else "")
+
+
+def compare_href(workload: str, **query: str) -> str:
+    """URL of a workload's comparison view (`sort`, `site`, `order` as given)."""
+    return "/compare?" + urlencode({"workload": workload, **query})
 
 
 def series_href(key: SeriesKey, config: Config) -> str:
@@ -96,30 +109,11 @@ def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v * 1000:.1f}"
 
 
-def _figures(day: WindowFigures | None) -> str:
-    band = cv_band(day.cv) if day else None
-    if day is None or day.cv is None:
-        cv = '<dd>—<small class="muted"> (2+ ok runs)</small></dd>'
-    else:
-        cv = f"<dd>{day.cv * 100:.1f} %<small> ±{day.stddev or 0.0:.1f} tok/s</small></dd>"
-    if day is None or day.uptime is None:
-        uptime = "<dd>—</dd>"
-    else:
-        uptime = f'<dd>{day.uptime * 100:.1f} %<small class="muted"> {day.ok_runs}/{day.runs}</small></dd>'
-    median = "—" if day is None or day.median is None else f"{day.median:.1f}<small> tok/s</small>"
-    return (
-        '<dl class="figs">'
-        f'<div class="median"><dt>24 h median</dt><dd>{median}</dd></div>'
-        f'<div class="cv band-{band or "none"}" data-band="{band or "none"}"><dt>CV (stddev)</dt>{cv}</div>'
-        f'<div class="uptime"><dt>24 h uptime</dt>{uptime}</div>{_prefill(day)}{_spread(day)}'
-        "</dl>"
-    )
-
-
-def _set_aside(day: WindowFigures | None) -> str:
+def _set_aside(day: WindowFigures | None, series: str = "") -> str:
     """How many of the 24 h runs had client-timed figures set aside, and why (nothing when none had)."""
     if day is None or not day.disturbed_runs:
         return ""
+    of = f"{_e(series)}: " if series else ""
     tps = f"; tok/s of {day.tps_set_aside} left out of the median" if day.tps_set_aside else ""
     why = (
         "the exporter ran late (a busy host or a CPU limit): figures it could have moved beyond their "
@@ -127,67 +121,165 @@ def _set_aside(day: WindowFigures | None) -> str:
     )
     return (
         f'<p class="set-aside muted" title="{why}" data-runs="{day.disturbed_runs}" '
-        f'data-tps="{day.tps_set_aside}">{day.disturbed_runs} of {day.runs} runs\' client timing set '
-        f"aside: host busy{tps}</p>"
+        f'data-tps="{day.tps_set_aside}">{of}{day.disturbed_runs} of {counted(day.runs, "run")}\' client '
+        f"timing set aside: host busy{tps}</p>"
     )
 
 
-def _spread(day: WindowFigures | None) -> str:
-    """The 24 h p50 of tok/s with the p90 as a whisker, and the runs they are taken over."""
-    if day is None or day.decode_percentiles.p50 is None:
-        return ""
-    pct = day.decode_percentiles
-    p50 = pct.p50 or 0.0
-    if pct.p90 is None:
-        p90 = f'<small class="muted"> · p90 from {MIN_SAMPLES[0.9]} runs (n={pct.samples})</small>'
-    else:
-        p90 = f"<small> · p90 {pct.p90:.1f} (n={pct.samples})</small>"
-    return (
-        f'<div class="pct" data-p50="{p50:.3f}" data-p90="{"" if pct.p90 is None else f"{pct.p90:.3f}"}">'
-        f"<dt>24 h p50 · p90 tok/s</dt><dd>{p50:.1f}{p90}{svg.whisker(p50, pct.p90)}</dd></div>"
-    )
-
-
-def _prefill(day: WindowFigures | None) -> str:
-    """The 24 h prefill median, with the runs counted apart from it (only where there is one)."""
-    if day is None or day.prefill_median is None:
-        return ""
-    counts = ((day.cache_assisted_runs, "cache-assisted"), (day.prompt_size_missed_runs, "off size"))
-    apart = [f"{n} {what}" for n, what in counts if n]
-    note = f'<small class="muted"> ({", ".join(apart)})</small>' if apart else ""
-    return (
-        f'<div class="prefill"><dt>24 h prefill</dt><dd>{day.prefill_median:,.0f}<small> tok/s</small>'
-        f"{note}</dd></div>"
-    )
-
-
-def _tile(tile: Tile, now: float, config: Config, many: tuple[bool, bool]) -> str:
-    """One series' tile; `many`: (several workloads, several sites) on the page, each then named."""
-    ep, last, ok = tile.endpoint, tile.last, tile.headline
+def _headline(tile: Tile, now: float) -> str:
+    """The primary series' newest counted ok run in large type (seed 000's headline)."""
+    ok = tile.headline
     if ok is not None and ok.tokens_per_second is not None:
         source = _e(ok.timing_source or "unknown source")
-        headline = (
+        return (
             f'<div class="headline"><span class="tps">{ok.tokens_per_second:.1f}</span> tok/s'
             f'<br><small class="muted src" title="{_utc(ok.time)}">last ok run · {source} · '
             f"{ago(now, ok.time)}</small></div>"
         )
-    elif tile.day is not None and tile.day.tps_set_aside:
-        headline = '<div class="headline none">tok/s set aside: host busy</div>'
+    if tile.day is not None and tile.day.tps_set_aside:
+        return '<div class="headline none">tok/s set aside: host busy</div>'
+    return '<div class="headline none">no ok run yet</div>'
+
+
+def uptime_band(uptime: float | None) -> str | None:
+    """full (UPTIME_GOOD and above), some (UPTIME_FAIR to UPTIME_GOOD), low (below), None without runs."""
+    if uptime is None:
+        return None
+    if uptime >= UPTIME_GOOD:
+        return "full"
+    return "some" if uptime >= UPTIME_FAIR else "low"
+
+
+def _uptime_cell(day: WindowFigures | None, tag: str = "td") -> str:
+    band = uptime_band(day.uptime if day else None) or "none"
+    if day is None or day.uptime is None:
+        text, runs = "—", ""
     else:
-        headline = '<div class="headline none">no ok run yet</div>'
+        text = f"{day.uptime * 100:.1f} %"
+        runs = (
+            f' title="{day.ok_runs} of {counted(day.runs, "run")} ok" data-ok="{day.ok_runs}" '
+            f'data-runs="{day.runs}"'
+        )
+    return f'<{tag} class="num uptime ub-{band}" data-uptime-band="{band}"{runs}>{text}</{tag}>'
+
+
+def _cv_cell(day: WindowFigures | None) -> str:
+    band = (cv_band(day.cv) if day else None) or "none"
+    if day is None or day.cv is None:
+        return f'<td class="num cv band-{band}" data-band="{band}" title="from 2 ok runs">—</td>'
+    sd = day.stddev or 0.0
+    return (
+        f'<td class="num cv band-{band}" data-band="{band}" data-stddev="{sd:.3f}" '
+        f'title="stddev ±{sd:.1f} tok/s">{day.cv * 100:.1f} %</td>'
+    )
+
+
+def _ttft_cell(day: WindowFigures | None) -> str:
+    """TTFT p50, and the p90 once it has MIN_SAMPLES[0.9] samples (in ms)."""
+    pct = day.ttft_percentiles if day else None
+    if pct is None or pct.p50 is None:
+        return '<td class="num ttft">—</td>'
+    p90 = (
+        f"<small> · {pct.p90 * 1000:,.0f}</small>"
+        if pct.p90 is not None
+        else f'<small class="muted" title="p90 from {MIN_SAMPLES[0.9]} runs"> (n={pct.samples})</small>'
+    )
+    p90_attr = "" if pct.p90 is None else f"{pct.p90:.4f}"
+    return (
+        f'<td class="num ttft" data-p50="{pct.p50:.4f}" data-p90="{p90_attr}">{pct.p50 * 1000:,.0f}{p90}</td>'
+    )
+
+
+def not_prefill(workload: str) -> bool:
+    """seed000's prefill figure is no prefill measurement: a dozen prompt tokens over a TTFT of request
+    overhead (docs/methodology.md, "Prefill speed")."""
+    return workload == DEFAULT_WORKLOAD
+
+
+NOT_PREFILL_WHY = (
+    "Not a prefill measurement: seed000's prompt is a few dozen tokens, so its TTFT is mostly request "
+    "overhead (network, queueing, the first decode step) and prompt tokens / TTFT reads far below the "
+    "engine's prefill speed. Read prefill on a sized workload (short, medium, long). docs/methodology.md, "
+    "Prefill speed."
+)
+
+
+def _prefill_cell(day: WindowFigures | None, workload: str) -> str:
+    if not_prefill(workload):
+        return f'<td class="num prefill not-prefill" title="{_e(NOT_PREFILL_WHY)}">n/a</td>'
+    if day is None or day.prefill_median is None:
+        return '<td class="num prefill">—</td>'
+    counts = ((day.cache_assisted_runs, "cache-assisted"), (day.prompt_size_missed_runs, "off size"))
+    apart = [f"{n} {what}" for n, what in counts if n]
+    note = f'<small class="muted"> ({", ".join(apart)})</small>' if apart else ""
+    return f'<td class="num prefill">{day.prefill_median:,.0f}{note}</td>'
+
+
+def _decode_cell(day: WindowFigures | None) -> str:
+    """The 24 h p50 of tok/s with the p90 beside it and as a whisker (from MIN_SAMPLES[0.9] runs)."""
+    if day is None or day.decode_percentiles.p50 is None:
+        return '<td class="num decode">—</td>'
+    pct = day.decode_percentiles
+    p50 = pct.p50 or 0.0
+    if pct.p90 is None:
+        p90 = f'<small class="muted" title="p90 from {MIN_SAMPLES[0.9]} runs"> (n={pct.samples})</small>'
+    else:
+        p90 = f"<small> · {pct.p90:.1f}</small>"
+    return (
+        f'<td class="num decode"><div class="pct" data-p50="{p50:.3f}" '
+        f'data-p90="{"" if pct.p90 is None else f"{pct.p90:.3f}"}" data-n="{pct.samples}">{p50:.1f}{p90}'
+        f"{svg.whisker(p50, pct.p90)}</div></td>"
+    )
+
+
+ROW_HEAD = (
+    '<tr><th>Series</th><th class="num">Decode tok/s<br>p50 · p90</th>'
+    '<th class="num">TTFT ms<br>p50 · p90</th>'
+    '<th class="num">Prefill<br>tok/s</th><th class="num">Uptime</th><th class="num">CV</th></tr>'
+)
+
+
+def _series_row(tile: Tile, config: Config, named: bool) -> str:
+    """One series of an endpoint's tile: its status and the 24 h figures."""
+    name = series_name(tile.key) if named else "24 h"
+    return (
+        f'<tr class="series" data-endpoint="{_e(tile.endpoint.name)}" '
+        f'data-status="{_e(tile.status or "none")}" data-workload="{_e(tile.workload)}" '
+        f'data-site="{_e(tile.site)}">'
+        f'<td class="what"><a href="{series_href(tile.key, config)}">{_e(name)}</a><br>'
+        f"{_pill(tile.status)}</td>"
+        f"{_decode_cell(tile.day)}{_ttft_cell(tile.day)}"
+        f"{_prefill_cell(tile.day, tile.workload)}{_uptime_cell(tile.day)}{_cv_cell(tile.day)}</tr>"
+    )
+
+
+def series_name(key: SeriesKey) -> str:
+    """'short @ eu-west' ('short' without a site)."""
+    return key.workload + (f" @ {key.site}" if key.site else "")
+
+
+def _tile(tiles: Sequence[Tile], now: float, config: Config, many: tuple[bool, bool]) -> str:
+    """An endpoint's tile: the primary series' headline, a row per series (workload x site; `many`:
+    several workloads, several sites on the page, each then named), the primary series' sparkline."""
+    primary = tiles[0]
+    ep, last = primary.endpoint, primary.last
     seen = (
         f'last run {ago(now, last.time)} <span title="{_utc(last.time)}">({_utc(last.time)})</span>'
         if last
         else "not probed yet"
     )
-    workloads, sites = many
-    chips = _chips(ep, tile.workload if workloads else None, (tile.site or "(none)") if sites else None)
+    named = any(many)
+    rows = "".join(_series_row(t, config, named) for t in tiles)
+    notes = "".join(_set_aside(t.day, series_name(t.key) if named else "") for t in tiles)
+    spark_of = f'<small class="muted">sparkline: {_e(series_name(primary.key))}</small>' if named else ""
     return (
-        f'<article class="tile" data-endpoint="{_e(ep.name)}" data-status="{_e(tile.status or "none")}" '
-        f'data-workload="{_e(tile.workload)}" data-site="{_e(tile.site)}">'
-        f'<header><a class="name" href="{series_href(tile.key, config)}">{_e(ep.name)}</a>'
-        f"{_pill(tile.status)}</header>"
-        f"{chips}{headline}{_figures(tile.day)}{_set_aside(tile.day)}{svg.sparkline(tile.spark)}"
+        f'<article class="tile" data-endpoint="{_e(ep.name)}" data-status="{_e(primary.status or "none")}" '
+        f'data-series="{len(tiles)}">'
+        f'<header><a class="name" href="{series_href(primary.key, config)}">{_e(ep.name)}</a>'
+        f"{_pill(primary.status)}</header>"
+        f"{_chips(ep)}{_headline(primary, now)}"
+        f'<div class="scroll"><table class="rows"><thead>{ROW_HEAD}</thead><tbody>{rows}</tbody>'
+        f"</table></div>{notes}{svg.sparkline(primary.spark)}{spark_of}"
         f'<small class="muted">{seen}</small></article>'
     )
 
@@ -240,9 +332,12 @@ def methodology(config: Config) -> str:
     unique = ""
     if p.timed_prompt == "unique":
         unique = ", the timed run's prompt led by a fresh three-word sentence so it is no prefix-cache hit"
+    interval, offset = config.round_schedule()
+    shifted = config.site and "offset" not in s.model_fields_set
+    site = f", site {_e(config.site)}'s own share of the interval" if shifted else ""
     return (
         '<footer class="method"><h2>Methodology</h2>'
-        f"<p>Every {_e(window_label(s.interval))} (offset {_e(window_label(s.offset))}) each enabled "
+        f"<p>Every {_e(window_label(interval))} (offset {_e(window_label(offset))}{site}) each enabled "
         f"endpoint gets {warm} of the prompt <q>{_e(p.prompt)}</q> with max_tokens {p.max_tokens}, "
         f"temperature {p.temperature:g}, {delivery}{unique}"
         ". Endpoints may override prompt and max_tokens in the config.</p>"
@@ -250,13 +345,19 @@ def methodology(config: Config) -> str:
         f"<p>tok/s comes from the first trusted timing source in this order: {_e(sources)}. The headline is "
         "the most recent <code>ok</code> run among the runs the figures below count, so an incident shows "
         "in the status pill, never as a blank. "
-        "24 h median: median tok/s of ok runs in the last 24 hours. CV: sample standard deviation / mean of "
+        "A tile per endpoint, a row per workload and site it is measured for; figures over the last 24 "
+        "hours. Decode p50: median tok/s of ok runs, the p90 drawn as a whisker and shown from "
+        f"{MIN_SAMPLES[0.9]} runs (percentiles by linear interpolation). TTFT p50 (and p90 from "
+        f"{MIN_SAMPLES[0.9]} runs): time to the first token of the same runs, cache-assisted runs left out. "
+        "Prefill p50: not shown for seed000, whose few dozen prompt tokens over a TTFT of request overhead "
+        "are no prefill measurement (hover n/a). CV: sample standard deviation / mean of "
         f"the same runs (band: green below {CV_TIGHT * 100:.0f} %, amber {CV_TIGHT * 100:.0f} to "
-        f"{CV_TYPICAL * 100:.0f} %, red above), the stddev in tok/s beside it. Uptime: ok runs / runs. "
-        "p50 · p90: percentiles of the same tok/s by linear interpolation, the p90 drawn as a whisker and "
-        f"shown from {MIN_SAMPLES[0.9]} runs. "
+        f"{CV_TYPICAL * 100:.0f} %, red above), the stddev in tok/s beside it. Uptime: ok runs / runs "
+        f"(band: green from {UPTIME_GOOD * 100:.0f} %, amber {UPTIME_FAIR * 100:.0f} to "
+        f"{UPTIME_GOOD * 100:.0f} %, red below). "
         f"The sparkline shows the last {SPARK_RUNS} runs: the line breaks at a non-ok run, drawn as a red "
-        "dashed tick. The comparison ranks endpoints by their 7-day median. A figure the exporter's own "
+        "dashed tick. The comparison ranks endpoints by their 7-day median; Compare by workload shows them "
+        "side by side (sites as columns, grouped by model). A figure the exporter's own "
         "lateness could have moved beyond its tolerance (tok/s "
         f"{p.tolerance.tokens_per_second:.1%}; latencies the larger of {p.tolerance.latency:.0%} and "
         f"{p.tolerance.latency_floor * 1e3:g} ms) is set aside; the run's status and uptime always count. "
@@ -296,15 +397,46 @@ def _page(title: str, body: str, now: float, refresh: bool = True) -> str:
     )
 
 
+def fleet_counts(tiles: Sequence[Tile]) -> str:
+    """ "5 endpoints · 4 workloads · 2 sites": the distinct endpoints, workloads and sites on the page."""
+    endpoints = len({t.endpoint.name for t in tiles})
+    workloads = len({t.workload for t in tiles})
+    sites = len({t.site for t in tiles})
+    return " · ".join(
+        (counted(endpoints, "endpoint"), counted(workloads, "workload"), counted(sites, "site"))
+    )
+
+
+def _by_endpoint(tiles: Sequence[Tile]) -> list[list[Tile]]:
+    """The tiles grouped by endpoint, in the order the endpoints first appear (config order)."""
+    groups: dict[str, list[Tile]] = {}
+    for t in tiles:
+        groups.setdefault(t.endpoint.name, []).append(t)
+    return list(groups.values())
+
+
+def _compare_nav(workloads: Sequence[str], current: str | None = None) -> str:
+    if not workloads:
+        return ""
+    links = "".join(
+        f'<li aria-current="page"><b>{_e(w)}</b></li>'
+        if w == current
+        else f'<li><a href="{compare_href(w)}">{_e(w)}</a></li>'
+        for w in workloads
+    )
+    return f'<nav class="compare"><span class="muted">Compare by workload:</span><ul>{links}</ul></nav>'
+
+
 def render_overview(ov: Overview, config: Config, notice: str | None = None) -> str:
-    """The tile wall, the comparison strip and the methodology footnote."""
+    """A tile per endpoint (its series as rows), the comparison strips and the methodology footnote."""
     head = (
         "<header><h1>tokwatch · decode speed</h1>"
-        f'<p class="muted">{len(ov.tiles)} endpoints · refreshes every {REFRESH_S} s</p></header>'
+        f'<p class="muted" id="counts">{fleet_counts(ov.tiles)} · refreshes every {REFRESH_S} s</p>'
+        f"{_compare_nav(fleet_workloads(config))}</header>"
     )
     warn = f'<p class="notice">{_e(notice)}</p>' if notice else ""
     many = (len({t.workload for t in ov.tiles}) > 1, len({t.site for t in ov.tiles}) > 1)
-    tiles = "".join(_tile(t, ov.generated_at, config, many) for t in ov.tiles)
+    tiles = "".join(_tile(group, ov.generated_at, config, many) for group in _by_endpoint(ov.tiles))
     empty = "" if ov.tiles else '<p class="muted">No endpoints configured.</p>'
     body = f'{head}{warn}<section class="wall" id="tiles">{tiles}</section>{empty}{_strip(ov, config)}'
     return _page("tokwatch", body + methodology(config), ov.generated_at)
@@ -359,10 +491,15 @@ def _run_row(r: RunPoint) -> str:
         cached = f"({r.cached_tokens} cached)"
         prompt += f" <small class='muted' title='served from the prefix cache'>{cached}</small>"
     prefill = "—" if r.prefill_tokens_per_second is None else f"{r.prefill_tokens_per_second:,.0f}"
+    prefill_cell = (
+        f'<td class="num not-prefill" title="{_e(NOT_PREFILL_WHY)}">n/a</td>'
+        if not_prefill(r.workload) and r.prefill_tokens_per_second is not None
+        else f'<td class="num">{prefill}</td>'
+    )
     return (
         f'<tr><td class="t">{_utc(r.time)}</td><td>{_e(r.triggered_by)}</td><td>{_pill(r.status)}{flags}</td>'
         f'<td class="num">{_tps(r.tokens_per_second)}</td><td>{_e(r.timing_source or "—")}</td>'
-        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{prompt}</td><td class="num">{prefill}</td>'
+        f'<td class="num">{_ms(r.ttft_s)}</td><td class="num">{prompt}</td>{prefill_cell}'
         f'<td class="num">{_ms(r.itl_p50_s)}</td>'
         f'<td class="num">{_ms(r.itl_p99_s)}</td><td class="err">{_e(error)}</td></tr>'
     )
@@ -389,6 +526,9 @@ _PCT_FIGURES = (
 )
 
 
+_NOT_PREFILL_SPAN = f'<td colspan="4" class="num not-prefill" title="{_e(NOT_PREFILL_WHY)}">n/a</td>'
+
+
 def _pct_cells(p: Percentiles, fmt: str, scale: float) -> str:
     values = "".join(
         f'<td class="num">{"—" if v is None else format(v * scale, fmt)}</td>' for v in (p.p50, p.p90, p.p99)
@@ -409,7 +549,12 @@ def _percentile_tables(page: EndpointPage) -> str:
             f'<tr data-window="{_e(f.window)}"><td class="win">{_e(f.window)}</td>'
             f'<td class="num">{"—" if f.uptime is None else f"{f.uptime * 100:.1f} %"}</td>'
             f'<td class="num muted">{f.runs}</td>'
-            + "".join(_pct_cells(getattr(f, attr), fmt, k) for _, attr, fmt, k in _PCT_FIGURES)
+            + "".join(
+                _NOT_PREFILL_SPAN
+                if attr == "prefill_percentiles" and not_prefill(key.workload)
+                else _pct_cells(getattr(f, attr), fmt, k)
+                for _, attr, fmt, k in _PCT_FIGURES
+            )
             + "</tr>"
             for f in figures
         )
@@ -446,6 +591,8 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
         f'<header><h1 data-endpoint="{_e(ep.name)}" data-workload="{_e(page.workload)}" '
         f'data-site="{_e(page.site)}">{_e(ep.name)} {_pill(status)}</h1>{chips}{formerly}'
         f"{_series_links(page, config)}</header>{_percentile_tables(page)}"
+        f"<h2>Network vs server time · {_e(series_name(SeriesKey(ep.name, page.workload, page.site)))}</h2>"
+        f"{_network(page.network)}"
         f"<h2>Daily median tok/s · {HISTORY_DAYS} days (UTC)</h2>{svg.daily_medians(page.days)}"
         f"<h2>Daily uptime</h2>{svg.daily_uptime(page.days)}"
         f"<h2>Incidents</h2>{_incidents(page.incidents, page.generated_at)}"
@@ -458,6 +605,173 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
     if not page.runs:
         body += '<p class="muted">No runs stored yet.</p>'
     return _page(f"tokwatch · {ep.name}", body + methodology(config), page.generated_at)
+
+
+# The comparison's sortable columns: (key, heading, what it reads, larger is better).
+SORTS = (
+    ("decode", "Decode p50 tok/s", "decode", True),
+    ("ttft", "TTFT p50 ms", "ttft", False),
+    ("prefill", "Prefill p50 tok/s", "prefill", True),
+    ("uptime", "Uptime", "uptime", True),
+    ("samples", "Samples", "samples", True),
+)
+
+
+def _sort_value(f: WindowFigures | None, key: str) -> float | None:
+    if f is None:
+        return None
+    return {
+        "decode": f.decode_percentiles.p50,
+        "ttft": f.ttft_percentiles.p50,
+        "prefill": f.prefill_percentiles.p50,
+        "uptime": f.uptime,
+        "samples": float(f.decode_percentiles.samples),
+    }[key]
+
+
+def sort_rows(
+    rows: Sequence[ComparisonRow], key: str, site: str, descending: bool
+) -> list[tuple[str, list[ComparisonRow]]]:
+    """Rows grouped by model (models by name), each group sorted by `key` at `site`; rows without the
+    figure last, ties by endpoint name."""
+    groups: dict[str, list[ComparisonRow]] = {}
+    for row in rows:
+        groups.setdefault(row.endpoint.model, []).append(row)
+
+    def order(row: ComparisonRow) -> tuple[bool, float, str]:
+        v = _sort_value(row.by_site.get(site), key)
+        return (v is None, 0.0 if v is None else (-v if descending else v), row.endpoint.name)
+
+    return [(model, sorted(groups[model], key=order)) for model in sorted(groups, key=str.lower)]
+
+
+def _cmp_cell(f: WindowFigures | None, key: str, workload: str) -> str:
+    v = _sort_value(f, key)
+    if key == "prefill" and not_prefill(workload):
+        return f'<td class="num not-prefill" title="{_e(NOT_PREFILL_WHY)}">n/a</td>'
+    if v is None:
+        return '<td class="num">—</td>'
+    if key == "uptime":
+        return _uptime_cell(f)
+    text = {"decode": f"{v:.1f}", "ttft": f"{v * 1000:,.0f}", "prefill": f"{v:,.0f}", "samples": f"{v:.0f}"}
+    return f'<td class="num" data-{key}="{v:.4f}">{text[key]}</td>'
+
+
+def render_comparison(
+    cmp: Comparison, config: Config, sort: str = "decode", site: str | None = None, order: str | None = None
+) -> str:
+    """A workload's comparison: the sortable table (sites as columns, grouped by model) and the charts."""
+    chosen: str = site if site is not None and site in cmp.sites else (cmp.sites[0] if cmp.sites else "")
+    best_high = {k: high for k, _, _, high in SORTS}
+    sort = sort if sort in best_high else "decode"
+    descending = best_high[sort] if order not in ("asc", "desc") else order == "desc"
+    site_name = {s: s or "this exporter" for s in cmp.sites}
+
+    def head_link(key: str, title: str, at: str) -> str:
+        now_sorted = key == sort and at == chosen
+        flip = "asc" if descending else "desc"
+        query = {"sort": key, "site": at, **({"order": flip} if now_sorted else {})}
+        arrow = (" ▼" if descending else " ▲") if now_sorted else ""
+        current = ' aria-sort="descending"' if now_sorted and descending else ""
+        current = ' aria-sort="ascending"' if now_sorted and not descending else current
+        return (
+            f'<th class="num"{current}><a href="{_e(compare_href(cmp.workload, **query))}">{_e(title)}'
+            f"{arrow}</a></th>"
+        )
+
+    top = "".join(f'<th colspan="{len(SORTS)}" class="site">{_e(site_name[s])}</th>' for s in cmp.sites)
+    sub = "".join(head_link(k, title, s) for s in cmp.sites for k, title, _, _ in SORTS)
+    body = []
+    for model, rows in sort_rows(cmp.rows, sort, chosen, descending):
+        body.append(
+            f'<tr class="model"><th colspan="{1 + len(SORTS) * len(cmp.sites)}">{_e(model)}</th></tr>'
+        )
+        for row in rows:
+            key = SeriesKey(row.endpoint.name, cmp.workload, chosen)
+            cells = "".join(
+                _cmp_cell(row.by_site.get(s), k, cmp.workload) for s in cmp.sites for k, _, _, _ in SORTS
+            )
+            body.append(
+                f'<tr data-endpoint="{_e(row.endpoint.name)}" data-model="{_e(model)}">'
+                f'<td><a href="{series_href(key, config)}">{_e(row.endpoint.name)}</a></td>{cells}</tr>'
+            )
+    table = (
+        f'<div class="scroll"><table id="compare" data-sort="{_e(sort)}" data-site="{_e(chosen)}" '
+        f'data-order="{"desc" if descending else "asc"}"><thead><tr><th rowspan="2">Endpoint</th>{top}</tr>'
+        f"<tr>{sub}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+    if not cmp.rows:
+        table = f'<p class="muted">No endpoint runs workload {_e(cmp.workload)}.</p>'
+    # Charts: every workload by prompt size, and this workload's decode against TTFT.
+    ordered = sorted(cmp.workloads, key=lambda w: (cmp.input_tokens.get(w) or 0, w))
+    names = [r.endpoint.name for r in cmp.rows]
+    lines = []
+    for name in names:
+        for s in cmp.sites:
+            vs = [
+                f.ttft_percentiles.p50 if (f := cmp.every_workload.get(SeriesKey(name, w, s))) else None
+                for w in ordered
+            ]
+            if any(v is not None for v in vs):
+                lines.append((name + (f" @ {s}" if s else ""), vs))
+    labels = [w + (f" ({cmp.input_tokens[w]:,})" if cmp.input_tokens.get(w) else "") for w in ordered]
+    points = [
+        (r.endpoint.name + (f" @ {s}" if s else ""), f.ttft_percentiles.p50, f.decode_percentiles.p50)
+        for r in cmp.rows
+        for s in cmp.sites
+        if (f := r.by_site.get(s)) is not None
+        and f.ttft_percentiles.p50 is not None
+        and f.decode_percentiles.p50 is not None
+    ]
+    nav = _compare_nav(cmp.workloads, cmp.workload)
+    body_html = (
+        '<p><a href="/">← all endpoints</a></p>'
+        f'<header><h1 data-workload="{_e(cmp.workload)}">Comparison · workload {_e(cmp.workload)}</h1>'
+        f'<p class="muted">{cmp.window} window: p50 of the runs each series counts, uptime, samples (decode '
+        "tok/s samples); sites as columns, endpoints grouped by model. Sort by a column's heading.</p>"
+        f"{nav}</header>{table}"
+        f"<h2>TTFT p50 by prompt size (workloads, input tokens)</h2>{svg.ttft_by_prompt(labels, lines)}"
+        f"<h2>Decode tok/s against TTFT · {_e(cmp.workload)}</h2>{svg.decode_vs_ttft(points)}"
+    )
+    return _page(f"tokwatch · compare {cmp.workload}", body_html + methodology(config), cmp.generated_at)
+
+
+def _network(net: NetworkTime | None) -> str:
+    """Where the shown series' time went over 24 h: the connection's set-up (new connections only), then
+    TTFT as one network round trip and the server's time."""
+    if net is None:
+        return '<p class="muted">No ok run with a TTFT in 24 h.</p>'
+    bar = (
+        ("DNS resolve", net.resolve_s, "set-up of a new connection, before TTFT starts"),
+        ("TCP connect", net.connect_s, "set-up of a new connection, before TTFT starts"),
+        ("TLS handshake", net.tls_s, "set-up of a new connection; 0 over plain HTTP"),
+        ("Network round trip", net.network_rtt_s, "the connect's SYN → SYN-ACK: TTFT's network share"),
+        ("Server time", net.server_s, "TTFT less one round trip: queueing, prefill, the first decode step"),
+    )
+    more = (
+        ("TTFT of the same runs", net.measured_ttft_s, "about round trip + server time"),
+        ("TTFT, every run", net.ttft_s, "request sent → first token (the TTFT p50)"),
+        ("Processing", net.processing_s, "request sent → response headers"),
+    )
+    shown = [(i, name, v) for i, (name, v, _) in enumerate(bar) if v is not None]
+    swatch = {name: svg.PALETTE[n % len(svg.PALETTE)] for n, (_, name, _) in enumerate(shown)}
+    cells = "".join(
+        f'<tr data-phase="{_e(name)}"><td>'
+        + (f'<span class="sw" style="background:{swatch[name]}"></span>' if name in swatch else "")
+        + f'{_e(name)}</td><td class="num">{_ms(v)}</td><td class="muted">{_e(why)}</td></tr>'
+        for name, v, why in (*bar, *more)
+    )
+    share = "" if net.network_share is None else f" Network share of TTFT: {net.network_share * 100:.0f} %."
+    return (
+        f'<section id="network" data-runs="{net.runs}" data-measured="{net.measured}">'
+        f"{svg.network_split([(name, v) for _, name, v in shown])}"
+        '<div class="scroll"><table><thead><tr><th>Phase (median, 24 h)</th><th class="num">ms</th>'
+        f"<th>What</th></tr></thead><tbody>{cells}</tbody></table></div>"
+        f'<p class="muted"><small>Medians over {counted(net.runs, "ok run")} with a TTFT (not '
+        f"cache-assisted); the set-up, round trip and server time over the {net.measured} whose round "
+        f"opened its connection (a connection kept from an earlier round measures none).{share} "
+        'docs/methodology.md, "Network phases".</small></p></section>'
+    )
 
 
 def render_message(title: str, message: str, now: float, config: Config | None = None) -> str:

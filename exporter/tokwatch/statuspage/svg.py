@@ -10,6 +10,7 @@ import datetime as dt
 import html
 from collections.abc import Sequence
 
+from tokwatch.figures.wording import counted
 from tokwatch.statuspage.model import Day
 from tokwatch.storage.base import RunPoint
 
@@ -46,7 +47,7 @@ def _line(points: Sequence[tuple[float, float] | None]) -> tuple[str, list[tuple
 
 def sparkline(runs: Sequence[RunPoint], width: int = 260, height: int = 44) -> str:
     """Runs oldest first: the tok/s of ok runs as a line, non-ok runs as red dashed ticks."""
-    label = f"{len(runs)} recent runs, {sum(r.status != 'ok' for r in runs)} not ok"
+    label = f"{counted(len(runs), 'recent run')}, {sum(r.status != 'ok' for r in runs)} not ok"
     if not runs:
         return (
             f'<svg class="spark" viewBox="0 0 {width} {height}" role="img" aria-label="no runs yet">'
@@ -130,7 +131,7 @@ def daily_uptime(days: Sequence[Day], width: int = 720, height: int = 70) -> str
         bars.append(
             f'<rect class="{cls}" x="{left + i * step:.1f}" y="{bottom - h:.1f}" '
             f'width="{max(1.0, step - 1):.1f}" height="{h:.1f}"><title>{_day(d.start)}: '
-            f"{d.uptime * 100:.1f} % of {d.runs} runs ok</title></rect>"
+            f"{d.uptime * 100:.1f} % of {counted(d.runs, 'run')} ok</title></rect>"
         )
     axis = (
         f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">100%</text>'
@@ -170,4 +171,117 @@ def whisker(p50: float, p90: float | None, width: int = 120, height: int = 12) -
     return (
         f'<svg class="whisker" viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(label)}">'
         f"{''.join(parts)}</svg>"
+    )
+
+
+PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#b76e00", "#8250df", "#1b7c83", "#bf3989", "#57606a")
+
+
+def _colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def _legend(names: Sequence[str], x: float, y: float) -> str:
+    return "".join(
+        f'<g class="key"><rect x="{x:.1f}" y="{y + 14 * i - 8:.1f}" width="10" height="10" '
+        f'fill="{_colour(i)}"/><text x="{x + 14:.1f}" y="{y + 14 * i + 1:.1f}">{html.escape(n)}</text></g>'
+        for i, n in enumerate(names)
+    )
+
+
+def ttft_by_prompt(
+    workloads: Sequence[str], lines: Sequence[tuple[str, Sequence[float | None]]], width: int = 720
+) -> str:
+    """TTFT p50 (ms) by workload, the workloads in order of prompt size on the x axis: a line per series
+    (its name, a TTFT in seconds or None per workload), a gap where a series has no figure."""
+    legend_w = 190.0
+    height = max(180, 40 + 14 * len(lines))
+    left, right, top, bottom = 56.0, legend_w, 10.0, height - 24.0
+    values = [v * 1000 for _, vs in lines for v in vs if v is not None]
+    if not values or not workloads:
+        return _empty(width, 120, "no TTFT figures in this window")
+    hi = max(values) * 1.1 or 1.0
+    step = (width - left - right) / max(1, len(workloads) - 1)
+
+    def x_of(i: int) -> float:
+        return left + (i * step if len(workloads) > 1 else (width - left - right) / 2)
+
+    def y_of(v_ms: float) -> float:
+        return bottom - (bottom - top) * v_ms / hi
+
+    paths = []
+    for n, (name, vs) in enumerate(lines):
+        points = [(x_of(i), y_of(v * 1000)) if v is not None else None for i, v in enumerate(vs)]
+        d, _ = _line(points)
+        dots = "".join(
+            f'<circle cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="3" fill="{_colour(n)}"><title>{html.escape(name)} · '
+            f"{html.escape(workloads[i])}: {v * 1000:,.0f} ms</title></circle>"
+            for i, (p, v) in enumerate(zip(points, vs, strict=True))
+            if p is not None and v is not None
+        )
+        paths.append(f'<path d="{d}" fill="none" stroke="{_colour(n)}" stroke-width="1.6"/>{dots}')
+    axis = (
+        f'<line class="axis" x1="{left}" y1="{bottom}" x2="{width - right}" y2="{bottom}"/>'
+        f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">{hi:,.0f} ms</text>'
+        f'<text x="{left - 6}" y="{bottom}" text-anchor="end">0</text>'
+        + "".join(
+            f'<text x="{x_of(i):.1f}" y="{height - 6}" text-anchor="middle">{html.escape(w)}</text>'
+            for i, w in enumerate(workloads)
+        )
+    )
+    return (
+        f'<svg class="chart cmp" id="ttft-by-prompt" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="TTFT p50 by prompt size, {len(lines)} series">{axis}{"".join(paths)}'
+        f"{_legend([n for n, _ in lines], width - right + 12, top + 8)}</svg>"
+    )
+
+
+def decode_vs_ttft(points: Sequence[tuple[str, float, float]], width: int = 720, height: int = 240) -> str:
+    """A point per series: its TTFT p50 (s, x) against its decode tok/s p50 (y); fast and responsive is up
+    and to the left."""
+    if not points:
+        return _empty(width, 120, "no series with both figures in this window")
+    left, right, top, bottom = 56.0, 190.0, 10.0, height - 30.0
+    x_hi = max(t for _, t, _ in points) * 1000 * 1.15 or 1.0
+    y_hi = max(d for _, _, d in points) * 1.15 or 1.0
+    dots = "".join(
+        f'<circle class="pt" cx="{left + (width - left - right) * t * 1000 / x_hi:.1f}" '
+        f'cy="{bottom - (bottom - top) * d / y_hi:.1f}" r="5" fill="{_colour(i)}">'
+        f"<title>{html.escape(name)}: TTFT {t * 1000:,.0f} ms, {d:.1f} tok/s</title></circle>"
+        for i, (name, t, d) in enumerate(points)
+    )
+    axis = (
+        f'<line class="axis" x1="{left}" y1="{bottom}" x2="{width - right}" y2="{bottom}"/>'
+        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{bottom}"/>'
+        f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">{y_hi:,.0f}</text>'
+        f'<text x="{left - 6}" y="{bottom}" text-anchor="end">0</text>'
+        f'<text x="{left}" y="{height - 12}">0 ms</text>'
+        f'<text x="{width - right}" y="{height - 12}" text-anchor="end">{x_hi:,.0f} ms</text>'
+        f'<text x="{(left + width - right) / 2:.1f}" y="{height - 2}" text-anchor="middle">TTFT p50 →</text>'
+        f'<text x="{left - 6}" y="{top + 22}" text-anchor="end">tok/s</text>'
+    )
+    return (
+        f'<svg class="chart cmp" id="decode-vs-ttft" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="decode tok/s against TTFT, {len(points)} series">{axis}{dots}'
+        f"{_legend([n for n, _, _ in points], width - right + 12, top + 8)}</svg>"
+    )
+
+
+def network_split(parts: Sequence[tuple[str, float]], width: int = 720, height: int = 34) -> str:
+    """A stacked bar of where TTFT went (name, seconds), the set-up phases first."""
+    total = sum(v for _, v in parts)
+    if total <= 0:
+        return _empty(width, height, "no network phases measured")
+    x = 0.0
+    bars = []
+    for i, (name, v) in enumerate(parts):
+        w = width * v / total
+        bars.append(
+            f'<rect class="ph" data-phase="{html.escape(name)}" x="{x:.1f}" y="4" width="{max(w, 0.5):.1f}" '
+            f'height="18" fill="{_colour(i)}"><title>{html.escape(name)}: {v * 1000:,.1f} ms</title></rect>'
+        )
+        x += w
+    return (
+        f'<svg class="chart netbar" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="network and server time">{"".join(bars)}</svg>'
     )

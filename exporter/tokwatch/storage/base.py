@@ -101,6 +101,12 @@ RUN_POINT_COLUMNS = (
     "cache_assisted",
     "prompt_size_missed",
     "prefill_tokens_per_second",
+    "phase_resolve_s",
+    "phase_connect_s",
+    "phase_tls_s",
+    "phase_processing_s",
+    "network_rtt_s",
+    "connection_reused",
 )
 _RUN_POINT_FLAGS = tuple(
     RUN_POINT_COLUMNS.index(c) for c in ("timing_disturbed", "cache_assisted", "prompt_size_missed")
@@ -130,6 +136,21 @@ class RunPoint(NamedTuple):
     cache_assisted: bool = False
     prompt_size_missed: bool = False
     prefill_tokens_per_second: float | None = None
+    # The network phases (docs/methodology.md, "Network phases"): NULL where not measured (a connection kept
+    # from an earlier round, runs stored before schema v9/v10, a run without a response).
+    phase_resolve_s: float | None = None
+    phase_connect_s: float | None = None
+    phase_tls_s: float | None = None
+    phase_processing_s: float | None = None
+    network_rtt_s: float | None = None
+    connection_reused: bool | None = None
+
+    @property
+    def server_s(self) -> float | None:
+        """The server's share of TTFT: TTFT less one network round trip, where this round measured one."""
+        if self.ttft_s is None or self.network_rtt_s is None:
+            return None
+        return max(0.0, self.ttft_s - self.network_rtt_s)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> RunPoint:
@@ -137,12 +158,13 @@ class RunPoint(NamedTuple):
         values = list(row)
         for i in _RUN_POINT_FLAGS:
             values[i] = bool(values[i])
-        if values[_TPS_SET_ASIDE] is not None:
-            values[_TPS_SET_ASIDE] = bool(values[_TPS_SET_ASIDE])
+        for i in _NULLABLE_FLAGS:
+            if values[i] is not None:
+                values[i] = bool(values[i])
         return cls._make(values)
 
 
-_TPS_SET_ASIDE = RUN_POINT_COLUMNS.index("tps_set_aside")
+_NULLABLE_FLAGS = tuple(RUN_POINT_COLUMNS.index(c) for c in ("tps_set_aside", "connection_reused"))
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokwatch.figures.wording import counted
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.rows import RunRow
 
@@ -150,7 +151,9 @@ class Outbox:
                 items.append(item)
         if lost and count_losses:
             self.lost_records += lost
-            log.warning("outbox %s: %d torn or unreadable record(s) skipped: runs lost", self.path, lost)
+            log.warning(
+                "outbox %s: %s skipped: runs lost", self.path, counted(lost, "torn or unreadable record")
+            )
         return items
 
     def append(self, items: list[Pending]) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
 from tokwatch.storage.base import RunStore
+from tokwatch.storage.network_time import NetworkTime, network_time
 from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.windows.window import FleetComparison, WindowFigures, primary_ranking, rank_series, window_label
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, QUANTILES, Percentiles, percentile_label
@@ -84,6 +85,9 @@ class EndpointReport:
     cache_assisted_24h: int = 0
     prompt_size_missed_24h: int = 0
     windows: list[WindowReport] = field(default_factory=list)  # every configured window, shortest first
+    network_24h: NetworkTime | None = (
+        None  # network vs server time over the 24 h runs (tokwatch.storage.network_time)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ async def build_report(
     period = await window_figures(store, now, rule=rule, window_s=since_s)
     per_window = await asyncio.gather(*(window_figures(store, now, rule=rule, window_s=s) for s in windows_s))
     last = await store.last_runs(now - since_s)
+    day_runs = await store.recent_runs(now - WINDOW_S, None, rule=rule)
     keys = sorted(set(day) | set(period) | set(last))
     rows = []
     for key in keys:
@@ -140,6 +145,7 @@ async def build_report(
                 cache_assisted_24h=d.cache_assisted_runs if d else 0,
                 prompt_size_missed_24h=d.prompt_size_missed_runs if d else 0,
                 windows=windows,
+                network_24h=network_time(day_runs.get(key, ())),
             )
         )
     rankings = rank_series(period, label)
@@ -169,8 +175,29 @@ def _age(now: float, t: float | None) -> str:
     return f"{s / 86400:.0f}d ago"
 
 
+def _since_shown_elsewhere(report: Report) -> bool:
+    """The `--since` window's median and uptime are the 24 h columns, or a row of the percentile table
+    (its decode p50 is the median): then they are not printed twice."""
+    return report.since == "24h" or any(w.window == report.since for r in report.endpoints for w in r.windows)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.1f}"
+
+
+def _network(r: EndpointReport) -> list[str]:
+    """24 h medians: the network round trip (with the set-up phases, where measured) and the server time."""
+    n = r.network_24h
+    if n is None:
+        return ["-", "-"]
+    setup = [f"{name} {_ms(v)}" for name, v in (("dns", n.resolve_s), ("tls", n.tls_s)) if v]
+    rtt = _ms(n.network_rtt_s) + (f" ({', '.join(setup)})" if setup else "")
+    return [rtt, _ms(n.server_s)]
+
+
 def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
     sites = any(r.site for r in report.endpoints)
+    since = [] if _since_shown_elsewhere(report) else [f"{report.since} median", f"uptime {report.since}"]
     head = [
         "endpoint",
         "workload",
@@ -185,8 +212,9 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
         "runs 24h",
         "set aside 24h",
         "prefill 24h",
-        f"{report.since} median",
-        f"uptime {report.since}",
+        "network ms 24h",
+        "server ms 24h",
+        *since,
     ]
     body = []
     for r in report.endpoints:
@@ -205,9 +233,9 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
                 _pct(r.uptime_24h),
                 str(r.runs_24h),
                 _set_aside(r),
-                _num(r.prefill_median_24h, ".0f") + _flags(r),
-                _num(r.median_since),
-                _pct(r.uptime_since),
+                "n/a" if r.workload == DEFAULT_WORKLOAD else _num(r.prefill_median_24h, ".0f") + _flags(r),
+                *_network(r),
+                *([_num(r.median_since), _pct(r.uptime_since)] if since else []),
             ]
         )
     return head, body
@@ -264,7 +292,12 @@ def _footer(report: Report) -> str:
     lines = [c.text() for c in report.comparisons]
     line = "\n".join(lines) if lines else "comparison: fewer than two endpoints with ok runs"
     where = f"{report.backend} {report.location}, {when}"
-    flags = "prefill 24h: median prefill tok/s; (Nc) cache-assisted runs, (Ns) prompt size missed."
+    flags = (
+        "prefill 24h: median prefill tok/s; (Nc) cache-assisted runs, (Ns) prompt size missed; n/a for "
+        "seed000, whose few dozen prompt tokens over a TTFT of request overhead are no prefill measurement. "
+        "network/server ms 24h: medians of the network round trip (dns, tls: the set-up where a round opened "
+        "its connection) and of TTFT less it (docs/methodology.md, Network phases)."
+    )
     shown = ", ".join(f"p{percentile_label(q)} from {n}" for q, n in MIN_SAMPLES.items())
     pct = f"Percentiles: linear interpolation, shown from a number of samples ({shown}), (n) samples."
     busy = ""
@@ -314,6 +347,8 @@ def render_markdown(report: Report) -> str:
 def render_json(report: Report) -> str:
     """Machine-readable report; times are unix seconds, ratios 0..1."""
     data = asdict(report)
+    for row, r in zip(data["endpoints"], report.endpoints, strict=True):
+        row["network_24h"] = None if r.network_24h is None else r.network_24h.as_dict()
     if report.comparison is not None:
         data["comparison"] = _comparison(report.comparison)
     data["comparisons"] = [_comparison(c) for c in report.comparisons]

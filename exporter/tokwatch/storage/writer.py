@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokwatch.figures.result import RunResult
+from tokwatch.figures.wording import counted
 from tokwatch.logs.log_throttle import BurstLog
 from tokwatch.settings.config import EndpointSettings
 from tokwatch.settings.redact import Redactor
@@ -139,9 +140,9 @@ class RunWriter:
 
     def _dropped_line(self, count: int, seconds: float) -> str:
         return (
-            f"storage: {count} run(s) dropped in {seconds:.1f}s: the outbox cannot be written "
-            f"({self._outbox_error}) and {self._queue_size} runs (queue_size) already wait in memory; "
-            "counted in tokwatch_storage_dropped_runs"
+            f"storage: {counted(count, 'run')} dropped in {seconds:.1f}s: the outbox cannot be written "
+            f"({self._outbox_error}) and {counted(self._queue_size, 'run')} (queue_size) already wait in "
+            "memory; counted in tokwatch_storage_dropped_runs"
         )
 
     @property
@@ -232,9 +233,9 @@ class RunWriter:
         self._outbox_error = str(exc)
         if not self._outbox_failing:
             log.error(
-                "storage: %s; %d run(s) held in memory until the database takes them",
+                "storage: %s; %s held in memory until the database takes them",
                 exc,
-                len(self._unsaved),
+                counted(len(self._unsaved), "run"),
             )
         self._drops.add(lost)  # one line per burst of drops, with the count
         self._outbox_failing = True
@@ -301,8 +302,8 @@ class RunWriter:
         if self._unsaved:
             self._dropped += len(self._unsaved)
             log.error(
-                "storage: %d run(s) lost at shutdown: neither the outbox nor the database took them",
-                len(self._unsaved),
+                "storage: %s lost at shutdown: neither the outbox nor the database took them",
+                counted(len(self._unsaved), "run"),
             )
             self._unsaved = []
         self._closed = True

@@ -37,6 +37,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, cast
 
+from tokwatch import __version__
 from tokwatch.transport import rxwatch
 from tokwatch.transport.http_connect import ConnectionSetup, ProxyError, TimedProtocol, open_connection
 from tokwatch.transport.http_route import DIRECT, Route, RouteSource
@@ -633,6 +634,9 @@ class StreamResponse:
         return (await self.read()).decode("utf-8", errors="replace")
 
 
+USER_AGENT = f"tokwatch/{__version__}"  # what a provider's logs name the prober by, with its version
+
+
 class HttpClient:
     """A pool of HTTP/1.1 connections; create and close it inside a running event loop (`async with`)."""
 
@@ -640,7 +644,7 @@ class HttpClient:
         self,
         *,
         limit: int = 100,
-        user_agent: str = "tokwatch",
+        user_agent: str = USER_AGENT,
         watch_receives: bool = False,
         kernel_stamps: bool = True,
         ssl_context: ssl.SSLContext | None = None,
