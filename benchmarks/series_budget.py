@@ -39,7 +39,7 @@ WORKLOADS = (
     "{name: short, input_tokens: 100, output_tokens: 24}",
     "{name: long, input_tokens: 1500, output_tokens: 24}",
 )
-OPTED_IN = "metrics: {windows: [30m, 24h, 72h, 7d], histograms: true}"
+OPTED_IN = "metrics: {windows: [30m, 24h, 72h, 7d], histograms: true, diagnostics: true}"
 
 
 def sim_config(endpoints: int) -> str:

@@ -29,7 +29,7 @@ from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.exposition import Exposition
 from tokwatch.keys import Keys
 from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus
-from tokwatch.metrics.probe import ProbeMetrics
+from tokwatch.metrics.probe import ProbeMetrics, SeriesOptions
 from tokwatch.metrics.window import WindowCollector
 from tokwatch.probe_service import ProbeService
 from tokwatch.result import Trigger
@@ -40,7 +40,7 @@ from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, ma
 from tokwatch.storage.factory import resolve_dsn
 from tokwatch.storage.writer import resume_bound
 from tokwatch.strict_yaml import ConfigError
-from tokwatch.window import MemoryWindows, WindowSnapshot
+from tokwatch.window import MemoryWindows, WindowSnapshot, window_label
 from tokwatch.window_rule import WindowRule
 
 log = logging.getLogger("tokwatch")
@@ -95,9 +95,10 @@ class App:
         ProcessCollector(registry=self.exposition)
         PlatformCollector(registry=self.exposition)
         GCCollector(registry=self.exposition)
-        self.exposition.register(
-            WindowCollector(lambda: self._window_snapshot(), export_fleet=lambda: self.fleet_duty.exports)
+        self.window_collector = WindowCollector(
+            lambda: self._window_snapshot(), export_fleet=lambda: self.fleet_duty.exports
         )
+        self.exposition.register(self.window_collector)
         self.exposition.register(self.server_collector)
         self.store: Store | None = None
         self.writer: RunWriter | None = None
@@ -253,7 +254,11 @@ class App:
         self.probes.configure(config, self.keys)
         self.config = config
         self._slots.configure(config.schedule.parallelism, config.schedule.per_server)
-        self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name)
+        options = SeriesOptions(config.metrics.histograms, config.metrics.diagnostics)
+        self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name, options)
+        self.window_collector.select(
+            [window_label(s) for s in config.exported_windows], config.metrics.diagnostics
+        )
         self.server_collector.site = config.site_name
         rule = _window_rule(config)
         schedule = config.schedule
