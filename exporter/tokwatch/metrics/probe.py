@@ -265,7 +265,7 @@ class ProbeMetrics(Collector):
         for status, n in sorted(state.runs.items(), key=lambda kv: STATUS_ORDER[kv[0]]):
             fams.counter(
                 "tokwatch_probe_runs_total",
-                "Timed probe runs by status.",
+                "Timed probe runs by status (a status from its first run on).",
                 lv,
                 n,
                 extra={"status": status.value},
@@ -421,7 +421,7 @@ def last_run_families(
     for status in sorted({*statuses, r.status}, key=STATUS_ORDER.__getitem__):
         fams.gauge(
             "tokwatch_probe_status",
-            "1 for the run's status, 0 for the others.",
+            "1 for the run's status, 0 for the other statuses its series has had.",
             lv,
             float(r.status is status),
             extra={"status": status.value},
