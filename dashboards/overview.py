@@ -59,6 +59,8 @@ TITLE = "tokwatch — Endpoints overview"
 IN_WINDOW = 'window="$window"'
 RUN = (WORKLOAD,)  # matchers of the per-run histograms
 LATENCY_WINDOW = "$latency_window"
+# The latency histograms are off by default (docs/metrics.md, "Series budget"): their panels say so.
+HISTOGRAMS_OPT_IN = "Empty unless the exporter sets metrics: {histograms: true}."
 
 
 def window_figure(metric: str) -> str:
@@ -366,12 +368,13 @@ def _comparison(grid: Grid) -> None:
         table(
             "X is N % faster than Y",
             describe(
-                "Each endpoint against the next slower one in the ranking: 7-day median ratio - 1.",
+                "Each endpoint against the next slower one in the ranking (the row below): 7-day median "
+                "ratio - 1.",
                 REF_WINDOW,
             ),
             [
                 prom(
-                    f"{fleet_expr('tokwatch_fleet_faster_than_next_ratio', 'endpoint, next')} - 1",
+                    f"{fleet_expr('tokwatch_fleet_faster_than_next_ratio')} - 1",
                     "",
                     ref="A",
                     instant=True,
@@ -386,19 +389,18 @@ def _comparison(grid: Grid) -> None:
                     "id": "organize",
                     "options": {
                         "excludeByName": {"Time": True},
-                        "indexByName": {"Value #B": 0, "endpoint": 1, "Value #A": 2, "next": 3},
+                        "indexByName": {"Value #B": 0, "endpoint": 1, "Value #A": 2},
                         "renameByName": {
                             "Value #B": "Rank",
                             "endpoint": "Endpoint",
-                            "Value #A": "is faster by",
-                            "next": "than",
+                            "Value #A": "is faster than the next by",
                         },
                     },
                 },
             ],
             overrides=[
                 {
-                    "matcher": {"id": "byName", "options": "is faster by"},
+                    "matcher": {"id": "byName", "options": "is faster than the next by"},
                     "properties": [{"id": "unit", "value": "percentunit"}, {"id": "decimals", "value": 0}],
                 }
             ],
@@ -411,14 +413,14 @@ def _comparison(grid: Grid) -> None:
             "Fastest vs slowest",
             describe(
                 "How much faster the fastest endpoint is than the slowest, by 7-day median tok/s of ok runs "
-                "(fastest / slowest - 1).",
+                "(fastest / slowest - 1); which endpoints they are: the ranking's first and last.",
                 REF_WINDOW,
             ),
             [
                 prom(
-                    "max by (fastest, slowest, window) "
+                    "max by (window) "
                     f"(tokwatch_fleet_fastest_vs_slowest_ratio{{{WORKLOAD}}}) - 1",
-                    "{{fastest}} faster than {{slowest}}",
+                    "fastest vs slowest",
                     instant=True,
                 )
             ],
@@ -478,7 +480,7 @@ def _trend(grid: Grid) -> None:
 
 
 def _latency(grid: Grid) -> None:
-    grid.row("Latency (histograms over $latency_window)")
+    grid.row("Latency")
 
     def quantiles(histogram: str, qs: tuple[float, ...]) -> list[g.Target]:
         refs = "ABCDEFG"
@@ -493,13 +495,14 @@ def _latency(grid: Grid) -> None:
 
     grid.add(
         timeseries(
-            "TTFT p50 / p95 / p99",
+            "TTFT per run",
             describe(
-                "Time to first token: request sent to the first content or reasoning token, from the "
-                "tokwatch_ttft_seconds histogram over $latency_window.",
+                "Time to first token of each endpoint's latest run: request sent to the first content or "
+                "reasoning token (tokwatch_probe_ttft_seconds); its exact p50/p90/p99 over the window are "
+                "in the percentiles row above.",
                 REF_LATENCY,
             ),
-            quantiles("tokwatch_ttft_seconds", (0.5, 0.95, 0.99)),
+            [prom(f"max by (endpoint) ({wsel('tokwatch_probe_ttft_seconds')})", "{{endpoint}}")],
             unit=SECONDS,
         ),
         w=12,
@@ -510,7 +513,7 @@ def _latency(grid: Grid) -> None:
             "Inter-token latency p50 / p99",
             describe(
                 "Gap before each token after the first; a chunk of k tokens counts its gap once and k-1 "
-                "zero gaps (tokwatch_inter_token_latency_seconds).",
+                f"zero gaps (tokwatch_inter_token_latency_seconds over $latency_window). {HISTOGRAMS_OPT_IN}",
                 REF_LATENCY,
             ),
             quantiles("tokwatch_inter_token_latency_seconds", (0.5, 0.99)),
@@ -524,7 +527,8 @@ def _latency(grid: Grid) -> None:
             "TPOT p50 / p95 / mean",
             describe(
                 "Time per output token per run: (E2E - TTFT) / (tokens - 1) "
-                "(tokwatch_time_per_output_token_seconds); mean = histogram sum / count.",
+                "(tokwatch_time_per_output_token_seconds); mean = histogram sum / count. "
+                + HISTOGRAMS_OPT_IN,
                 REF_LATENCY,
             ),
             [
@@ -544,7 +548,9 @@ def _latency(grid: Grid) -> None:
         timeseries(
             "E2E latency p50 / p95 / p99",
             describe(
-                "Request sent to last byte of completed runs (tokwatch_e2e_latency_seconds).", REF_LATENCY
+                "Request sent to last byte of completed runs (tokwatch_e2e_latency_seconds). "
+                + HISTOGRAMS_OPT_IN,
+                REF_LATENCY,
             ),
             quantiles("tokwatch_e2e_latency_seconds", (0.5, 0.95, 0.99)),
             unit=SECONDS,
@@ -559,7 +565,8 @@ def _latency(grid: Grid) -> None:
             "Inter-token latency distribution",
             describe(
                 "How the per-token gaps of the selected endpoints spread over the histogram buckets in "
-                "each time bucket; darker = more tokens. Stalls show as cells high above the band.",
+                "each time bucket; darker = more tokens. Stalls show as cells high above the band. "
+                + HISTOGRAMS_OPT_IN,
                 REF_LATENCY,
             ),
             f"sum by (le) (increase({itl_buckets}[$__interval]))",
@@ -614,7 +621,8 @@ def _reasoning(grid: Grid) -> None:
             "TTOT p50 / p95",
             describe(
                 "Time to first output token after the reasoning phase: last reasoning token to first "
-                "answer token (tokwatch_ttot_seconds). Only reasoning endpoints report it.",
+                "answer token (tokwatch_ttot_seconds). Only reasoning endpoints report it. "
+                + HISTOGRAMS_OPT_IN,
                 REF_LATENCY,
             ),
             [
@@ -638,7 +646,7 @@ def _reasoning(grid: Grid) -> None:
             "Output-phase inter-token latency p50 / p99",
             describe(
                 "Inter-token gaps of the answer phase only, so a fast reasoning phase cannot hide a slow "
-                "answer (tokwatch_output_inter_token_latency_seconds).",
+                "answer (tokwatch_output_inter_token_latency_seconds). " + HISTOGRAMS_OPT_IN,
                 REF_LATENCY,
             ),
             [

@@ -191,7 +191,7 @@ def test_units_are_consistent() -> None:
     for title in ("CV ($window)", "Uptime ($window)"):
         assert _panel(overview, title)["fieldConfig"]["defaults"]["unit"] == "percentunit"
     for title in (
-        "TTFT p50 / p95 / p99",
+        "TTFT per run",
         "Inter-token latency p50 / p99",
         "TPOT p50 / p95 / mean",
         "TTOT p50 / p95",
@@ -285,18 +285,18 @@ def test_trend_panel_shows_failed_runs_as_red_bars() -> None:
     assert annotations[0]["target"]["interval"] == "1m" and "expr" not in annotations[0]
 
 
-def test_latency_panels_use_histogram_quantiles() -> None:
+def test_latency_panels_read_exact_ttft_and_histograms_only_where_opted_in() -> None:
     overview = MODELS["tokwatch-overview.json"]
-    ttft = _panel(overview, "TTFT p50 / p95 / p99")
-    assert [t["expr"].split(",")[0] for t in ttft["targets"]] == [
-        "histogram_quantile(0.5",
-        "histogram_quantile(0.95",
-        "histogram_quantile(0.99",
-    ]
-    assert all(
-        "tokwatch_ttft_seconds_bucket" in t["expr"] and "by (le, endpoint)" in t["expr"]
-        for t in ttft["targets"]
-    )
+    # TTFT: the per-run gauge here, the exact window percentiles in the percentiles row; no TTFT histogram
+    ttft = _panel(overview, "TTFT per run")
+    assert [t["expr"].split("{")[0] for t in ttft["targets"]] == ["max by (endpoint) (tokwatch_probe_ttft_seconds"]
+    assert not [p for p in iter_panels(overview) if "tokwatch_ttft_seconds_bucket" in json.dumps(p)]
+    # The panels that still read a histogram say it is opt-in.
+    itl = _panel(overview, "Inter-token latency p50 / p99")
+    assert all("histogram_quantile(" in t["expr"] and "by (le, endpoint)" in t["expr"] for t in itl["targets"])
+    for p in iter_panels(overview):
+        if "_bucket" in json.dumps(p.get("targets", [])):
+            assert "metrics: {histograms: true}" in p["description"], p["title"]
 
 
 def test_divide_guards_against_idle_denominators() -> None:
