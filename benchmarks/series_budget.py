@@ -92,7 +92,9 @@ async def measure(base: str, endpoints: int, rounds: int, extra: str, label: str
         try:
             statuses: Counter[str] = Counter()
             async for runs in scheduled_rounds(app, rounds):
-                statuses.update(f"{r.status.value}{' (disturbed)' if r.timing_disturbed else ''}" for r in runs)
+                statuses.update(
+                    f"{r.status.value}{' (disturbed)' if r.timing_disturbed else ''}" for r in runs
+                )
             async with (
                 aiohttp.ClientSession() as http,
                 http.get(f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(60)) as resp,
@@ -116,7 +118,8 @@ def report(counts: list[Count], series: int, families: int) -> None:
     """The totals, then the biggest families per endpoint-workload side by side."""
     print(f"{'settings':<12}{'series':>9}{'with endpoint':>15}{'per endpoint-workload':>23}{'bytes':>10}")
     for c in counts:
-        print(f"{c.label:<12}{c.total:>9}{c.endpoint_series:>15}{c.endpoint_series / series:>23.1f}{c.bytes:>10}")
+        per = c.endpoint_series / series
+        print(f"{c.label:<12}{c.total:>9}{c.endpoint_series:>15}{per:>23.1f}{c.bytes:>10}")
     for c in counts:
         print(f"{c.label}: timed runs by status: {', '.join(f'{k} {v}' for k, v in sorted(c.runs.items()))}")
     names = sorted(
@@ -128,9 +131,10 @@ def report(counts: list[Count], series: int, families: int) -> None:
     for n in names[:families]:
         print(f"{n:<58}" + "".join(f"{c.per_family[n] / series:>12.2f}" for c in counts))
     rest = names[families:]
-    print(f"{f'{len(rest)} other families':<58}" + "".join(
-        f"{sum(c.per_family[n] for n in rest) / series:>12.2f}" for c in counts
-    ))
+    print(
+        f"{f'{len(rest)} other families':<58}"
+        + "".join(f"{sum(c.per_family[n] for n in rest) / series:>12.2f}" for c in counts)
+    )
 
 
 async def main(args: argparse.Namespace) -> None:

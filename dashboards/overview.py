@@ -418,8 +418,7 @@ def _comparison(grid: Grid) -> None:
             ),
             [
                 prom(
-                    "max by (window) "
-                    f"(tokwatch_fleet_fastest_vs_slowest_ratio{{{WORKLOAD}}}) - 1",
+                    f"max by (window) (tokwatch_fleet_fastest_vs_slowest_ratio{{{WORKLOAD}}}) - 1",
                     "fastest vs slowest",
                     instant=True,
                 )

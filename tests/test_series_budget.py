@@ -122,7 +122,9 @@ async def test_default_series_fit_the_budget_and_the_opt_ins_add_theirs(start_si
     cells = ENDPOINTS * len(WORKLOADS)
     per_cell = sum(families.values()) / cells
     # The count is the full one: every percentile shown, one window.
-    percentiles = {dict(lb)["percentile"] for n, lb in series if n == "tokwatch_window_ttft_percentile_seconds"}
+    percentiles = {
+        dict(lb)["percentile"] for n, lb in series if n == "tokwatch_window_ttft_percentile_seconds"
+    }
     assert percentiles == {"50", "90", "99"}
     assert {dict(lb)["window"] for n, lb in series if n.startswith("tokwatch_window_")} == {"24h"}
     assert per_cell <= BUDGET, f"{per_cell:.1f} series per endpoint-workload: {families.most_common(12)}"

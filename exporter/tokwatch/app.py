@@ -364,6 +364,7 @@ class App:
         self.status.next_round_ts = following
 
     def _after_round(self) -> None:
+        self.probes.tally.flush(self.rounds_completed)
         if self._window_cache is not None and self.writer is not None:
             # Fresh window figures right after a round instead of up to 30 s later.
             task = asyncio.create_task(self.refresh_windows())

@@ -361,11 +361,11 @@ class Config(StrictModel):
                     )
         parse_listen(self.listen)
         configured = {*self.schedule.windows, self.schedule.window}
-        for w in self.metrics.windows or ():
-            if w not in configured:
+        for seconds in self.metrics.windows or ():
+            if seconds not in configured:
                 known = ", ".join(window_label(s) for s in sorted(configured))
                 raise ValueError(
-                    f"metrics.windows: {window_label(w)} is not a configured window "
+                    f"metrics.windows: {window_label(seconds)} is not a configured window "
                     f"(schedule.window and schedule.windows: {known})"
                 )
         for i, ep in enumerate(self.endpoints):

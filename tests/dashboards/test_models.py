@@ -289,11 +289,15 @@ def test_latency_panels_read_exact_ttft_and_histograms_only_where_opted_in() -> 
     overview = MODELS["tokwatch-overview.json"]
     # TTFT: the per-run gauge here, the exact window percentiles in the percentiles row; no TTFT histogram
     ttft = _panel(overview, "TTFT per run")
-    assert [t["expr"].split("{")[0] for t in ttft["targets"]] == ["max by (endpoint) (tokwatch_probe_ttft_seconds"]
+    assert [t["expr"].split("{")[0] for t in ttft["targets"]] == [
+        "max by (endpoint) (tokwatch_probe_ttft_seconds"
+    ]
     assert not [p for p in iter_panels(overview) if "tokwatch_ttft_seconds_bucket" in json.dumps(p)]
     # The panels that still read a histogram say it is opt-in.
     itl = _panel(overview, "Inter-token latency p50 / p99")
-    assert all("histogram_quantile(" in t["expr"] and "by (le, endpoint)" in t["expr"] for t in itl["targets"])
+    assert all(
+        "histogram_quantile(" in t["expr"] and "by (le, endpoint)" in t["expr"] for t in itl["targets"]
+    )
     for p in iter_panels(overview):
         if "_bucket" in json.dumps(p.get("targets", [])):
             assert "metrics: {histograms: true}" in p["description"], p["title"]

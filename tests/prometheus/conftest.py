@@ -230,10 +230,19 @@ class Stack:
             await wait_until(sim_ready, 30, "the simulator to answer")
 
     async def start_tokwatch(
-        self, name: str, port: int, endpoints: list[dict[str, object]], interval: str, *, storage: bool
+        self,
+        name: str,
+        port: int,
+        endpoints: list[dict[str, object]],
+        interval: str,
+        *,
+        storage: bool,
+        metrics: dict[str, object] | None = None,
     ) -> None:
-        """Start one tokwatch exporter on `port`; return once every endpoint has run."""
+        """Start one tokwatch exporter on `port` (with its `metrics:` opt-ins when given); return once every
+        endpoint has run."""
         config: dict[str, object] = {
+            **({"metrics": metrics} if metrics is not None else {}),
             "schedule": {"interval": interval, "offset": "0s"},
             "probe": {"warmup": False, "max_tokens": 16},
             "storage": {

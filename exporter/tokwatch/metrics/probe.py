@@ -512,4 +512,3 @@ def probe_result_families(result: RunResult, ep: EndpointSettings, site: str = N
     for fam in out:
         fam.samples = [s._replace(labels={**s.labels, "trigger": "on_demand"}) for s in fam.samples]
     return out
-
