@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import platform
 import tempfile
@@ -32,6 +33,7 @@ from exporter_rounds import scheduled_rounds
 from simproc import simulator
 from tokwatch.app import App
 from tokwatch.config import load_config_text
+from tokwatch.result import RunResult
 from tokwatch.server import start_site
 
 WORKLOADS = (
@@ -83,18 +85,26 @@ class Count:
     runs: dict[str, int]
 
 
-async def measure(base: str, endpoints: int, rounds: int, extra: str, label: str) -> Count:
-    """Run the rounds on a fresh exporter and count its /metrics."""
+async def measure(base: str, endpoints: int, rounds: int, fill: int, extra: str, label: str) -> Count:
+    """Run the rounds on a fresh exporter, fill its windows, and count its /metrics."""
     with tempfile.TemporaryDirectory() as tmp:
         app = App(load_config_text(exporter_config(base, endpoints, tmp, extra)), instance="bench")
         await app.start(schedule=False)
         runner, port = await start_site(app, "127.0.0.1", 0)
         try:
             statuses: Counter[str] = Counter()
+            last: list[RunResult] = []
             async for runs in scheduled_rounds(app, rounds):
                 statuses.update(
                     f"{r.status.value}{' (disturbed)' if r.timing_disturbed else ''}" for r in runs
                 )
+                last = runs
+            for i in range(fill):
+                for r in last:
+                    at = r.started_at - 60.0 * (i + 1)
+                    copy = dataclasses.replace(r, run_id=f"{r.run_id}-{i}", started_at=at)
+                    app.probes.record(dataclasses.replace(copy, set_aside={}, timing_disturbed=False))
+            await app.refresh_windows()
             async with (
                 aiohttp.ClientSession() as http,
                 http.get(f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(60)) as resp,
@@ -140,11 +150,12 @@ def report(counts: list[Count], series: int, families: int) -> None:
 async def main(args: argparse.Namespace) -> None:
     with simulator(sim_config(args.endpoints)) as base:
         t0 = time.perf_counter()
-        counts = [await measure(base, args.endpoints, args.rounds, "", "default")]
+        counts = [await measure(base, args.endpoints, args.rounds, args.fill, "", "default")]
         if not args.default_only:
-            counts.append(await measure(base, args.endpoints, args.rounds, OPTED_IN, "opted-in"))
+            counts.append(await measure(base, args.endpoints, args.rounds, args.fill, OPTED_IN, "opted-in"))
     print(
         f"{args.endpoints} endpoints x {len(WORKLOADS)} workloads, site bench-a, {args.rounds} rounds "
+        f"+ {args.fill} stored copies of the last "
         f"({time.perf_counter() - t0:.0f} s); {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}\n"
     )
@@ -154,7 +165,8 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoints", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--fill", type=int, default=100, help="copies of the last round's runs stored")
     parser.add_argument("--families", type=int, default=15)
     parser.add_argument("--default-only", action="store_true", help="skip the opted-in run")
     asyncio.run(main(parser.parse_args()))
