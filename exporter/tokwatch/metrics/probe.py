@@ -147,7 +147,7 @@ class ProbeMetrics(Collector):
         tokwatch_endpoint_info{endpoint="a",gpu="3090",kind="openai",model="m1"} 1.0
         tokwatch_probe_runs_total{endpoint="a",gpu="3090",workload="seed000",status="ok"} 4.0
         tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090",workload="seed000"} 1.0
-        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",workload="seed000",figure="itl",reason="client_stall"} 1.0
+        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",workload="seed000",figure="itl",reason="client_stall"} 1.0  (opt-in)
         tokwatch_probe_success{endpoint="a",gpu="3090",workload="seed000"} 1.0
         tokwatch_probe_status{endpoint="a",gpu="3090",workload="seed000",status="ok"} 1.0
         tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090",workload="seed000"} 0.2
@@ -155,8 +155,8 @@ class ProbeMetrics(Collector):
         tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090",workload="seed000"} 1.7000072e+09
         tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",workload="short",source="engine"} 96.0
         tokwatch_probe_prefill_tokens_per_second{endpoint="a",gpu="3090",workload="long",source="engine"} 2150
-        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",workload="seed000",le="0.25"} 3.0
-        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090",workload="seed000"} 12.0
+        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",workload="seed000",le="0.25"} 3.0   (opt-in)
+        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090",workload="seed000"} 12.0  (opt-in)
     """  # noqa: E501
 
     def __init__(self) -> None:
