@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,49 @@ def test_per_run_lines_only_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     per_run = [r for r in caplog.records if r.getMessage().startswith("endpoint ")]
     assert [r.getMessage().split(":")[0] for r in per_run] == ["endpoint a", "endpoint b"]
     assert {r.levelno for r in per_run} == {logging.DEBUG}
+
+
+def test_serve_logs_json_lines_one_summary_per_round(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    """A real `tokwatch serve` with an unreachable endpoint, `--log-format json` after the subcommand."""
+    config = tmp_path / "tokwatch.yml"
+    config.write_text(f"""
+schedule: {{interval: 1h, run_on_start: true}}
+storage: {{enabled: false}}
+endpoints:
+  - {{name: gone, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m, api_key: {SECRET}}}
+""")
+    argv = [
+        sys.executable,
+        "-m",
+        "tokwatch",
+        "serve",
+        "-c",
+        str(config),
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+    ]
+    proc = subprocess.Popen([*argv, "--log-format", "json"], stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    lines: list[dict[str, object]] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("runs_not_ok" in line for line in lines):
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            text = proc.stderr.readline()
+            if not text:
+                break
+            lines.append(json.loads(text))  # every line is one JSON object
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    summary = [line for line in lines if "runs_not_ok" in line]
+    assert len(summary) == 1, lines
+    assert (
+        summary[0]["round"] == 1 and summary[0]["runs"] == 1 and summary[0]["statuses"] == {"unreachable": 1}
+    )
+    assert str(summary[0]["message"]).startswith("round 1: 1 of 1 runs not ok: gone: unreachable")
+    assert not [line for line in lines if str(line["message"]).startswith("endpoint gone:")]  # per run: debug
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    assert SECRET not in json.dumps(lines)
