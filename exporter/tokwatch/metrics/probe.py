@@ -286,18 +286,19 @@ class ProbeMetrics(Collector):
                 n,
                 extra={"figure": figure, "reason": reason},
             )
-        fams.counter(
-            "tokwatch_probe_cache_assisted_total",
-            "Timed runs the server's prefix cache served beyond the chat template's preamble.",
-            lv,
-            state.cache_assisted,
-        )
-        fams.counter(
-            "tokwatch_probe_prompt_size_missed_total",
-            "Timed runs whose prompt the server counted off the workload's input size beyond tolerance.",
-            lv,
-            state.prompt_size_missed,
-        )
+        if diagnostics:  # the prompt's checks: the stored runs, the API and the status page carry them
+            fams.counter(
+                "tokwatch_probe_cache_assisted_total",
+                "Timed runs the server's prefix cache served beyond the chat template's preamble.",
+                lv,
+                state.cache_assisted,
+            )
+            fams.counter(
+                "tokwatch_probe_prompt_size_missed_total",
+                "Timed runs whose prompt the server counted off the workload's input size beyond tolerance.",
+                lv,
+                state.prompt_size_missed,
+            )
         if state.last is not None:
             last_run_families(
                 fams, lv, state.last, include_tps=False, diagnostics=diagnostics, statuses=state.runs.keys()
@@ -443,7 +444,8 @@ def last_run_families(
         fams.gauge("tokwatch_probe_ttot_seconds", "Reasoning-to-output gap (TTOT) of the run.", lv, r.ttot_s)
     if r.output_tokens is not None:
         fams.gauge("tokwatch_probe_output_tokens", "Output tokens of the run.", lv, float(r.output_tokens))
-    if r.think_tokens is not None:
+    # A model that does not reason reports 0 on every run: no series for it.
+    if r.think_tokens:
         fams.gauge("tokwatch_probe_think_tokens", "Reasoning tokens of the run.", lv, float(r.think_tokens))
     if r.prompt_tokens is not None:
         fams.gauge(
@@ -452,7 +454,7 @@ def last_run_families(
             lv,
             float(r.prompt_tokens),
         )
-    if r.cached_tokens is not None:
+    if diagnostics and r.cached_tokens is not None:
         fams.gauge(
             "tokwatch_probe_cached_prompt_tokens",
             "Prompt tokens of the run the server served from its prefix cache.",
