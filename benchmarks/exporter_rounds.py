@@ -23,7 +23,7 @@ async def scheduled_rounds(app: App, rounds: int) -> AsyncIterator[list[RunResul
     try:
         for _ in range(rounds):
             collected.clear()
-            await run_round(app._schedule_settings()[2], app.probe)
+            await run_round(app._schedule_settings()[2], app.probes.probe_target)
             await app.refresh_windows()
             yield list(collected)
     finally:

@@ -39,7 +39,7 @@ from tokwatch.counters.state import ServerState
 from tokwatch.figures.result import RunResult, Status, TimingSource
 from tokwatch.figures.series import SeriesKey
 from tokwatch.metrics.exposition import Exposition
-from tokwatch.metrics.probe import ProbeMetrics
+from tokwatch.metrics.probe import ProbeMetrics, SeriesOptions
 from tokwatch.metrics.window import WindowCollector
 from tokwatch.settings.config import EndpointSettings, load_config_text
 from tokwatch.sim.config import load_sim_config_text
@@ -110,7 +110,9 @@ def build(
     eps = endpoints(n)
     names = WORKLOADS[:workloads]
     probe = ProbeMetrics()
-    probe.set_endpoints(eps, {ep.name: names for ep in eps})
+    # Every opt-in series (histograms, diagnostics) and every window: the most /metrics one series can carry.
+    every = SeriesOptions(histograms=True, diagnostics=True)
+    probe.set_endpoints(eps, {ep.name: names for ep in eps}, options=every)
     for ep in eps:
         for w in names:
             probe.record(run(ep.name, 1000.0, w))
@@ -138,7 +140,7 @@ def build(
     primary = by_window.get("24h") or by_window[labels[0]]
     static = {ep.name: dict(ep.labels) for ep in eps}
     window = WindowSnapshot(primary, None, 0.0, static, windows=by_window)
-    windows = WindowCollector(lambda: window)
+    windows = WindowCollector(lambda: window, diagnostics=True)
     exposition = Exposition()  # also the registry `generate_latest` renders whole
     for c in (probe, servers, windows):
         exposition.register(c)

@@ -18,6 +18,7 @@ from tokwatch.commands.store_commands import add_commands as storage_commands
 from tokwatch.figures.result import RunResult
 from tokwatch.figures.series import run_name
 from tokwatch.figures.wording import counted
+from tokwatch.logs.log_format import LOG_FORMATS, LogFormat, formatter, structured_fields
 from tokwatch.logs.log_throttle import RepeatThrottle
 from tokwatch.probes.keys import Keys
 from tokwatch.service.app import App
@@ -48,16 +49,25 @@ class RedactingFilter(logging.Filter):
         self._source = source
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = self._source()(record.getMessage())
+        redact = self._source()
+        record.msg = redact(record.getMessage())
         record.args = None
+        # The structured fields (JSON lines) and a traceback's text can carry a secret as well.
+        for key, value in structured_fields(record).items():
+            if isinstance(value, str):
+                setattr(record, key, redact(value))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
         return True
 
 
-def setup_logging(level: str) -> RedactingFilter:
-    """Log to stderr with timestamps; repeated warnings throttled; every record goes through the returned
-    redacting filter."""
+def setup_logging(level: str, fmt: LogFormat = "text") -> RedactingFilter:
+    """Log to stderr as text lines with timestamps or as JSON lines; repeated warnings throttled; every
+    record goes through the returned redacting filter."""
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter(fmt))
     redacting = RedactingFilter()
     handler.addFilter(RepeatThrottle())
     handler.addFilter(redacting)
@@ -197,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = OneLineErrorParser(prog="tokwatch", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tokwatch {__version__}")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _logging_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the exporter (scheduled probes, /metrics, /probe)")
@@ -227,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in (demo_commands, storage_commands, bench_commands, healthcheck_commands):
         register(sub)
+    for command in _subcommand_parsers(parser):
+        _logging_options(command, defaults=False)
     return parser
 
 
@@ -250,6 +262,37 @@ def unknown_top_level_flag(parser: argparse.ArgumentParser, argv: Sequence[str])
     return None
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _logging_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """--log-level and --log-format, before or after the subcommand: the top-level parser sets the
+    defaults, each subcommand's takes the flags without a default (one given after it wins)."""
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info" if defaults else argparse.SUPPRESS,
+        help="least severe level logged (default info; debug adds a line per run)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text" if defaults else argparse.SUPPRESS,
+        help="text lines (default) or JSON lines: time, level, logger, message and structured fields",
+    )
+
+
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand's parser under `parser`, nested ones included (`tokwatch bench run`)."""
+    out: list[argparse.ArgumentParser] = []
+    for action in parser._actions:  # argparse keeps subcommands only there
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                out.append(child)
+                out.extend(_subcommand_parsers(child))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (config errors: 2, never a traceback)."""
     parser = build_parser()
@@ -258,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown is not None:
         parser.error(f"unknown option {unknown} before the command")
     args = parser.parse_args(argv)
-    args.log_filter = setup_logging(args.log_level)
+    args.log_filter = setup_logging(args.log_level, args.log_format)
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -11,12 +11,14 @@ import os
 import platform
 from pathlib import Path
 
+import pytest
+
 from tokwatch import __version__
 from tokwatch.figures.result import RunResult, Status, TimingSource
 from tokwatch.service.app import App
 from tokwatch.settings.config import load_config_text
 
-GOLDEN = Path(__file__).parents[1] / "data" / "exposition_golden.txt"
+DATA = Path(__file__).parents[1] / "data"
 T0 = 1_700_000_000.0  # fixed start times, inside the 10-year window below whatever today is
 # Families whose values belong to this process and this machine, not to tokwatch's state.
 _MACHINE = ("process_", "python_")
@@ -96,14 +98,23 @@ def exposition(app: App) -> str:
     )
 
 
-def test_metrics_output_is_unchanged_for_a_fixed_state() -> None:
-    app = App(load_config_text(CONFIG), instance="golden")
+# The default series budget, and every opt-in series (`metrics:`, docs/metrics.md "Series budget").
+OPTED_IN = "metrics: {histograms: true, diagnostics: true}\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "golden"),
+    [("", "exposition_golden.txt"), (OPTED_IN, "exposition_golden_opted_in.txt")],
+    ids=["default", "opted_in"],
+)
+def test_metrics_output_is_unchanged_for_a_fixed_state(extra: str, golden: str) -> None:
+    app = App(load_config_text(extra + CONFIG), instance="golden")
     app.status.reload_success_ts = T0
     app.status.lag_s, app.status.last_round_ts, app.status.next_round_ts = 0.25, T0 + 7200, T0 + 10800
     for run in _runs():
         app.probes.record(run)
     text = exposition(app)
     if os.environ.get("TOKWATCH_REGENERATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+        (DATA / golden).write_text(text)
+    assert text == (DATA / golden).read_text()
     assert "tokwatch_window_runs" in text and "tokwatch_fleet_rank" in text  # every subject is in it

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tokwatch.figures.result import RunResult, Status, TimingSource
-from tokwatch.metrics.probe import ProbeMetrics, probe_result_families
+from tokwatch.metrics.probe import ProbeMetrics, SeriesOptions, probe_result_families
 from tokwatch.settings.config import load_config_text
 
 CONFIG = load_config_text(
@@ -54,10 +54,12 @@ def test_runs_counter_and_last_ok(registry: tuple[CollectorRegistry, ProbeMetric
     labels = {"endpoint": "a", "gpu": "3090", "site": "", "workload": "seed000"}
     assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "ok"}) == 1
     assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "timeout"}) == 1
-    assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "degraded"}) == 0
+    # a status has a series from its first run on: no zeros for the statuses never seen
+    assert reg.get_sample_value("tokwatch_probe_runs_total", {**labels, "status": "degraded"}) is None
     assert reg.get_sample_value("tokwatch_probe_success", labels) == 0
     assert reg.get_sample_value("tokwatch_probe_status", {**labels, "status": "timeout"}) == 1
     assert reg.get_sample_value("tokwatch_probe_status", {**labels, "status": "ok"}) == 0
+    assert reg.get_sample_value("tokwatch_probe_status", {**labels, "status": "degraded"}) is None
     # the headline number stays on the last ok run during an incident (seed 000)
     assert (
         reg.get_sample_value("tokwatch_probe_decode_tokens_per_second", {**labels, "source": "engine"})
@@ -67,20 +69,32 @@ def test_runs_counter_and_last_ok(registry: tuple[CollectorRegistry, ProbeMetric
     assert reg.get_sample_value("tokwatch_probe_last_run_timestamp_seconds", labels) == 2000.0
 
 
+def test_histograms_are_opt_in(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:
+    reg, pm = registry
+    pm.record(ok_run())
+    labels = {"endpoint": "a", "gpu": "3090", "site": "", "workload": "seed000"}
+    assert reg.get_sample_value("tokwatch_ttft_seconds_count", labels) is None
+    assert reg.get_sample_value("tokwatch_probe_ttft_seconds", labels) == 0.2  # the run's own figure
+
+
 def test_histograms_observe_tokens_and_skip_failed_runs(
     registry: tuple[CollectorRegistry, ProbeMetrics],
 ) -> None:
     reg, pm = registry
+    pm.set_endpoints(CONFIG.endpoints, options=SeriesOptions(histograms=True))
     pm.record(ok_run())
     pm.record(RunResult(endpoint="a", started_at=1.0, status=Status.PROVIDER_ERROR, ttft_s=0.1))
     labels = {"endpoint": "a", "gpu": "3090", "site": "", "workload": "seed000"}
     assert reg.get_sample_value("tokwatch_ttft_seconds_count", labels) == 1
+    # the OpenTelemetry GenAI boundaries: TTFT from 1 ms, per-token gaps from 10 ms
     assert reg.get_sample_value("tokwatch_ttft_seconds_bucket", {**labels, "le": "0.25"}) == 1
     assert reg.get_sample_value("tokwatch_ttft_seconds_bucket", {**labels, "le": "0.1"}) == 0
+    assert reg.get_sample_value("tokwatch_ttft_seconds_bucket", {**labels, "le": "0.001"}) == 0
     assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_count", labels) == 3
     assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_sum", labels) == pytest.approx(0.05)
-    bucket = {**labels, "le": "0.0025"}
-    assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_bucket", bucket) == 1
+    assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_bucket", {**labels, "le": "0.01"}) == 1
+    assert reg.get_sample_value("tokwatch_inter_token_latency_seconds_bucket", {**labels, "le": "0.025"}) == 2
+    assert reg.get_sample_value("tokwatch_time_per_output_token_seconds_bucket", {**labels, "le": "2.5"}) == 1
 
 
 def test_static_labels_are_unioned(registry: tuple[CollectorRegistry, ProbeMetrics]) -> None:

@@ -239,16 +239,18 @@ class Stack:
         storage: bool | str,
         site: str | None = None,
         extra: dict[str, object] | None = None,
+        metrics: dict[str, object] | None = None,
     ) -> None:
         """Start one tokwatch exporter on `port`; return once every endpoint has run. `storage`: False for
         none, True for an SQLite file of its own, a DSN for that PostgreSQL database; `site` labels every
-        series; `extra` adds top-level config sections."""
+        series; `extra` adds top-level config sections; `metrics` its `metrics:` opt-ins."""
         store: dict[str, object] = {"outbox_path": str(self.tmp_path / f"{name}-outbox")}
         if isinstance(storage, str):
             store["dsn"] = storage
         else:
             store.update(enabled=storage, sqlite_path=str(self.tmp_path / f"{name}.db"))
         config: dict[str, object] = {
+            **({"metrics": metrics} if metrics is not None else {}),
             "schedule": {"interval": interval, "offset": "0s"},
             "probe": {"warmup": False, "max_tokens": 16},
             "storage": store,

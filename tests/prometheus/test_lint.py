@@ -139,9 +139,13 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
         ]
         await st.start(sim, endpoints)
         # tokwatch with storage refreshes its window figures from the database every 30 s; a second tokwatch
-        # without storage computes them in memory after each run, so both outputs together hold every name.
+        # without storage computes them in memory after each run, with every opt-in series (the histograms the
+        # rules read where they are exported), so both outputs together hold every name.
         memory_port = kit.free_port()
-        await st.start_tokwatch("tokwatch-memory", memory_port, endpoints, "2s", storage=False)
+        opt_in = {"histograms": True, "diagnostics": True}
+        await st.start_tokwatch(
+            "tokwatch-memory", memory_port, endpoints, "2s", storage=False, metrics=opt_in
+        )
         wanted = {
             st.tokwatch_url: (
                 "tokwatch_server_up{",

@@ -96,6 +96,8 @@ def _exporter_config(stack: Any, dsn: str, offset_s: int, outbox: Path) -> dict[
         },
         "probe": {"warmup": False, "max_tokens": TOKENS},
         "storage": {"dsn": dsn, "timescale": False, "outbox_path": str(outbox)},
+        # the dashboards' histogram panels are compared too (opt-in, docs/metrics.md "Series budget")
+        "metrics": {"histograms": True},
         "endpoints": [
             stack.endpoint(name, "s", "openai", f"m{i}", timeout="10s") for i, name in enumerate(ENDPOINTS)
         ],

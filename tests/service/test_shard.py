@@ -94,7 +94,7 @@ endpoints:
 
 def series(app: App) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
     text = app.exposition.render().decode()
-    # The fleet comparison's labels name the fastest and slowest endpoint, which depend on the run's noise.
+    # The fleet figures are compared by name only: which endpoints rank (and where) depends on the noise.
     return {
         (s.name, () if s.name.startswith("tokwatch_fleet_") else tuple(sorted(s.labels.items())))
         for fam in text_string_to_metric_families(text)

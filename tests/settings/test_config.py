@@ -177,3 +177,21 @@ def test_an_endpoint_timeout_of_zero_is_refused_with_its_line() -> None:
 def test_an_offset_of_zero_is_fine() -> None:
     text = "schedule: {offset: 0s}\nendpoints: []\n"
     assert load_config_text(text, "t.yml").schedule.offset == 0
+
+
+def test_metrics_export_one_window_and_no_opt_ins_by_default() -> None:
+    config = load_config_text("")
+    assert config.exported_windows == (86400.0,)
+    assert not config.metrics.histograms and not config.metrics.diagnostics
+    # the primary window follows schedule.window when metrics.windows is not given
+    assert load_config_text("schedule: {window: 7d}").exported_windows == (604800.0,)
+    assert load_config_text("metrics: {windows: [7d, 30m]}").exported_windows == (1800.0, 604800.0)
+
+
+def test_metrics_windows_must_be_configured_windows() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text("schedule: {windows: [30m, 7d]}\nmetrics: {windows: [24h, 1h]}\n")
+    assert "metrics.windows: 1h is not a configured window" in str(info.value)
+    assert "30m, 24h, 7d" in str(info.value)
+    with pytest.raises(ConfigError, match="histogram"):
+        load_config_text("metrics: {histogram: true}\n")  # a misspelt knob is an error, not ignored

@@ -69,7 +69,7 @@ async def test_cache_and_collector_export_store_figures(tmp_path: Path) -> None:
         )
         ratio = registry.get_sample_value(
             "tokwatch_fleet_fastest_vs_slowest_ratio",
-            {"fastest": "fast", "slowest": "slow", "workload": "seed000", "window": "7d"},
+            {"workload": "seed000", "window": "7d"},
         )
         assert ratio == pytest.approx(2.0)
     finally:
@@ -141,10 +141,12 @@ def test_ranking_is_exported_once_with_neighbour_ratios() -> None:
     assert [get("tokwatch_fleet_rank", {"endpoint": n, **series}) for n in "bda"] == [1.0, 2.0, 3.0]
     assert get("tokwatch_fleet_rank", {"endpoint": "c", **series}) is None
     assert get("tokwatch_fleet_median_tokens_per_second", {"endpoint": "d", **series}) == 40.0
-    ratio = get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "b", "next": "d", **series})
+    # each endpoint's own ratio to the next slower (rank + 1), no endpoint name as a label value
+    ratio = get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "b", **series})
     assert ratio == pytest.approx(45.0 / 40.0)
-    last = {"endpoint": "d", "next": "a", **series}
-    assert get("tokwatch_fleet_faster_than_next_ratio", last) == pytest.approx(40 / 30)
+    assert get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "d", **series}) == pytest.approx(40 / 30)
+    assert get("tokwatch_fleet_faster_than_next_ratio", {"endpoint": "a", **series}) is None  # the slowest
+    assert get("tokwatch_fleet_fastest_vs_slowest_ratio", series) == pytest.approx(45 / 30)
 
     other = CollectorRegistry(auto_describe=False)
     other.register(WindowCollector(lambda: snap, export_fleet=False))  # a non-primary shard

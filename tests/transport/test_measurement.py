@@ -191,6 +191,7 @@ async def app(tmp_path: Path) -> AsyncIterator[App]:
 probe: {{max_tokens: 60, warmup: false, tolerance: {{tokens_per_second: 20%, latency: 50%}}}}
 storage: {{enabled: false}}
 schedule: {{interval: 1h, run_on_start: false}}
+metrics: {{histograms: true, diagnostics: true}}  # which figures feed the histograms, set aside: checked here
 endpoints:
   - {{name: oa, kind: openai, base_url: 'http://127.0.0.1:{port}/oa/v1', model: mo}}
   - {{name: lc, kind: llamacpp, base_url: 'http://127.0.0.1:{port}/lc', model: ml}}

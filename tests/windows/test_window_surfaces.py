@@ -103,6 +103,7 @@ def _config(path: Path, storage: str, includes: tuple[str, ...]) -> None:
     path.write_text(f"""
 storage: {storage}
 schedule: {{interval: 1h, run_on_start: false, window_includes: [{", ".join(includes)}]}}
+metrics: {{diagnostics: true}}  # the window's run breakdown, compared here
 endpoints:
   - {{name: mixed, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}}
   - {{name: busy-host, kind: openai, base_url: 'http://127.0.0.1:2/v1', model: m}}

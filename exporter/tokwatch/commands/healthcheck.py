@@ -9,7 +9,7 @@ config's `cert_file` holds, so it needs neither a CA bundle nor a certificate na
 without `--web-config` is checked against `--ca-file` (pinned the same way) or else the system's CA bundle.
 
 It is exec'd every few seconds by container probes, so it imports neither the exporter nor aiohttp
-(`tokwatch.entry` runs it without tokwatch.cli; tests/test_healthcheck.py holds that).
+(`tokwatch.entry` runs it without tokwatch.cli; tests/commands/test_healthcheck.py holds that).
 """
 
 from __future__ import annotations
@@ -191,7 +191,8 @@ def build_request(
     if ca_file is not None:
         raise CheckError("--ca-file is for https URLs without --web-config (which pins its cert_file)")
     # Only a check with a web config reads YAML, so the plain one (most exec probes) loads neither PyYAML
-    # nor pydantic: a probe exec'd every few seconds pays for what it uses (tests/test_healthcheck.py).
+    # nor pydantic: a probe exec'd every few seconds pays for what it uses
+    # (tests/commands/test_healthcheck.py).
     from tokwatch.settings.webconfig_file import load_web_config
 
     try:

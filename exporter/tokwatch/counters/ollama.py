@@ -94,7 +94,8 @@ class OllamaSignals:
         """Account one timed run: a cold hot-run (model reloaded) counts as a reload/eviction."""
         if result.cold:
             self.state.record_reload()
-            log.info(
+            # Per run, so at DEBUG (a fleet's logs keep one line per round); the counter counts every one.
+            log.debug(
                 "endpoint %s: model %s was reloaded (evicted since the warm-up)",
                 self.endpoint.name,
                 self.endpoint.model,

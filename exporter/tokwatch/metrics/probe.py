@@ -6,6 +6,7 @@ Names, types and labels are the contract in docs/metrics.md.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,16 +25,17 @@ from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
 if TYPE_CHECKING:
     from tokwatch.settings.config import EndpointSettings
 
-# Buckets suited to LLM serving: TTFT spans ~10 ms (warm, local) to a minute (cold, overloaded); per-token
-# gaps span a few ms (fast batched decode) to a second (stalls, preemption). 10-12 buckets each, dense where
-# the figures usually fall (ITL 10-30 ms): every bucket is one series per endpoint, and at 1000 endpoints
-# the exposition size is what a scrape costs (docs/performance.md).
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-TOKEN_GAP_BUCKETS = (0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
-E2E_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# OpenTelemetry GenAI semantic conventions' advisory boundaries (gen_ai.server.time_to_first_token,
+# gen_ai.server.time_per_output_token, gen_ai.server.request.duration): dense where LLM latencies fall (TTFT
+# 1 ms-10 s, per-token gaps 10 ms-2.5 s), and the same buckets every GenAI dashboard reads. Off by default
+# (`metrics.histograms`): the exact window percentiles (`tokwatch_window_ttft_percentile_seconds`) and the
+# per-run gauges answer the same questions at a fraction of the series.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TOKEN_GAP_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+E2E_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
 HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
-    "tokwatch_ttft_seconds": (LATENCY_BUCKETS, "Time to first token of streamed probe runs."),
+    "tokwatch_ttft_seconds": (TTFT_BUCKETS, "Time to first token of streamed probe runs."),
     "tokwatch_inter_token_latency_seconds": (
         TOKEN_GAP_BUCKETS,
         "Gap before each token after the first; a chunk of k tokens adds its gap and k-1 zeros.",
@@ -45,7 +47,7 @@ HISTOGRAMS: dict[str, tuple[tuple[float, ...], str]] = {
     "tokwatch_time_per_output_token_seconds": (TOKEN_GAP_BUCKETS, "(E2E - TTFT) / (tokens - 1) per run."),
     "tokwatch_e2e_latency_seconds": (E2E_BUCKETS, "End-to-end latency of completed probe runs."),
     "tokwatch_ttot_seconds": (
-        LATENCY_BUCKETS,
+        TTFT_BUCKETS,
         "Time from the last reasoning token to the first output token.",
     ),
 }
@@ -56,6 +58,17 @@ EAGER_HISTOGRAMS = (
     "tokwatch_time_per_output_token_seconds",
     "tokwatch_e2e_latency_seconds",
 )
+
+
+@dataclass(frozen=True)
+class SeriesOptions:
+    """The opt-in series of /metrics (config `metrics:`; docs/metrics.md, "Series budget")."""
+
+    histograms: bool = False
+    diagnostics: bool = False
+
+
+STATUS_ORDER = {status: i for i, status in enumerate(Status)}  # series in a stable order, as before
 
 
 class _Histogram:
@@ -87,7 +100,9 @@ class EndpointState:
 
     settings: EndpointSettings
     workload: str = DEFAULT_WORKLOAD
-    runs: dict[Status, int] = field(default_factory=lambda: dict.fromkeys(Status, 0))
+    # Runs by status, a status from its first run on: seven series of zeros per series would be most of a
+    # healthy endpoint's counters (issue 36).
+    runs: Counter[Status] = field(default_factory=Counter)
     disturbed: int = 0  # timed runs flagged timing_disturbed
     set_aside: dict[tuple[str, str], int] = field(default_factory=dict)  # (figure, reason) -> runs
     cache_assisted: int = 0  # timed runs the prefix cache helped beyond the chat template's preamble
@@ -134,7 +149,7 @@ class ProbeMetrics(Collector):
         tokwatch_probe_tls_earliest_cert_expiry_timestamp_seconds{endpoint="a",gpu="3090"} 1.767e+09
         tokwatch_probe_runs_total{endpoint="a",gpu="3090",workload="seed000",status="ok"} 4.0
         tokwatch_probe_timing_disturbed_total{endpoint="a",gpu="3090",workload="seed000"} 1.0
-        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",workload="seed000",figure="itl",reason="client_stall"} 1.0
+        tokwatch_probe_figures_set_aside_total{endpoint="a",gpu="3090",workload="seed000",figure="itl",reason="client_stall"} 1.0  (opt-in)
         tokwatch_probe_success{endpoint="a",gpu="3090",workload="seed000"} 1.0
         tokwatch_probe_status{endpoint="a",gpu="3090",workload="seed000",status="ok"} 1.0
         tokwatch_probe_ttft_seconds{endpoint="a",gpu="3090",workload="seed000"} 0.2
@@ -142,8 +157,8 @@ class ProbeMetrics(Collector):
         tokwatch_probe_last_ok_timestamp_seconds{endpoint="a",gpu="3090",workload="seed000"} 1.7000072e+09
         tokwatch_probe_decode_tokens_per_second{endpoint="a",gpu="3090",workload="short",source="engine"} 96.0
         tokwatch_probe_prefill_tokens_per_second{endpoint="a",gpu="3090",workload="long",source="engine"} 2150
-        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",workload="seed000",le="0.25"} 3.0
-        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090",workload="seed000"} 12.0
+        tokwatch_ttft_seconds_bucket{endpoint="a",gpu="3090",workload="seed000",le="0.25"} 3.0   (opt-in)
+        tokwatch_inter_token_latency_seconds_count{endpoint="a",gpu="3090",workload="seed000"} 12.0  (opt-in)
     """  # noqa: E501
 
     def __init__(self) -> None:
@@ -158,15 +173,19 @@ class ProbeMetrics(Collector):
         # Whether the info series carry `tls_insecure_skip_verify` (only when an endpoint sets it, so the
         # series of every other configuration stay as they were).
         self._insecure_label = False
+        self._options = SeriesOptions()
 
     def set_endpoints(
         self,
         endpoints: Sequence[EndpointSettings],
         workloads: Mapping[str, Sequence[str]] | None = None,
         site: str = NO_SITE,
+        options: SeriesOptions | None = None,
     ) -> None:
-        """Apply a (re)loaded config: each endpoint's workloads (seed000 alone when not given) and the
-        exporter's site; history of endpoints and workloads that stay is kept, removed ones are dropped."""
+        """Apply a (re)loaded config: each endpoint's workloads (seed000 alone when not given), the
+        exporter's site and its opt-in series; history of endpoints and workloads that stay is kept, removed
+        ones are dropped."""
+        self._options = options or SeriesOptions()
         states: dict[tuple[str, str], EndpointState] = {}
         self._workloads = {
             ep.name: list(workloads.get(ep.name, ())) if workloads is not None else [DEFAULT_WORKLOAD]
@@ -213,7 +232,7 @@ class ProbeMetrics(Collector):
         state.prompt_size_missed += result.prompt_size_missed
         if result.ok and not result.tps_set_aside:
             state.last_ok = result
-        if result.status in (Status.OK, Status.DEGRADED):
+        if self._options.histograms and result.status in (Status.OK, Status.DEGRADED):
             _observe(state, result)
 
     def describe(self) -> Iterable[Metric]:
@@ -266,10 +285,11 @@ class ProbeMetrics(Collector):
     def _series(self, fams: _Families, state: EndpointState) -> None:
         """The families of one endpoint's runs of one workload."""
         lv = self._labels.run_values(state.settings, state.workload)
-        for status, n in state.runs.items():
+        diagnostics = self._options.diagnostics
+        for status, n in sorted(state.runs.items(), key=lambda kv: STATUS_ORDER[kv[0]]):
             fams.counter(
                 "tokwatch_probe_runs_total",
-                "Timed probe runs by status.",
+                "Timed probe runs by status (a status from its first run on).",
                 lv,
                 n,
                 extra={"status": status.value},
@@ -280,9 +300,9 @@ class ProbeMetrics(Collector):
             lv,
             state.disturbed,
         )
-        # Per figure from its first set-aside run on (six figures per series from zero would weigh on
-        # /metrics at fleet size; the run counter above is there from the start).
-        for (figure, reason), n in sorted(state.set_aside.items()):
+        # Per figure from its first set-aside run on, and only as a diagnostic: the run counter above says
+        # how often; the stored runs and the API say which figure.
+        for (figure, reason), n in sorted(state.set_aside.items()) if diagnostics else ():
             fams.counter(
                 "tokwatch_probe_figures_set_aside_total",
                 "Client-timed figures set aside: a client stall bounds their error above the tolerance.",
@@ -290,20 +310,23 @@ class ProbeMetrics(Collector):
                 n,
                 extra={"figure": figure, "reason": reason},
             )
-        fams.counter(
-            "tokwatch_probe_cache_assisted_total",
-            "Timed runs the server's prefix cache served beyond the chat template's preamble.",
-            lv,
-            state.cache_assisted,
-        )
-        fams.counter(
-            "tokwatch_probe_prompt_size_missed_total",
-            "Timed runs whose prompt the server counted off the workload's input size beyond tolerance.",
-            lv,
-            state.prompt_size_missed,
-        )
+        if diagnostics:  # the prompt's checks: the stored runs, the API and the status page carry them
+            fams.counter(
+                "tokwatch_probe_cache_assisted_total",
+                "Timed runs the server's prefix cache served beyond the chat template's preamble.",
+                lv,
+                state.cache_assisted,
+            )
+            fams.counter(
+                "tokwatch_probe_prompt_size_missed_total",
+                "Timed runs whose prompt the server counted off the workload's input size beyond tolerance.",
+                lv,
+                state.prompt_size_missed,
+            )
         if state.last is not None:
-            last_run_families(fams, lv, state.last, include_tps=False)
+            last_run_families(
+                fams, lv, state.last, include_tps=False, diagnostics=diagnostics, statuses=state.runs.keys()
+            )
             fams.gauge(
                 "tokwatch_probe_last_run_timestamp_seconds",
                 "Unix time the last timed run started.",
@@ -326,15 +349,17 @@ class ProbeMetrics(Collector):
                     ok.tokens_per_second,
                     extra={"source": ok.source.value},
                 )
-                _tps_error(fams, lv, ok)
-            fams.gauge(
-                "tokwatch_probe_server_shared",
-                "1 if the last ok run's server-counter window saw other requests.",
-                lv,
-                float(ok.server_shared),
-            )
+                if diagnostics:
+                    _tps_error(fams, lv, ok)
+            if diagnostics:
+                fams.gauge(
+                    "tokwatch_probe_server_shared",
+                    "1 if the last ok run's server-counter window saw other requests.",
+                    lv,
+                    float(ok.server_shared),
+                )
             prefill_family(fams, lv, ok)
-        for hname, (_, doc) in HISTOGRAMS.items():
+        for hname, (_, doc) in HISTOGRAMS.items() if self._options.histograms else ():
             if (hist := state.hist.get(hname)) is not None:
                 fams.histogram(hname, doc, lv, hist)
 
@@ -410,13 +435,22 @@ class _Families:
         yield from self._fams.values()
 
 
-def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, include_tps: bool) -> None:
-    """Gauges describing one run; shared by /metrics (last run) and /probe (this run)."""
+def last_run_families(
+    fams: _Families,
+    lv: Sequence[str],
+    r: RunResult,
+    *,
+    include_tps: bool,
+    diagnostics: bool = True,
+    statuses: Iterable[Status] = tuple(Status),
+) -> None:
+    """Gauges describing one run; shared by /metrics (last run: the `statuses` its series has seen, the
+    error bounds and stall only with `diagnostics`) and /probe (this run, every status and figure)."""
     fams.gauge("tokwatch_probe_success", "1 if the run was ok, else 0.", lv, float(r.ok))
-    for status in Status:
+    for status in sorted({*statuses, r.status}, key=STATUS_ORDER.__getitem__):
         fams.gauge(
             "tokwatch_probe_status",
-            "1 for the run's status, 0 for the others.",
+            "1 for the run's status, 0 for the other statuses its series has had.",
             lv,
             float(r.status is status),
             extra={"status": status.value},
@@ -427,7 +461,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_e2e_seconds", "End-to-end latency of the run.", lv, r.e2e_s)
     if r.ttft_s is not None:
         fams.gauge("tokwatch_probe_ttft_seconds", "Time to first token of the run.", lv, r.ttft_s)
-    if r.ttft_s is not None and r.ttft_error_s is not None:
+    if diagnostics and r.ttft_s is not None and r.ttft_error_s is not None:
         fams.gauge(
             "tokwatch_probe_ttft_error_seconds",
             "Bound on the error the client's lateness can have put in that TTFT.",
@@ -438,7 +472,8 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
         fams.gauge("tokwatch_probe_ttot_seconds", "Reasoning-to-output gap (TTOT) of the run.", lv, r.ttot_s)
     if r.output_tokens is not None:
         fams.gauge("tokwatch_probe_output_tokens", "Output tokens of the run.", lv, float(r.output_tokens))
-    if r.think_tokens is not None:
+    # A model that does not reason reports 0 on every run: no series for it.
+    if r.think_tokens:
         fams.gauge("tokwatch_probe_think_tokens", "Reasoning tokens of the run.", lv, float(r.think_tokens))
     if r.prompt_tokens is not None:
         fams.gauge(
@@ -447,7 +482,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             lv,
             float(r.prompt_tokens),
         )
-    if r.cached_tokens is not None:
+    if diagnostics and r.cached_tokens is not None:
         fams.gauge(
             "tokwatch_probe_cached_prompt_tokens",
             "Prompt tokens of the run the server served from its prefix cache.",
@@ -464,7 +499,7 @@ def last_run_families(fams: _Families, lv: Sequence[str], r: RunResult, *, inclu
             seconds,
             extra={"phase": phase},
         )
-    if r.max_stall_s is not None:
+    if diagnostics and r.max_stall_s is not None:
         fams.gauge(
             "tokwatch_probe_max_stall_seconds",
             "Largest measurement-loop stall while the run streamed.",
@@ -523,4 +558,3 @@ def probe_result_families(result: RunResult, ep: EndpointSettings, site: str = N
     for fam in out:
         fam.samples = [s._replace(labels={**s.labels, "trigger": "on_demand"}) for s in fam.samples]
     return out
-

@@ -9,7 +9,7 @@ window: `workload`, `window` and (when configured) `site` labels; percentiles ad
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -22,6 +22,17 @@ if TYPE_CHECKING:
     from tokwatch.windows.window_percentiles import Percentiles
 
 _FLEET = "__fleet__"  # the window collector's part that is not an endpoint
+
+# The window's run breakdown (runs set aside, cache-assisted, prompt size missed): with `metrics.diagnostics`
+# only; the probe counters of the same names (`increase(...[24h])`) and the API carry them otherwise.
+DIAGNOSTIC_FAMILIES = frozenset(
+    {
+        "tokwatch_window_timing_disturbed_runs",
+        "tokwatch_window_decode_tokens_per_second_set_aside_runs",
+        "tokwatch_window_cache_assisted_runs",
+        "tokwatch_window_prompt_size_missed_runs",
+    }
+)
 
 _WINDOW_FAMILIES = (
     ("tokwatch_window_decode_tokens_per_second_median", "Median tok/s of ok runs in the window.", "median"),
@@ -94,16 +105,22 @@ class WindowCollector(Collector):
         tokwatch_window_decode_tokens_per_second_set_aside_runs{endpoint="a",gpu="3090",workload="seed000",window="24h"} 0.0
         tokwatch_window_ttft_percentile_seconds{endpoint="a",gpu="3090",percentile="90",workload="long",window="72h"} 1.9
         tokwatch_window_ttft_samples{endpoint="a",gpu="3090",workload="long",window="72h"} 24.0
-        tokwatch_fleet_fastest_vs_slowest_ratio{fastest="a",slowest="b",workload="seed000",window="7d"} 1.818
+        tokwatch_fleet_fastest_vs_slowest_ratio{workload="seed000",window="7d"} 1.818
         tokwatch_fleet_median_tokens_per_second{endpoint="a",workload="seed000",window="7d"} 100.0
         tokwatch_fleet_rank{endpoint="a",workload="seed000",window="7d"} 1.0
-        tokwatch_fleet_faster_than_next_ratio{endpoint="a",next="b",workload="seed000",window="7d"} 1.818
+        tokwatch_fleet_faster_than_next_ratio{endpoint="a",workload="seed000",window="7d"} 1.818
     """  # noqa: E501
 
     def __init__(
-        self, snapshot: Callable[[], WindowSnapshot], *, export_fleet: bool | Callable[[], bool] = True
+        self,
+        snapshot: Callable[[], WindowSnapshot],
+        *,
+        export_fleet: bool | Callable[[], bool] = True,
+        windows: Collection[str] | None = None,
+        diagnostics: bool = False,
     ) -> None:
         self._snapshot = snapshot
+        self.select(windows, diagnostics)
         # One replica of a sharded fleet exports the fleet figures, the others do not; which one can change
         # while running (a replica takes over while a lower one is down), hence a callable.
         if callable(export_fleet):
@@ -114,16 +131,29 @@ class WindowCollector(Collector):
         self._parts_snapshot: WindowSnapshot | None = None  # the one `parts()` saw, for `collect_part`
         self._parts_static: tuple[str, ...] | None = None
 
+    def select(self, windows: Collection[str] | None, diagnostics: bool = False) -> None:
+        """Export the window figures of these windows only (by label; None: every window of the snapshot),
+        and the run-breakdown families with `diagnostics` (config `metrics:`)."""
+        self._windows = None if windows is None else frozenset(windows)
+        self._families = tuple(f for f in _WINDOW_FAMILIES if diagnostics or f[0] not in DIAGNOSTIC_FAMILIES)
+        self._selection = (None if windows is None else tuple(sorted(windows)), diagnostics)
+
     def describe(self) -> Iterable[Metric]:
         """Families depend on config; nothing up front."""
         return []
+
+    def _by_window(self, snap: WindowSnapshot) -> dict[str, dict[SeriesKey, WindowFigures]]:
+        """The snapshot's figures of the exported windows."""
+        every = snap.by_window()
+        return every if self._windows is None else {w: f for w, f in every.items() if w in self._windows}
 
     def parts(self) -> Iterator[tuple[Hashable, Hashable]]:
         """One part per endpoint, revised when its figures change, and one for the fleet comparison."""
         snap = self._parts_snapshot = self._snapshot()
         static = self._parts_static = _static_names(snap)
-        for key, figs in _per_series(snap).items():
-            yield key, (figs, static, tuple(sorted(snap.static_labels.get(key.endpoint, {}).items())))
+        for key, figs in _per_series(self._by_window(snap)).items():
+            labels = tuple(sorted(snap.static_labels.get(key.endpoint, {}).items()))
+            yield key, (figs, static, labels, self._selection)
         if self._export_fleet():
             yield _FLEET, snap.rankings
 
@@ -133,13 +163,13 @@ class WindowCollector(Collector):
         if key == _FLEET:
             yield from self._fleet(snap)
             return
-        figs = _per_series(snap).get(key, ()) if isinstance(key, SeriesKey) else ()
+        figs = _per_series(self._by_window(snap)).get(key, ()) if isinstance(key, SeriesKey) else ()
         yield from self._figures(snap, figs, self._parts_static)
 
     def collect(self) -> Iterator[Metric]:
         """Yield the latest figures; a figure that is undefined (e.g. CV of one run) is left out."""
         snap = self._snapshot()
-        yield from self._figures(snap, [f for figs in snap.by_window().values() for f in figs.values()])
+        yield from self._figures(snap, [f for figs in self._by_window(snap).values() for f in figs.values()])
         if self._export_fleet():
             yield from self._fleet(snap)
 
@@ -160,7 +190,7 @@ class WindowCollector(Collector):
                 fig.window,
             ]
 
-        for name, doc, attr in _WINDOW_FAMILIES:
+        for name, doc, attr in self._families:
             family = GaugeMetricFamily(name, doc, labels=label_names)
             for fig in figures:
                 value = _figure(fig, attr)
@@ -179,10 +209,12 @@ class WindowCollector(Collector):
     def _fleet(snap: WindowSnapshot) -> Iterator[Metric]:
         site = _with_site(snap)
         where = ["site"] if site else []
+        # No endpoint name as a label value of a per-workload figure: which endpoint is fastest changes from
+        # round to round, and each change would be a new series (issue 36). `tokwatch_fleet_rank` says who.
         fleet = GaugeMetricFamily(
             "tokwatch_fleet_fastest_vs_slowest_ratio",
             "Median tok/s of the fastest endpoint over that of the slowest (ok runs), per workload.",
-            labels=["fastest", "slowest", *where, "workload", "window"],
+            labels=[*where, "workload", "window"],
         )
         medians = GaugeMetricFamily(
             "tokwatch_fleet_median_tokens_per_second",
@@ -197,19 +229,19 @@ class WindowCollector(Collector):
         faster = GaugeMetricFamily(
             "tokwatch_fleet_faster_than_next_ratio",
             "Median tok/s of an endpoint over that of the next slower one in the workload's ranking.",
-            labels=["endpoint", "next", *where, "workload", "window"],
+            labels=["endpoint", *where, "workload", "window"],
         )
         # A snapshot built with one ranking only (`ranking=`) exports that one.
         rankings = snap.rankings or ((snap.ranking,) if snap.ranking is not None else ())
         for ranking in rankings:
             series = [*([ranking.site] if site else []), ranking.workload, ranking.window]
             if (extremes := ranking.extremes) is not None:
-                fleet.add_metric([extremes.fastest, extremes.slowest, *series], extremes.ratio)
+                fleet.add_metric(series, extremes.ratio)
             for i, (name, median) in enumerate(ranking.ranked, start=1):
                 medians.add_metric([name, *series], median)
                 rank.add_metric([name, *series], float(i))
             for pair in ranking.neighbours():
-                faster.add_metric([pair.fastest, pair.slowest, *series], pair.ratio)
+                faster.add_metric([pair.fastest, *series], pair.ratio)
         yield from (fleet, medians, rank, faster)
 
 
@@ -221,10 +253,12 @@ def _figure(fig: WindowFigures, attr: str) -> float | None:
     return value
 
 
-def _per_series(snap: WindowSnapshot) -> dict[SeriesKey, tuple[WindowFigures, ...]]:
-    """Each series' figures over every window, shortest window first."""
+def _per_series(
+    by_window: dict[str, dict[SeriesKey, WindowFigures]],
+) -> dict[SeriesKey, tuple[WindowFigures, ...]]:
+    """Each series' figures over every window given, shortest window first."""
     out: dict[SeriesKey, list[WindowFigures]] = {}
-    for figures in snap.by_window().values():
+    for figures in by_window.values():
         for key, fig in figures.items():
             out.setdefault(key, []).append(fig)
     return {k: tuple(v) for k, v in out.items()}

@@ -29,7 +29,7 @@ from tokwatch.figures.result import Trigger
 from tokwatch.figures.wording import counted
 from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus, SchedulerStats
 from tokwatch.metrics.exposition import Exposition
-from tokwatch.metrics.probe import ProbeMetrics
+from tokwatch.metrics.probe import ProbeMetrics, SeriesOptions
 from tokwatch.metrics.window import WindowCollector
 from tokwatch.probes.keys import Keys
 from tokwatch.service.probe_service import ProbeService
@@ -41,7 +41,7 @@ from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage import RunStore, RunWriter, StorageCollector, WindowCache, make_writer, open_store
 from tokwatch.storage.factory import resolve_dsn
 from tokwatch.storage.writer import resume_bound
-from tokwatch.windows.window import MemoryWindows, WindowSnapshot
+from tokwatch.windows.window import MemoryWindows, WindowSnapshot, window_label
 from tokwatch.windows.window_rule import WindowRule
 
 log = logging.getLogger("tokwatch")
@@ -98,9 +98,10 @@ class App:
         ProcessCollector(registry=self.exposition)
         PlatformCollector(registry=self.exposition)
         GCCollector(registry=self.exposition)
-        self.exposition.register(
-            WindowCollector(lambda: self._window_snapshot(), export_fleet=lambda: self.fleet_duty.exports)
+        self.window_collector = WindowCollector(
+            lambda: self._window_snapshot(), export_fleet=lambda: self.fleet_duty.exports
         )
+        self.exposition.register(self.window_collector)
         self.exposition.register(self.server_collector)
         self.store: RunStore | None = None
         self.writer: RunWriter | None = None
@@ -256,7 +257,11 @@ class App:
         self.probes.configure(config, self.keys)
         self.config = config
         self._slots.configure(config.schedule.parallelism, config.schedule.per_server)
-        self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name)
+        options = SeriesOptions(config.metrics.histograms, config.metrics.diagnostics)
+        self.probe_metrics.set_endpoints(config.endpoints, _workload_names(config), config.site_name, options)
+        self.window_collector.select(
+            [window_label(s) for s in config.exported_windows], config.metrics.diagnostics
+        )
         self.server_collector.site = config.site_name
         rule = _window_rule(config)
         schedule = config.schedule
@@ -364,6 +369,7 @@ class App:
         self.status.next_round_ts = following
 
     def _after_round(self) -> None:
+        self.probes.tally.flush(self.rounds_completed)
         if self._window_cache is not None and self.writer is not None:
             # Fresh window figures right after a round instead of up to 30 s later.
             task = asyncio.create_task(self.refresh_windows())

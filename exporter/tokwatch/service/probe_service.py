@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.figures.result import RunResult, Trigger
-from tokwatch.figures.series import run_name
 from tokwatch.figures.tokens import WorkloadError
+from tokwatch.logs.round_log import RoundTally
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.probes import get_probe
 from tokwatch.probes.base import (
@@ -73,6 +73,7 @@ class ProbeService:
         # client stamps arrivals from that thread (so a stall of the loop delays the reading, not the stamp).
         self.stamps = StampLateness(self.measurement.monitor)
         self._runner = ProbeRunner()
+        self.tally = RoundTally()  # failed runs and figures set aside, logged once per round
         self._last: dict[Target, ProbeOutcome] = {}  # for /probe's minimum interval
         self.writer: RunWriter | None = None  # when set, runs go to the store instead of the memory window
         # Each sized workload's prompt sizer, which learns from the server's counts run after run.
@@ -204,24 +205,9 @@ class ProbeService:
         )
 
     def record(self, result: RunResult) -> None:
-        """Feed one timed run to every sink (metrics, store or window, Ollama signals) and log it when it
-        was not ok."""
-        if not result.ok:
-            log.info(
-                "endpoint %s: %s%s%s",
-                run_name(result.endpoint, result.workload),
-                result.status.value,
-                f" ({result.error_class})" if result.error_class else "",
-                f": {result.error_message}" if result.error_message else "",  # redacted by the probe
-            )
-        if result.timing_disturbed:
-            log.info(
-                "endpoint %s: %s set aside (the exporter's own lateness bounds their error above the "
-                "tolerance; the measurement loop stalled up to %.1f ms; the run's status counts)",
-                run_name(result.endpoint, result.workload),
-                ", ".join(result.set_aside),
-                (result.max_stall_s or 0.0) * 1e3,
-            )
+        """Feed one timed run to every sink (metrics, store or window, Ollama signals) and to the round's
+        log summary (`tally`)."""
+        self.tally.add(result)
         self._metrics.record(result)
         if self.writer is not None:
             self.writer.submit(result)  # never waits on the database

@@ -180,13 +180,20 @@ class Scheduler:
             t0 = time.monotonic()
             await run_round(plan, self._probe, self._slots)
             self.stats.rounds += 1
+            took = time.monotonic() - t0
             log.info(
                 "round %d: %s on %s in %.1fs (every %gs)",
                 self.stats.rounds,
                 counted(len(plan.names), "probe"),
                 counted(len(plan.servers), "server"),
-                time.monotonic() - t0,
+                took,
                 interval,
+                extra={
+                    "round": self.stats.rounds,
+                    "probes": len(plan.names),
+                    "servers": len(plan.servers),
+                    "duration_seconds": round(took, 3),
+                },
             )
             if self._after_round is not None:
                 self._after_round()

@@ -45,6 +45,7 @@ from tokwatch.settings.setting_values import (
     parse_positive_duration,
     positive_duration_fields,
     ratio_fields,
+    window_label,
 )
 from tokwatch.settings.site_offset import site_offset
 from tokwatch.settings.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
@@ -201,17 +202,40 @@ class ScheduleSettings(StrictModel):
     @field_validator("windows", mode="before")
     @classmethod
     def _windows(cls, v: Any) -> Any:
-        if not isinstance(v, list | tuple):
-            return v
-        out = []
-        for item in v:
-            try:
-                out.append(parse_positive_duration(item))
-            except ValueError as exc:
-                raise ValueError(f"windows: {item!r}: {exc}") from None
-        if any(s != int(s) for s in out):
-            raise ValueError("windows: a window is a whole number of seconds")
-        return out
+        return _durations_list(v, "windows")
+
+
+def _durations_list(v: Any, what: str) -> Any:
+    """A list of durations (`[30m, 24h]` or seconds) as whole seconds; ValueError naming the bad item."""
+    if not isinstance(v, list | tuple):
+        return v
+    out = []
+    for item in v:
+        try:
+            out.append(parse_positive_duration(item))
+        except ValueError as exc:
+            raise ValueError(f"{what}: {item!r}: {exc}") from None
+    if any(s != int(s) for s in out):
+        raise ValueError(f"{what}: a window is a whole number of seconds")
+    return out
+
+
+class MetricsSettings(StrictModel):
+    """What /metrics exports beyond its default series budget (docs/metrics.md, "Series budget"); the API,
+    the status page, the store and `tokwatch report` carry every figure whatever this says."""
+
+    # Windows the `tokwatch_window_*` families are exported over (`window` label); None: schedule.window
+    # (24h) alone. Each must be one of the configured window lengths (schedule.window, schedule.windows).
+    windows: tuple[float, ...] | None = Field(None, min_length=1, max_length=MAX_WINDOWS)
+    # The latency histograms (TTFT, TTOT, ITL, TPOT, E2E) with LLM-fit buckets: 16-19 series each.
+    histograms: bool = False
+    # Per-run error bounds, the per-figure set-aside counter and the window's run breakdown.
+    diagnostics: bool = False
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows(cls, v: Any) -> Any:
+        return _durations_list(v, "windows")
 
 
 class StorageSettings(StrictModel):
@@ -375,6 +399,7 @@ class Config(StrictModel):
     probe: ProbeSettings = Field(default_factory=ProbeSettings)  # type: ignore[arg-type]
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)  # type: ignore[arg-type]
     storage: StorageSettings = Field(default_factory=StorageSettings)  # type: ignore[arg-type]
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)  # type: ignore[arg-type]
     endpoints: tuple[EndpointSettings, ...] = ()
 
     @model_validator(mode="after")
@@ -391,6 +416,14 @@ class Config(StrictModel):
                         f"endpoint {ep.name!r}: renamed_from {old!r} is still a configured endpoint"
                     )
         parse_listen(self.listen)
+        configured = {*self.schedule.windows, self.schedule.window}
+        for seconds in self.metrics.windows or ():
+            if seconds not in configured:
+                known = ", ".join(window_label(s) for s in sorted(configured))
+                raise ValueError(
+                    f"metrics.windows: {window_label(seconds)} is not a configured window "
+                    f"(schedule.window and schedule.windows: {known})"
+                )
         for i, ep in enumerate(self.endpoints):
             if self.site is not None and "site" in ep.labels:
                 raise ValueError(
@@ -412,6 +445,11 @@ class Config(StrictModel):
         if v is not None and not _SITE_RE.match(v):
             raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
         return v
+
+    @property
+    def exported_windows(self) -> tuple[float, ...]:
+        """The window lengths /metrics exports window figures over: metrics.windows, else schedule.window."""
+        return tuple(sorted(set(self.metrics.windows or (self.schedule.window,))))
 
     @property
     def site_name(self) -> str:

@@ -106,3 +106,15 @@ def ratio_fields(*names: str) -> Any:
 def positive_duration_fields(*names: str) -> Any:
     """A model validator reading these fields as durations above zero (an interval, a timeout, a window)."""
     return field_validator(*names, mode="before")(lambda v: v if v is None else parse_positive_duration(v))
+
+
+def window_label(seconds: float) -> str:
+    """Prometheus-style label for a window length: 86400 -> '24h', 604800 -> '7d'."""
+    s = int(seconds)
+    if s >= 7 * 86400 and s % 86400 == 0:
+        return f"{s // 86400}d"
+    if s >= 3600 and s % 3600 == 0:
+        return f"{s // 3600}h"
+    if s >= 60 and s % 60 == 0:
+        return f"{s // 60}m"
+    return f"{s}s"

@@ -21,23 +21,12 @@ from tokwatch.figures.result import RunResult
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.figures.stats import coefficient_of_variation, median, sample_stddev
 from tokwatch.settings.config import EndpointSettings
+from tokwatch.settings.setting_values import window_label
 from tokwatch.windows.window_percentiles import NO_PERCENTILES, Percentiles
 from tokwatch.windows.window_rule import WindowRule
 
 CV_TIGHT = 0.05  # seed 000: below 5 % is tight (green)
 CV_TYPICAL = 0.15  # 5-15 % typical for shared infrastructure (amber); above: jittery (red)
-
-
-def window_label(seconds: float) -> str:
-    """Prometheus-style label for a window length: 86400 -> '24h', 604800 -> '7d'."""
-    s = int(seconds)
-    if s >= 7 * 86400 and s % 86400 == 0:
-        return f"{s // 86400}d"
-    if s >= 3600 and s % 3600 == 0:
-        return f"{s // 3600}h"
-    if s >= 60 and s % 60 == 0:
-        return f"{s // 60}m"
-    return f"{s}s"
 
 
 def cv_band(cv: float | None) -> str | None:
