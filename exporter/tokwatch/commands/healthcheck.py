@@ -27,8 +27,6 @@ from urllib.parse import urlsplit
 
 from tokwatch import __version__
 from tokwatch.settings.one_line_parser import OneLineErrorParser
-from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.settings.webconfig import WebConfig
 
 if TYPE_CHECKING:
     from tokwatch.settings.webconfig_file import WebConfig
@@ -193,6 +191,7 @@ def build_request(
     # Only a check with a web config reads YAML, so the plain one (most exec probes) loads neither PyYAML
     # nor pydantic: a probe exec'd every few seconds pays for what it uses
     # (tests/commands/test_healthcheck.py).
+    from tokwatch.settings.strict_yaml import ConfigError
     from tokwatch.settings.webconfig_file import load_web_config
 
     try:
