@@ -37,7 +37,8 @@ from tokwatch.runner import ProbeOutcome
 from tokwatch.scheduler import ProbeSlots, RoundPlan, Scheduler, SchedulerStats
 from tokwatch.shard import FleetDuty, Shard
 from tokwatch.storage import RunWriter, StorageCollector, Store, WindowCache, make_writer, open_store
-from tokwatch.storage.factory import resolve_dsn
+from tokwatch.storage.factory import resolve_dsn, state_lock
+from tokwatch.storage.state_lock import StateLock
 from tokwatch.storage.writer import resume_bound
 from tokwatch.strict_yaml import ConfigError
 from tokwatch.window import MemoryWindows, WindowSnapshot
@@ -101,6 +102,7 @@ class App:
         self.exposition.register(self.server_collector)
         self.store: Store | None = None
         self.writer: RunWriter | None = None
+        self._state_lock: StateLock | None = None
         self._window_cache: WindowCache | None = None
         self._started = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -200,7 +202,14 @@ class App:
 
     async def _open_storage(self) -> None:
         settings = self.config.storage
-        self.store = await open_store(settings, instance=self.instance)
+        # One owner per state: a second exporter on this outbox or SQLite file refuses to start here.
+        self._state_lock = state_lock(settings)
+        self._state_lock.acquire()
+        try:
+            self.store = await open_store(settings, instance=self.instance)
+        except BaseException:
+            self._state_lock.release()
+            raise
         self.writer = make_writer(
             self.store, settings, instance=self.instance, interval_s=self.config.schedule.interval
         )
@@ -235,6 +244,8 @@ class App:
             await self.writer.close()  # unwritten runs go to the durable outbox
         if self.store is not None:
             await self.store.close()
+        if self._state_lock is not None:
+            self._state_lock.release()  # after the outbox's last write and the store's close
 
     # --- config ------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import ssl
 import time
@@ -65,6 +66,10 @@ FLUSH_S = 0.05
 HIGH_WATER_BYTES = 256 * 1024
 IDLE_TIMEOUT_S = 15.0  # a kept-alive connection unused this long is closed instead of reused
 _CLOSE_WAIT_S = 0.25  # close(): how long to let closing connections finish (a TLS close_notify)
+# While a request waits for its answer, the socket's pending error is checked this often: uvloop (libuv's
+# uv_poll) drops an EPOLLERR on a descriptor read with add_reader (the kernel-stamped transport) instead of
+# calling the reader, so a reset would otherwise be seen only at the deadline (issue 37: 10 of 20 probes).
+ALIVE_CHECK_S = 0.25
 
 
 class TransportError(Exception):
@@ -193,6 +198,36 @@ class _Connection(TimedProtocol):
         self._read_paused = False
         self._drain: asyncio.Future[None] | None = None
         self._lost: asyncio.Future[None] | None = None
+        self._alive_timer: asyncio.TimerHandle | None = None
+
+    def begin(self, ex: _Exchange) -> None:
+        """Carry `ex` next; its socket's error state is checked every ALIVE_CHECK_S until it ends."""
+        self.exchange = ex
+        if self._alive_timer is None and not self.closed:
+            loop = asyncio.get_running_loop()
+            self._alive_timer = loop.call_at(loop.time() + ALIVE_CHECK_S, self._check_alive)
+
+    def _check_alive(self) -> None:
+        self._alive_timer = None
+        ex = self.exchange
+        if ex is None or self.closed or ex.eof or ex.error is not None or self.transport is None:
+            return
+        sock = self.transport.get_extra_info("socket")
+        try:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) if sock is not None else 0
+        except (OSError, AttributeError):
+            err = 0
+        if err:
+            # Reading SO_ERROR clears it: the reset is this check's to report, before anything else.
+            reason = f"connection lost: [Errno {err}] {os.strerror(err)}"
+            ex.fail(TransportError("reset", "body" if ex.head is not None else "response", reason))
+            self.reusable = False
+            self.transport.abort()
+            if ex.reader is not None:
+                ex.reader.wake()
+            return
+        loop = asyncio.get_running_loop()
+        self._alive_timer = loop.call_at(loop.time() + ALIVE_CHECK_S, self._check_alive)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Note when the connection was ready (after any TLS handshake); make the transport report a full
@@ -318,6 +353,9 @@ class _Connection(TimedProtocol):
             self._drain.set_result(None)
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
+        if self._alive_timer is not None:
+            self._alive_timer.cancel()
+            self._alive_timer = None
         self.pool.lost(self)
         ex = self.exchange
         if ex is None or ex.eof or ex.error is not None:
@@ -325,8 +363,8 @@ class _Connection(TimedProtocol):
         reason = f"connection lost: {exc}" if exc is not None else "connection lost: the server closed it"
         if ex.head is None:
             ex.fail(TransportError("reset", "response", reason))
-        elif ex.body is not None and ex.body.closed():
-            self._finish(ex)
+        elif exc is None and ex.body is not None and ex.body.closed():
+            self._finish(ex)  # a clean close (FIN) ends a body read until close; a reset (exc) never does
         else:
             ex.fail(TransportError("reset", "body", reason))
         if ex.reader is not None:
@@ -691,7 +729,7 @@ class HttpClient:
         """Write the request on `conn` and wait for the answer's head; returns it and the send stamp."""
         loop = asyncio.get_running_loop()
         ex = _Exchange(loop.create_future(), head_request=head_request, max_bytes=max_bytes)
-        conn.exchange = ex
+        conn.begin(ex)
         transport = conn.transport
         if transport is None or conn.closed or transport.is_closing():
             raise (

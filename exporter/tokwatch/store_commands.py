@@ -15,7 +15,7 @@ from tokwatch.setting_values import parse_duration
 from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, outbox_path
-from tokwatch.storage.outbox import Outbox
+from tokwatch.storage.outbox import count_pending
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
 from tokwatch.strict_yaml import ConfigError
@@ -121,7 +121,7 @@ def cmd_db_status(args: argparse.Namespace) -> int:
                 print(f"partitions: {len(parts)} ({parts[0]} .. {parts[-1]})" if parts else "partitions: 0")
         path = outbox_path(config.storage)
         if path.exists():
-            print(f"outbox:   {path}: {Outbox(path).pending} runs waiting")
+            print(f"outbox:   {path}: {count_pending(path)} runs waiting")
         else:
             print(f"outbox:   {path}: empty")
         return EXIT_OK if not st.pending and not st.too_new else EXIT_FAIL
