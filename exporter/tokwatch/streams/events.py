@@ -12,7 +12,9 @@ from typing import Literal, Protocol
 
 from tokwatch.result import Phase
 
-ProtocolErrorClass = Literal["malformed_json", "bad_shape", "stream_error", "bad_encoding", "not_json"]
+ProtocolErrorClass = Literal[
+    "malformed_json", "bad_shape", "stream_error", "bad_encoding", "not_json", "too_large"
+]
 
 
 class StreamProtocolError(Exception):
