@@ -296,7 +296,8 @@ class App:
             self.status.reload_ok = True
             return True, "config unchanged"
         try:
-            full = load_config(self.config_path)
+            # Off the event loop: a large or hostile file parses without holding /metrics and the probes.
+            full = await asyncio.to_thread(load_config, self.config_path)
             config = self.shard_config(full)
             keys = Keys(config)
             self.probes.check(config)  # endpoints' tokenizer.json files load

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from tokwatch.bench.stored_report import BENCH_RENDERERS
 from tokwatch.config import Config, load_config
-from tokwatch.setting_values import parse_duration
+from tokwatch.setting_values import MAX_HORIZON_S, parse_duration
 from tokwatch.storage.base import Store
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import make_store, outbox_path
@@ -132,7 +132,7 @@ def cmd_db_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the report in the chosen format."""
     try:
-        since_s = parse_duration(args.since)
+        since_s = parse_duration(args.since, MAX_HORIZON_S)
     except ValueError as exc:
         print(f"tokwatch: --since: {exc}", file=sys.stderr)
         return EXIT_USAGE
