@@ -63,3 +63,8 @@ def test_an_echo_of_any_eight_characters_of_a_key_is_masked() -> None:
     assert r("key ending in QRSTUVWX is revoked") == "key ending in *** is revoked"
     # Seven characters are not enough to mask (they would catch ordinary words), and unrelated text stays.
     assert r("ABCDEFG and the rest") == "ABCDEFG and the rest"
+
+
+def test_two_keys_sharing_a_fragment_are_each_masked_whole() -> None:
+    r = Redactor(["sk-rotated-NEW-key-0002", "sk-expired-OLD-key-0001"])
+    assert r("x sk-rotated-NEW-key-0002 sk-expired-OLD-key-0001") == "x *** ***"

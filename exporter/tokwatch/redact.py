@@ -67,6 +67,9 @@ class Redactor:
         """`text` with every secret masked."""
         for s in self._secrets:
             text = text.replace(s, MASK)
+        # Then the fragments, once every whole secret is masked (a fragment shared by two keys must not cut
+        # into the other key before it is masked whole).
+        for s in self._secrets:
             if len(s) >= FRAGMENT_CHARS and len(text) >= FRAGMENT_CHARS:
                 text = _mask_fragments(text, s)
         for pat in _PATTERNS:
