@@ -161,9 +161,12 @@ async def test_a_missing_segment_is_named_and_the_run_is_incomplete(tmp_path, si
     code, report, _ = await _report(cfg, "half")
     assert code == 3  # incomplete
     assert report["stop_reason"] == "segments_missing" and report["split"]["missing"] == [0]
-    assert report["requests"]["total"] == 30 and report["split"]["arrivals_planned"] == 30
+    # The missing segment's share of the 60 planned arrivals is counted (issue 37: it said 30 of 30).
+    assert report["requests"]["total"] == 30 and report["split"]["arrivals_planned"] == 60
+    assert report["split"]["arrivals_planned_missing"] == 30
     code, text, _ = await tokwatch_cli("bench", "report", "half", "-c", cfg)
     assert code == 3 and "MISSING: segment(s) 0 stored nothing" in text
+    assert "30 measured of 60 planned (30 of them in the missing segments)" in text
     assert "| 1/2 | " in text and "never averaged over segments" in text
 
 

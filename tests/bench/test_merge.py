@@ -189,3 +189,17 @@ def test_a_clock_skew_shows_in_the_arrivals_on_the_database_clock(make_record):
     assert "arrivals (constant, merged send stamps on the database's clock): 10.0/s of 10/s" in text
     assert "|gap - 1/R| p99 5.000 ms" in text
     assert "merged send stamps on each machine's own clock" in render_text(merged_summary(plan, [], rows))
+
+
+def test_a_missing_segments_share_of_the_plan_is_counted(make_record):
+    """Segment 1 of 3 stored nothing: its share of the schedule (every third of the 100 arrivals, from the
+    options a stored segment ran with) is still planned, and the report says how much of it is missing."""
+    a = _records(make_record, range(0, 12, 3), 0.1)
+    c = _records(make_record, range(2, 12, 3), 0.1)
+    segments = [_segment(0, 3, a), _segment(2, 3, c)]
+    rows = sorted(_rows(a) + _rows(c), key=lambda r: r.request_id)
+    summary = merged_summary(_plan(3), segments, rows)
+    split = summary[SPLIT_KEY]
+    assert split["missing"] == [1] and split["arrivals_planned_missing"] == 33  # ids 1, 4, ..., 97
+    assert split["arrivals_planned"] == len(a) + len(c) + 33
+    assert f"of {len(a) + len(c) + 33} planned (33 of them in the missing segments)" in render_text(summary)

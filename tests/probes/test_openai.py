@@ -291,3 +291,30 @@ async def test_a_reset_before_any_response_byte_is_unreachable(make_ctx) -> None
     assert len(requests) == 1 and requests[0].startswith(b"POST /v1/chat/completions ")
     assert b'"messages"' in requests[0]
     assert r.error_message is not None and KEY not in r.error_message
+
+
+async def test_a_buffered_answer_is_not_a_decode_speed_sample(serve, make_ctx) -> None:
+    """The first token, then the other 15 in one write (one read): the run is an answer (ok), but its
+    client_stream tok/s times the delivery of a buffer, so it is set aside with reason `one_read`."""
+
+    async def buffered(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(chunk("w0 "))
+        await asyncio.sleep(0.05)
+        await resp.write(
+            b"".join(chunk(f"w{i} ") for i in range(1, 16))
+            + b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":16}}\n\ndata: [DONE]\n\n'
+        )
+        return resp
+
+    url = await serve({"/v1/chat/completions": buffered})
+    r = await run_probe(OpenAIProbe(), make_ctx(url + "/v1", max_tokens=16, warmup=False))
+    assert r.status is Status.OK, r.error_message
+    assert r.source is TimingSource.CLIENT_STREAM
+    assert r.set_aside.get("tokens_per_second") == "one_read" and r.tps_set_aside
+    assert not r.timing_disturbed  # not a client stall
+    # The same tokens streamed one by one are a sample.
+    url = await serve({"/v1/chat/completions": sse_handler([f"w{i} " for i in range(16)], gap=0.005)})
+    r = await run_probe(OpenAIProbe(), make_ctx(url + "/v1", max_tokens=16, warmup=False))
+    assert r.status is Status.OK and r.set_aside.get("tokens_per_second") != "one_read"

@@ -195,3 +195,74 @@ def test_metrics_windows_must_be_configured_windows() -> None:
     assert "30m, 24h, 7d" in str(info.value)
     with pytest.raises(ConfigError, match="histogram"):
         load_config_text("metrics: {histogram: true}\n")  # a misspelt knob is an error, not ignored
+
+
+EDGE_ENDPOINT = "endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: m}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("schedule: {interval: 99999999999999999999h}\n", "t.yml:1: schedule.interval: duration"),
+        ("schedule: {interval: 31d}\n", "longer than the longest taken here (30 days)"),
+        ("probe: {max_tokens: true}\n", "t.yml:1: probe.max_tokens: expected a number, not the boolean true"),
+        ("probe: {max_plausible_tokens_per_second: .inf}\n", "must be a finite number, not inf"),
+        ("probe: {max_plausible_tokens_per_second: .nan}\n", "must be a finite number, not nan"),
+        ("storage: {queue_size: 1.0e+23}\n", "t.yml:1: storage.queue_size: expected a whole number"),
+        ("storage: {queue_size: 1e23}\n", "t.yml:1: storage.queue_size:"),
+        ("storage: {queue_size: 100000000000}\n", "storage.queue_size: Input should be less than or equal"),
+    ],
+)
+def test_edges_are_refused_with_file_line_and_field(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config_text(text + EDGE_ENDPOINT, "t.yml")
+    assert expected in str(err.value)
+
+
+def test_horizons_may_be_long_but_not_endless() -> None:
+    cfg = load_config_text(
+        "storage: {retention: 800d}\nschedule: {windows: [90d]}\n" + EDGE_ENDPOINT, "t.yml"
+    )
+    assert cfg.storage.retention == 800 * 86400 and cfg.schedule.windows == (90 * 86400,)
+    with pytest.raises(ConfigError, match=r"storage\.retention: duration"):
+        load_config_text("storage: {retention: 99999999999999999999h}\n" + EDGE_ENDPOINT, "t.yml")
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_built() -> None:
+    """Six levels of ten aliases would be 10**6 leaves; refused at the line of the node that passes the
+    bound, in well under a second of counting (each node counted once)."""
+    lines = ["a: &a [" + ",".join(["x"] * 10) + "]"]
+    for prev, name in zip("abcde", "bcdef", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 10) + "]")
+    with pytest.raises(ConfigError, match=r"t.yml:\d+: YAML aliases expand this document to more than"):
+        load_config_text("\n".join(lines) + "\n", "t.yml")
+    # A few aliases are fine.
+    cfg = load_config_text(
+        "endpoints:\n  - {name: a, kind: openai, base_url: 'http://127.0.0.1:1/v1', model: &m m}\n"
+        "  - {name: b, kind: openai, base_url: 'http://127.0.0.1:2/v1', model: *m}\n",
+        "t.yml",
+    )
+    assert [e.model for e in cfg.endpoints] == ["m", "m"]
+
+
+async def test_a_reload_parses_the_config_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import tokwatch.service.app
+    from tokwatch.service.app import App
+
+    path = tmp_path / "t.yml"
+    path.write_text("storage: {enabled: false}\n" + EDGE_ENDPOINT)
+    app = App(load_config(str(path)), str(path))
+    threads: list[str] = []
+
+    def recording(p: str) -> object:
+        threads.append(threading.current_thread().name)
+        return load_config(p)
+
+    monkeypatch.setattr(tokwatch.service.app, "load_config", recording)
+    path.write_text("storage: {enabled: false}\nprobe: {max_tokens: 16}\n" + EDGE_ENDPOINT)
+    ok, _ = await app.reload()
+    assert ok and threads and threads[0] != threading.current_thread().name

@@ -19,6 +19,7 @@ from tokwatch.sim.testing import RunningSim
 from tokwatch.statuspage import StatusPages
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.sqlite import SQLiteStore
+from tokwatch.storage.state_lock import StateLockedError
 
 # decode_tps 200: an 8-token run spans ~35 ms, so reads bunched up on a loaded machine cannot squeeze it
 # above the plausibility cap (20,000 tok/s) and turn an `ok` tile into `provider_error`.
@@ -189,7 +190,8 @@ async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
     sim: RunningSim, tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """Two replicas of one config, each probing its share: either one's page has a tile per endpoint of the
-    fleet. PostgreSQL is the shared store docs/scaling.md describes; one SQLite file works on one host."""
+    fleet. PostgreSQL is the shared store docs/scaling.md describes; one SQLite file has one owner (issue 37):
+    the second replica on it refuses to start, naming the file."""
     from tokwatch.service.shard import parse_shard
 
     if backend == "postgres":
@@ -210,6 +212,14 @@ async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
         return App(cfg, shard=parse_shard(f"{i}/2"))
 
     apps = [replica(i) for i in range(2)]
+    if backend == "sqlite":
+        await apps[0].start()
+        try:
+            with pytest.raises(StateLockedError, match=f"SQLite file {tmp_path}/tw.db is in use"):
+                await apps[1].start()
+        finally:
+            await apps[0].stop()
+        return
     for app in apps:
         await app.start()
     try:
@@ -222,9 +232,7 @@ async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
         for app in apps:  # either replica: a tile per endpoint of the fleet, each with its ok run
             page = await StatusPages(lambda a=app: a.store, lambda a=app: a.full_config).overview()
             tiles = Dom(page.body).having("article", "data-endpoint")
-            assert {t["data-endpoint"]: t["data-status"] for t in tiles} == {
-                f"ep{i}": "ok" for i in range(6)
-            }
+            assert {t["data-endpoint"]: t["data-status"] for t in tiles} == {f"ep{i}": "ok" for i in range(6)}
     finally:
         for app in apps:
             await app.stop()

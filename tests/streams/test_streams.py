@@ -20,7 +20,7 @@ from tokwatch.streams.events import (
     TextDelta,
     Usage,
 )
-from tokwatch.streams.framing import SseDecoder
+from tokwatch.streams.framing import MAX_LINE_BYTES, NdjsonDecoder, SseDecoder
 from tokwatch.streams.ollama import OllamaStreamParser
 from tokwatch.streams.openai import OpenAIStreamParser, parse_chat_completion
 from tokwatch.streams.think import ThinkTagSplitter
@@ -280,3 +280,18 @@ def test_llama_timings_event_type() -> None:
     data = (SAMPLES / "sse_sample.txt").read_bytes()
     events = _feed_split(data, [], OpenAIStreamParser())
     assert sum(isinstance(e, LlamaTimings) for e in events) == 1
+
+
+@pytest.mark.parametrize("decoder", [SseDecoder, NdjsonDecoder])
+def test_a_line_longer_than_the_bound_is_too_large_not_buffered(decoder: type) -> None:
+    """A hostile 10 MB line is refused at MAX_LINE_BYTES instead of held up to the body's cap."""
+    d = decoder()
+    piece = b"x" * (64 * 1024)
+    with pytest.raises(StreamProtocolError) as err:
+        for _ in range(10 * 1024 * 1024 // len(piece)):
+            d.feed(piece, 0.0)
+    assert err.value.error_class == "too_large"
+    d = decoder()
+    with pytest.raises(StreamProtocolError):
+        d.feed(b"data: " + b"y" * MAX_LINE_BYTES + b"\n\n", 0.0)
+    assert decoder().feed(b"data: " + b"z" * 1000 + b"\n\n", 0.0)  # an ordinary line passes

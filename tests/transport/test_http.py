@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import itertools
 import socket
 import time
@@ -552,6 +553,37 @@ async def test_identity_is_asked_for_and_a_gzip_body_is_decoded_anyway(serve, cl
     url = await serve({"/metrics": metrics})
     assert await client.get_text(url + "/metrics", timeout=5) == "metric 1\n" * 500
     assert asked == ["identity"]
+
+
+async def test_a_gzip_bomb_stops_at_the_cap_and_its_inflation_yields_to_the_loop(
+    serve, client: HttpClient
+) -> None:
+    """256 MiB of zeros in ~250 KiB: `too_large` at the cap, inflated a slice per loop turn (other callbacks
+    run in between), never all at once."""
+    bomb = gzip.compress(bytes(256 * 1024 * 1024), compresslevel=9)
+
+    async def bombed(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=bomb, headers={"Content-Encoding": "gzip"})
+
+    url = await serve({"/bomb": bombed})
+    loop = asyncio.get_running_loop()
+    turns = 0
+    ticking = True
+
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    cap = 8 * 1024 * 1024
+    async with client.stream("GET", url + "/bomb", timeout=20, max_bytes=cap) as resp:
+        tick()
+        with pytest.raises(TransportError) as err:
+            await resp.read()
+        ticking = False
+    assert err.value.kind == "too_large"
+    assert turns >= cap // (128 * 1024)  # one slice of output per loop turn at most
 
 
 async def test_a_redirect_is_the_answer_and_the_connection_is_kept(serve, client: HttpClient) -> None:

@@ -7,7 +7,9 @@ import gzip
 import pytest
 
 from tokwatch.transport.http_wire import (
+    INFLATE_SLICE_BYTES,
     ChunkedBody,
+    Inflater,
     LengthBody,
     ProtocolError,
     UntilCloseBody,
@@ -142,3 +144,32 @@ def test_urls_and_request_bytes() -> None:
             parse_url(bad)
     with pytest.raises(ValueError, match="line break"):
         encode_request("GET", plain, {"X": "a\r\nInjected: 1"}, None)
+
+
+def test_an_inflater_bounds_every_step_and_stops_at_the_cap() -> None:
+    """A gzip bomb (64 MiB of zeros in ~64 KiB) never comes out larger than the cap plus one slice, and no
+    step inflates much more than its budget; a normal body comes out whole, in any steps."""
+    head = parse_head(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip")
+    decoder = content_decoder(head)
+    assert decoder is not None
+    cap = 1024 * 1024
+    inflater = Inflater(decoder, cap)
+    inflater.add(1.0, gzip.compress(bytes(64 * 1024 * 1024)))
+    steps = []
+    while inflater.pending and not inflater.exceeded:
+        steps.append(sum(len(p) for _, p in inflater.step(100_000)))
+    assert inflater.exceeded and inflater.produced <= cap + 1
+    assert max(steps) < 100_000 + INFLATE_SLICE_BYTES and len(steps) > 5
+    assert inflater.finish() == b""
+
+    text = b"metric 1\n" * 50_000
+    decoder = content_decoder(head)
+    assert decoder is not None
+    inflater = Inflater(decoder, 10 * len(text))
+    coded = gzip.compress(text)
+    out = []
+    for i in range(0, len(coded), 100):
+        inflater.add(float(i), coded[i : i + 100])
+        while inflater.pending:
+            out += [p for _, p in inflater.step(1000)]
+    assert b"".join(out) + inflater.finish() == text and not inflater.exceeded

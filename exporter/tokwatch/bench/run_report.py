@@ -106,6 +106,10 @@ def render_text(summary: dict[str, Any]) -> str:
     if split:
         lines += _segments(split)
         planned = f" of {split['arrivals_planned']} planned" if split.get("arrivals_planned") else ""
+        if planned and split.get("arrivals_planned_missing"):
+            planned += f" ({split['arrivals_planned_missing']} of them in the missing segments)"
+        elif planned and split["missing"]:
+            planned += " (the missing segments' share unknown)"
     else:
         planned = ""
     lines.append(

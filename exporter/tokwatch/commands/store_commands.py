@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 from tokwatch.bench.stored_report import BENCH_RENDERERS
 from tokwatch.figures.wording import counted
 from tokwatch.settings.config import Config, load_config
-from tokwatch.settings.setting_values import parse_duration
+from tokwatch.settings.setting_values import MAX_HORIZON_S, parse_duration
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage.base import RunStore
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import bench_store, connect_store, outbox_path
-from tokwatch.storage.outbox import Outbox
+from tokwatch.storage.outbox import count_pending
 from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.report import RENDERERS, build_report
 from tokwatch.windows.window import window_label, window_lengths
@@ -122,7 +122,7 @@ def cmd_db_status(args: argparse.Namespace) -> int:
                 print(f"partitions: {len(parts)} ({parts[0]} .. {parts[-1]})" if parts else "partitions: 0")
         path = outbox_path(config.storage)
         if path.exists():
-            print(f"outbox:   {path}: {counted(Outbox(path).pending, 'run')} waiting")
+            print(f"outbox:   {path}: {counted(count_pending(path), 'run')} waiting")
         else:
             print(f"outbox:   {path}: empty")
         return EXIT_OK if not st.pending and not st.too_new else EXIT_FAIL
@@ -133,7 +133,7 @@ def cmd_db_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the report in the chosen format."""
     try:
-        since_s = parse_duration(args.since)
+        since_s = parse_duration(args.since, MAX_HORIZON_S)
     except ValueError as exc:
         print(f"tokwatch: --since: {exc}", file=sys.stderr)
         return EXIT_USAGE

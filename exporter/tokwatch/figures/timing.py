@@ -199,6 +199,15 @@ def client_stream_tps(events: Sequence[TokenEvent], n_tokens: int | None = None)
     return decoded / window
 
 
+def decoded_in_one_read(events: Sequence[TokenEvent]) -> bool:
+    """Whether every token after the first event's arrived in a single read (one stamp) and there were at
+    least two of them: the first->last window then times the delivery of a buffered answer, not decoding."""
+    if len(events) < 2:
+        return False
+    t = events[1].t
+    return all(e.t == t for e in events[2:]) and sum(e.tokens for e in events[1:]) >= 2
+
+
 def client_wall_tps(n_tokens: int | None, e2e_s: float | None) -> float | None:
     """Completion tokens per second of end-to-end wall time (last resort; includes network and prefill)."""
     if not n_tokens or not e2e_s or e2e_s <= 0:

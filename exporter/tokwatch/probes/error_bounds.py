@@ -20,6 +20,9 @@ from tokwatch.settings.config import Tolerance
 
 ITL_PERCENTILES = (50.0, 95.0, 99.0)  # the ITL percentiles a run stores (itl_p50_s, itl_p95_s, itl_p99_s)
 CLIENT_STALL = "client_stall"  # the reason a figure is set aside: the client's own lateness (a busy host)
+# The reason a client tok/s is set aside when every token after the first arrived in one read: a buffered
+# answer's window is how fast the network delivered it, not a decode speed (issue 37: 13,417-16,026 tok/s).
+ONE_READ = "one_read"
 # The figures a run can set aside, as `set_aside` keys and the `figure` label of
 # tokwatch_probe_figures_set_aside_total.
 # `prefill` is the prefill tok/s taken from TTFT (source client_ttft): set aside with the TTFT it divides by.

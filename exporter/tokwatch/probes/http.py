@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -14,6 +15,7 @@ from tokwatch.figures.timing import (
     client_prefill_tps,
     client_stream_tps,
     client_wall_tps,
+    decoded_in_one_read,
     itl,
     llamacpp_engine_tps,
     llamacpp_prefill_tps,
@@ -27,7 +29,7 @@ from tokwatch.figures.timing import (
 )
 from tokwatch.probes import status as status_mod
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.probes.error_bounds import CLIENT_STALL, FigureBounds, figure_bounds, judge_latencies
+from tokwatch.probes.error_bounds import CLIENT_STALL, ONE_READ, FigureBounds, figure_bounds, judge_latencies
 from tokwatch.probes.prompts import FreshPrompt, fresh_prefix
 from tokwatch.settings.access import Credentials, auth_headers, merge_headers, with_query
 from tokwatch.settings.config import EndpointSettings, server_root
@@ -392,16 +394,22 @@ class HttpProbe(Probe):
             cs = client_stream_tps(events, n)
             if cs is not None:
                 candidates[TimingSource.CLIENT_STREAM] = cs
+        # A buffered answer (the decoded tokens in one read) gives no decode-speed sample: its client figure
+        # is treated as one whose error is unbounded (a server figure replaces it; else it stays, set aside).
+        one_read = bool(result.streamed and events and decoded_in_one_read(events))
         cw = client_wall_tps(n, result.e2e_s)
         if cw is not None:
             candidates[TimingSource.CLIENT_WALL] = cw
         result.candidates = candidates
         tolerance = ctx.settings.tolerance
         tps_bounds = bounds.tps() if bounds is not None else {}
+        select_bounds = dict(tps_bounds)
+        if one_read and TimingSource.CLIENT_STREAM in candidates:
+            select_bounds[TimingSource.CLIENT_STREAM] = math.inf
         chosen, set_aside = select_within_tolerance(
             candidates,
             ctx.settings.timing_preference,
-            tps_bounds,
+            select_bounds,
             tolerance.tokens_per_second,
             counters_shared=bool(measurement and measurement.shared),
             shared_policy=ctx.settings.shared_server_window,
@@ -413,17 +421,21 @@ class HttpProbe(Probe):
                     f"(tolerance {tolerance.tokens_per_second:.2%})"
                 )
         if set_aside:  # no server figure to fall back on: the run keeps it, but it is no window sample
-            result.set_aside["tokens_per_second"] = CLIENT_STALL
+            single = one_read and chosen.source is TimingSource.CLIENT_STREAM
+            result.set_aside["tokens_per_second"] = ONE_READ if single else CLIENT_STALL
+            if single:
+                ctx.log("client_stream tok/s set aside (one_read): every token after the first in one read")
         result.source, result.tokens_per_second = chosen.source, chosen.tokens_per_second
         if chosen.source is not None and bounds is not None:
             result.tps_error_ratio = tps_bounds.get(chosen.source, 0.0)
         if bounds is not None:
             judge_latencies(result, bounds, tolerance)
-        result.timing_disturbed = bool(result.set_aside)
+        result.timing_disturbed = CLIENT_STALL in result.set_aside.values()
         if result.timing_disturbed:
             stall_ms = (result.max_stall_s or 0.0) * 1e3
             ctx.log(
-                f"set aside ({', '.join(result.set_aside)}): the exporter's own lateness bounds their error "
+                f"set aside ({', '.join(f for f, why in result.set_aside.items() if why == CLIENT_STALL)}): "
+                "the exporter's own lateness bounds their error "
                 f"above the tolerance (the measurement loop stalled up to {stall_ms:.1f} ms)"
             )
         result.server_shared = chosen.server_shared

@@ -38,8 +38,16 @@ from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler
 from tokwatch.service.shard import FleetDuty, Shard
 from tokwatch.settings.config import Config, load_config, server_key
 from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.storage import RunStore, RunWriter, StorageCollector, WindowCache, make_writer, open_store
-from tokwatch.storage.factory import resolve_dsn
+from tokwatch.storage import (
+    RunStore,
+    RunWriter,
+    StorageCollector,
+    WindowCache,
+    make_writer,
+    open_store,
+)
+from tokwatch.storage.factory import resolve_dsn, state_lock
+from tokwatch.storage.state_lock import StateLock
 from tokwatch.storage.writer import resume_bound
 from tokwatch.windows.window import MemoryWindows, WindowSnapshot, window_label
 from tokwatch.windows.window_rule import WindowRule
@@ -105,6 +113,7 @@ class App:
         self.exposition.register(self.server_collector)
         self.store: RunStore | None = None
         self.writer: RunWriter | None = None
+        self._state_lock: StateLock | None = None
         self._window_cache: WindowCache | None = None
         self._started = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -204,7 +213,14 @@ class App:
 
     async def _open_storage(self) -> None:
         settings = self.config.storage
-        self.store = await open_store(settings, instance=self.instance)
+        # One owner per state: a second exporter on this outbox or SQLite file refuses to start here.
+        self._state_lock = state_lock(settings)
+        self._state_lock.acquire()
+        try:
+            self.store = await open_store(settings, instance=self.instance)
+        except BaseException:
+            self._state_lock.release()
+            raise
         self.writer = make_writer(
             self.store, settings, instance=self.instance, interval_s=self.config.schedule.interval
         )
@@ -239,6 +255,8 @@ class App:
             await self.writer.close()  # unwritten runs go to the durable outbox
         if self.store is not None:
             await self.store.close()
+        if self._state_lock is not None:
+            self._state_lock.release()  # after the outbox's last write and the store's close
 
     # --- config ------------------------------------------------------------------------------------
 
@@ -293,7 +311,8 @@ class App:
             self.status.reload_ok = True
             return True, "config unchanged"
         try:
-            full = load_config(self.config_path)
+            # Off the event loop: a large or hostile file parses without holding /metrics and the probes.
+            full = await asyncio.to_thread(load_config, self.config_path)
             config = self.shard_config(full)
             keys = Keys(config)
             self.probes.check(config)  # endpoints' tokenizer.json files load

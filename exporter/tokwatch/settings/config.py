@@ -39,8 +39,10 @@ from tokwatch.settings.reach import (
     inherit_reach,
 )
 from tokwatch.settings.setting_values import (
+    MAX_HORIZON_S,
     check_http_url,
     duration_fields,
+    horizon_fields,
     parse_listen,
     parse_positive_duration,
     positive_duration_fields,
@@ -185,7 +187,8 @@ class ScheduleSettings(StrictModel):
     run_on_start: bool = (
         True  # one round at start-up, so a restart does not leave the gauges empty for an hour
     )
-    _durations = positive_duration_fields("interval", "window", "on_demand_min_interval")
+    _durations = positive_duration_fields("interval", "on_demand_min_interval")
+    _horizons = horizon_fields("window")
     _offsets = duration_fields("offset")
 
     @model_validator(mode="after")
@@ -212,7 +215,7 @@ def _durations_list(v: Any, what: str) -> Any:
     out = []
     for item in v:
         try:
-            out.append(parse_positive_duration(item))
+            out.append(parse_positive_duration(item, MAX_HORIZON_S))
         except ValueError as exc:
             raise ValueError(f"{what}: {item!r}: {exc}") from None
     if any(s != int(s) for s in out):
@@ -246,12 +249,14 @@ class StorageSettings(StrictModel):
     outbox_path: str | None = None
     retention: float = 400 * 86400.0
     enabled: bool = True
-    queue_size: int = Field(10000, ge=1)  # runs held in memory when the outbox cannot be written
+    # Runs held in memory when the outbox cannot be written.
+    queue_size: int = Field(10000, ge=1, le=10_000_000)
     pool_size: int = Field(4, ge=1, le=64)  # PostgreSQL connections
     write_timeout: float = 5.0  # a write slower than this fails; its runs stay in the outbox
     compress_after: float = 7 * 86400.0  # TimescaleDB: compress chunks older than this
     timescale: bool = True  # use TimescaleDB when the extension is available
-    _durations = positive_duration_fields("retention", "write_timeout", "compress_after")
+    _durations = positive_duration_fields("write_timeout")
+    _horizons = horizon_fields("retention", "compress_after")
 
 
 class EndpointSettings(StrictModel):

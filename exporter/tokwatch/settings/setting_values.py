@@ -13,10 +13,18 @@ from pydantic import field_validator
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+# The longest interval, timeout or offset taken: `99999999999999999999h` as an interval silently stopped
+# probing, as a timeout it waited forever (issue 37). Horizons (retention, windows, report spans) go further.
+MAX_DURATION_S = 30 * 86400.0
+MAX_HORIZON_S = 100 * 365 * 86400.0
 
 
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string such as '500ms', '30s', '15m', '1h', '7d'."""
+def _limit_label(max_s: float) -> str:
+    return f"{max_s / 86400:g} days"
+
+
+def parse_duration(value: Any, max_s: float = MAX_DURATION_S) -> float:
+    """Seconds from a number or a string such as '500ms', '30s', '15m', '1h', '7d'; at most `max_s`."""
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 30s, 15m or 1h")
     if isinstance(value, int | float):
@@ -34,12 +42,14 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"a duration must be finite, not {value!r}")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    if seconds > max_s:
+        raise ValueError(f"duration {value!r} is longer than the longest taken here ({_limit_label(max_s)})")
     return seconds
 
 
-def parse_positive_duration(value: Any) -> float:
+def parse_positive_duration(value: Any, max_s: float = MAX_DURATION_S) -> float:
     """`parse_duration`, and more than zero (an interval, a timeout or a window of 0 means nothing)."""
-    seconds = parse_duration(value)
+    seconds = parse_duration(value, max_s)
     if seconds <= 0:
         raise ValueError(f"must be a duration above zero, not {value!r}")
     return seconds
@@ -118,3 +128,10 @@ def window_label(seconds: float) -> str:
     if s >= 60 and s % 60 == 0:
         return f"{s // 60}m"
     return f"{s}s"
+
+
+def horizon_fields(*names: str) -> Any:
+    """`positive_duration_fields` for spans that may be long (retention, a window): up to MAX_HORIZON_S."""
+    return field_validator(*names, mode="before")(
+        lambda v: v if v is None else parse_positive_duration(v, MAX_HORIZON_S)
+    )

@@ -6,14 +6,35 @@ The exporter's tokwatch.yml, sim.yml, the web config and bench files all load th
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+# The largest whole number a setting takes (2**53: beyond it a float cannot hold the value exactly); a field
+# with a tighter bound says so itself.
+MAX_INTEGER = 2**53
+# A document whose aliases expand to more nodes than this is refused before it is built: a YAML alias bomb
+# (10**8 leaves in a few lines) cost 36.6 s of CPU on the event loop (issue 37).
+MAX_EXPANDED_NODES = 100_000
+
+
+def _number_kind(annotation: Any) -> type | None:
+    """int or float when a field holds a number (optionally None), else None."""
+    if annotation in (int, float):
+        return typing.cast(type, annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = {a for a in typing.get_args(annotation) if a is not type(None)}
+        if kinds == {int} or kinds == {float}:
+            return typing.cast(type, kinds.pop())
+    return None
 
 
 class ConfigError(Exception):
@@ -24,6 +45,28 @@ class StrictModel(BaseModel):
     """A settings section: an unknown key is an error, and the values are frozen once loaded."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number field takes a finite number: not a boolean (`true` is not 1), not .inf or .nan, and a
+        whole number (not 1e23, not 2.5) within MAX_INTEGER for an integer field."""
+        if info.field_name is None:
+            return value
+        field = cls.model_fields.get(info.field_name)
+        kind = _number_kind(field.annotation) if field is not None else None
+        if kind is None or value is None:
+            return value
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, not the boolean {str(value).lower()}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, not {value}")
+        if kind is int:
+            if isinstance(value, float):
+                raise ValueError(f"expected a whole number, not {value!r}")
+            if isinstance(value, int) and abs(value) > MAX_INTEGER:
+                raise ValueError(f"{value} is out of range (at most {MAX_INTEGER})")
+        return value
 
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -122,10 +165,44 @@ def _clean_message(msg: str) -> str:
 M = TypeVar("M", bound=BaseModel)
 
 
+def _check_expansion(root: yaml.Node, filename: str) -> None:
+    """Refuse a document whose aliases would expand it past MAX_EXPANDED_NODES (counted on the node graph,
+    each node once, so the count itself is cheap)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if children_done or not children:
+            size = 1 + sum(sizes[id(c)] for c in children)
+            if size > MAX_EXPANDED_NODES:
+                raise ConfigError(
+                    f"{filename}:{node.start_mark.line + 1}: YAML aliases expand this document to more than "
+                    f"{MAX_EXPANDED_NODES} values: refused"
+                )
+            sizes[id(node)] = size
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
 def parse_yaml_doc(text: str, filename: str) -> Any:
     """YAML text -> a mapping remembering line numbers, ${ENV} expanded; ConfigError names the line."""
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader derives from SafeLoader
+        loader = _LineLoader(text)  # safe: _LineLoader derives from SafeLoader
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                _check_expansion(node, filename)
+            doc = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename

@@ -12,6 +12,7 @@ from tokwatch.storage.postgres import PostgresStore
 from tokwatch.storage.postgres_bench import PostgresBenchStore
 from tokwatch.storage.sqlite import SQLiteStore
 from tokwatch.storage.sqlite_bench import SQLiteBenchStore
+from tokwatch.storage.state_lock import LockTarget, StateLock, lock_target
 from tokwatch.storage.writer import RESUME_WITHIN_S, RunWriter, resume_bound
 
 DSN_ENV = "TOKWATCH_DSN"
@@ -38,6 +39,19 @@ def sqlite_path(settings: StorageSettings) -> Path:
 def outbox_path(settings: StorageSettings) -> Path:
     """Where runs wait when the database cannot take them."""
     return Path(settings.outbox_path) if settings.outbox_path else state_dir() / "outbox.jsonl"
+
+
+def state_lock(settings: StorageSettings) -> StateLock:
+    """The locks an exporter holds on its state: the outbox, the SQLite file (without a DSN) and the state
+    directory when a default path puts either there (docs/storage.md, "One owner per state")."""
+    targets: list[LockTarget] = [lock_target("outbox", outbox_path(settings))]
+    uses_state_dir = settings.outbox_path is None
+    if resolve_dsn(settings) is None:
+        targets.append(lock_target("SQLite file", sqlite_path(settings)))
+        uses_state_dir = uses_state_dir or settings.sqlite_path is None
+    if uses_state_dir:
+        targets.insert(0, lock_target("state directory", state_dir(), directory=True))
+    return StateLock(targets)
 
 
 def make_store(settings: StorageSettings, *, auto_migrate: bool = True) -> RunStore:

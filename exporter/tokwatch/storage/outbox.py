@@ -56,6 +56,23 @@ def _decode(fragment: bytes) -> Pending | None:
         return None
 
 
+def count_pending(path: Path) -> int:
+    """Runs waiting in an outbox, read without changing it (an exporter may be appending to it right now:
+    `db status` must not cut its record in progress as a torn tail)."""
+    offset_path = path.with_name(path.name + ".offset")
+    try:
+        offset = int(offset_path.read_text(encoding="ascii").strip() or 0)
+    except (FileNotFoundError, ValueError):
+        offset = 0
+    count = 0
+    with path.open("rb") as f:
+        f.seek(max(0, offset))
+        for line in f:
+            if line.endswith(b"\n"):
+                count += sum(1 for frag in line.split(RS) if frag.strip() and _decode(frag) is not None)
+    return count
+
+
 class Outbox:
     """Thread-safe JSONL outbox; every public method may do file I/O (call it off the event loop)."""
 

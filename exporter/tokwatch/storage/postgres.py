@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection
@@ -173,10 +174,25 @@ def partition_name(month: datetime) -> str:
     return f"runs_p{month.year:04d}_{month.month:02d}"
 
 
+def normalize_dsn(dsn: str) -> str:
+    """A URL DSN whose userinfo holds a raw `@` (`postgresql://u:p@ss@host/db`) with its user and password
+    percent-encoded: libpq ends the userinfo at the first `@`, which sends part of the password to DNS as a
+    host name and into logs; urllib (and a reader) end it at the last. Other DSNs unchanged."""
+    if not dsn.startswith(("postgresql://", "postgres://")):
+        return dsn
+    parts = urlsplit(dsn)
+    if parts.netloc.count("@") < 2:
+        return dsn
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, sep, password = userinfo.partition(":")
+    netloc = quote(unquote(user), safe="") + (sep + quote(unquote(password), safe="") if sep else "")
+    return urlunsplit(parts._replace(netloc=f"{netloc}@{hostport}"))
+
+
 def describe_dsn(dsn: str) -> str:
     """`postgresql://user@host:port/dbname`, never the password."""
     try:
-        parts = conninfo_to_dict(dsn)
+        parts = conninfo_to_dict(normalize_dsn(dsn))
     except psycopg.Error:
         return "postgresql://(unparseable DSN)"
     user = f"{parts['user']}@" if parts.get("user") else ""
@@ -199,11 +215,13 @@ class PostgresStore(RunStore):
         use_timescale: bool = True,
     ) -> None:
         password = None
+        given = dsn
+        dsn = normalize_dsn(dsn)
         try:
             password = str(conninfo_to_dict(dsn).get("password") or "") or None
         except psycopg.Error:
             pass
-        self._redact = Redactor([dsn, password])
+        self._redact = Redactor([given, dsn, password])
         try:
             options: dict[str, Any] = {"application_name": "tokwatch"}
             if "connect_timeout" not in conninfo_to_dict(dsn):

@@ -5,7 +5,8 @@ only then is the database tried: a kill -9 at any moment loses at most runs hand
 milliseconds, never runs held while the database is slow or down. Runs are written to the database from
 the outbox in order; the store ignores run ids it already holds, so a replay after a crash never stores a
 run twice. When the outbox cannot be written (disk full), runs wait in memory (bounded by `queue_size`)
-and go straight to the database when it answers; beyond the bound they are dropped and counted.
+and go to the outbox as soon as it takes them again (tried every UNSAVED_RETRY_S) or straight to the database
+when it answers, whichever comes first; beyond the bound they are dropped and counted.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ CHECK_INTERVAL_S = 15.0
 # interval, whichever is shorter"; the exporter passes `resume_bound(interval)`).
 RESUME_WITHIN_S = 30.0
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 10.0  # back-off after a failed attempt: doubling from min to max
+# While runs wait in memory because the outbox could not take them, the outbox is tried again this often: once
+# the disk has room, they are on it within this long (issue 37: they used to stay in memory until the
+# database took them, and a kill -9 meanwhile lost them).
+UNSAVED_RETRY_S = 0.5
 # Dropped runs are logged once per burst with their count, this long after the burst's last drop.
 DROP_BURST_QUIET_S = 1.0
 
@@ -104,6 +109,8 @@ class RunWriter:
         self._queue: deque[Pending] = deque()  # handed over, not yet on disk
         self._unsaved: list[Pending] = []  # the outbox could not take them (disk full): memory only
         self._appending = 0  # runs on their way from the queue to the outbox
+        # Held by whoever removes runs from the front of `_unsaved` (the outbox retry, the database task).
+        self._unsaved_lock = asyncio.Lock()
         self._queue_size = queue_size
         self._batch_size = batch_size
         self._write_timeout = write_timeout_s
@@ -253,7 +260,12 @@ class RunWriter:
                 if self._closing:
                     return
                 self._queued.clear()
-                await self._queued.wait()
+                if self._unsaved:
+                    await wait_event(self._queued, UNSAVED_RETRY_S)
+                    if not self._queue and not self._closing:
+                        await self._save_unsaved()
+                else:
+                    await self._queued.wait()
                 continue
             items = list(self._queue)
             self._queue.clear()
@@ -266,6 +278,24 @@ class RunWriter:
                 self._outbox_ok()
             finally:
                 self._appending = 0
+            self._wake.set()
+            if self._unsaved and not self._outbox_failing:
+                await self._save_unsaved()  # the outbox takes runs again: those held in memory first
+
+    async def _save_unsaved(self) -> None:
+        """Move the runs held in memory to the outbox once it takes them again (disk space came back)."""
+        async with self._unsaved_lock:
+            items = list(self._unsaved)
+            if not items:
+                return
+            try:
+                await asyncio.to_thread(self._outbox.append, items)
+            except OutboxWriteError as exc:
+                del self._unsaved[: exc.stored]
+                return
+            del self._unsaved[: len(items)]
+            log.info("storage: %d run(s) held in memory written to the outbox", len(items))
+            self._outbox_ok()
             self._wake.set()
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -410,7 +440,8 @@ class RunWriter:
             await asyncio.to_thread(self._outbox.commit, end, len(items))
             if not items and end == start:
                 break  # only a torn record at the end is left; it is counted, and cut off at the next open
-        while self._unsaved:
-            batch = self._unsaved[: self._batch_size]
-            await self._write([p.row for p in batch])
-            del self._unsaved[: len(batch)]
+        async with self._unsaved_lock:
+            while self._unsaved:
+                batch = self._unsaved[: self._batch_size]
+                await self._write([p.row for p in batch])
+                del self._unsaved[: len(batch)]

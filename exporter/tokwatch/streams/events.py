@@ -23,6 +23,7 @@ ProtocolErrorClass = Literal[
     "overloaded",
     "rate_limit",
     "auth_error",
+    "too_large",
 ]
 
 

@@ -8,6 +8,14 @@ from __future__ import annotations
 from tokwatch.streams.events import StreamProtocolError
 
 _CR = ord("\r")
+# One SSE or NDJSON line carries one event of a token stream (a few hundred bytes). A longer unfinished line
+# is refused as `too_large` instead of being held up to the body's size cap: a hostile neighbour's 10 MB line
+# would otherwise hold 8 MiB per stream and its copies (issue 37).
+MAX_LINE_BYTES = 1024 * 1024
+
+
+def _line_too_long(size: int) -> StreamProtocolError:
+    return StreamProtocolError("too_large", f"a line of the stream exceeds {MAX_LINE_BYTES} bytes ({size}+)")
 
 
 class SseDecoder:
@@ -19,7 +27,13 @@ class SseDecoder:
 
     def feed(self, data: bytes, t: float) -> list[tuple[float, str]]:
         """Feed one network read received at `t`; return the events it completed."""
-        if not self._buf and not self._data and data.startswith(b"data: ") and data.endswith(b"\n\n"):
+        if (
+            not self._buf
+            and not self._data
+            and data.startswith(b"data: ")
+            and data.endswith(b"\n\n")
+            and len(data) <= MAX_LINE_BYTES
+        ):
             # The common reads, whole `data: ...` events and nothing pending, without the line machinery;
             # exactly what the general path gives (each event a single-line `data` field, no CR before its
             # newline; anything else takes the general path).
@@ -38,13 +52,19 @@ class SseDecoder:
         """`feed` without its fast path: every read line by line (the reference the fast path must equal)."""
         out: list[tuple[float, str]] = []
         if b"\n" not in data:  # a long line arriving in pieces: no rescan of what is already buffered
+            if len(self._buf) + len(data) > MAX_LINE_BYTES:
+                raise _line_too_long(len(self._buf) + len(data))
             self._buf += data
             return out
         buf = self._buf + data
         start = 0
         while (nl := buf.find(b"\n", start)) >= 0:
+            if nl - start > MAX_LINE_BYTES:
+                raise _line_too_long(nl - start)
             self._line(buf[start:nl], t, out)
             start = nl + 1
+        if len(buf) - start > MAX_LINE_BYTES:
+            raise _line_too_long(len(buf) - start)
         self._buf = buf[start:]
         return out
 
@@ -86,9 +106,14 @@ class NdjsonDecoder:
     def feed(self, data: bytes, t: float) -> list[tuple[float, str]]:
         """Feed one network read received at `t`; return the lines it completed."""
         if b"\n" not in data:
+            if len(self._buf) + len(data) > MAX_LINE_BYTES:
+                raise _line_too_long(len(self._buf) + len(data))
             self._buf += data
             return []
         *lines, self._buf = (self._buf + data).split(b"\n")
+        longest = max(len(self._buf), *(len(ln) for ln in lines))
+        if longest > MAX_LINE_BYTES:
+            raise _line_too_long(longest)
         return [(t, s) for s in (decode_utf8(ln).strip() for ln in lines) if s]
 
     def close(self, t: float) -> list[tuple[float, str]]:

@@ -8,6 +8,7 @@ one
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -326,3 +327,69 @@ def content_decoder(head: ResponseHead) -> zlib._Decompress | None:
     if coding == "deflate":
         return zlib.decompressobj()
     return None
+
+
+# Output of one decompress call: a gzip bomb inflates ~1000:1, so one 64 KiB read could otherwise become
+# 64 MB in one call (issue 37: 922 MB of RSS). The cap is checked after each call, as the bytes are produced.
+INFLATE_SLICE_BYTES = 64 * 1024
+
+
+class Inflater:
+    """A gzip- or deflate-coded body undone in bounded slices: `add` queues coded bytes with their read's
+    stamp, `step` inflates at most about `budget` bytes of output and says whether more is queued, and no
+    call ever produces more than `max_bytes` + one slice in all (beyond that the body is too large)."""
+
+    __slots__ = ("_decoder", "_queue", "max_bytes", "produced")
+
+    def __init__(self, decoder: zlib._Decompress, max_bytes: int) -> None:
+        self._decoder = decoder
+        self._queue: deque[tuple[float, bytes]] = deque()
+        self.max_bytes = max_bytes
+        self.produced = 0
+
+    @property
+    def pending(self) -> bool:
+        """Coded bytes wait to be inflated."""
+        return bool(self._queue)
+
+    @property
+    def exceeded(self) -> bool:
+        """More than `max_bytes` came out: the body is too large, and inflating stops."""
+        return self.produced > self.max_bytes
+
+    def add(self, stamp: float, data: bytes) -> None:
+        """Queue coded bytes received at `stamp`."""
+        if data:
+            self._queue.append((stamp, data))
+
+    def step(self, budget: int) -> list[tuple[float, bytes]]:
+        """Inflate queued bytes until about `budget` bytes came out, the queue is empty or the cap is passed;
+        the output pieces keep the stamp of the read that brought their input. Raises zlib.error."""
+        out: list[tuple[float, bytes]] = []
+        made = 0
+        while self._queue and made < budget and not self.exceeded:
+            stamp, data = self._queue[0]
+            limit = min(INFLATE_SLICE_BYTES, self.max_bytes - self.produced + 1)
+            piece = self._decoder.decompress(data, limit)
+            tail = self._decoder.unconsumed_tail
+            if tail:
+                self._queue[0] = (stamp, tail)
+            elif len(piece) < limit:
+                self._queue.popleft()  # input used up and no output held back
+            else:
+                self._queue[0] = (stamp, b"")  # the output filled the slice: zlib may hold more of it
+            if piece:
+                out.append((stamp, piece))
+                made += len(piece)
+                self.produced += len(piece)
+            elif not tail and not data:
+                self._queue.popleft()
+        return out
+
+    def finish(self) -> bytes:
+        """What the decoder still holds once every coded byte was inflated (bounded by the cap)."""
+        if self.exceeded:
+            return b""
+        tail = self._decoder.flush()[: self.max_bytes - self.produced + 1]
+        self.produced += len(tail)
+        return tail
