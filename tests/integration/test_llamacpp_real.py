@@ -36,7 +36,8 @@ from tokwatch.result import PrefillSource, Status, TimingSource
 from tokwatch.workloads import PRESETS, Workload
 
 # A loaded 2-CPU CI box can slow the 135M model to a few tok/s: generous, bounded deadlines.
-pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600)]
+# One worker runs them all under pytest-xdist: one server for the module, never two models at once.
+pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600), pytest.mark.xdist_group("llamacpp")]
 
 MAX_TOKENS = 256
 AGREEMENT = 0.10  # engine, counter-delta and client-stream tok/s within 10 % of each other
