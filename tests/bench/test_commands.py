@@ -12,7 +12,7 @@ import sys
 import aiohttp
 from rich.console import Console
 
-from tests.bench.processes import sim_process
+from tests.bench.processes import sim_process, until_served
 from tests.support.thread_server import ThreadServer
 from tokwatch.bench.commands import add_commands
 from tokwatch.bench.config import build_options
@@ -138,7 +138,7 @@ async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_pa
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "MPLBACKEND": "Agg"},
             )  # fmt: skip
-            await asyncio.sleep(4)  # successes first: the old fail-fast only looked before the first one
+            await until_served(port, 200)  # successes first: the old fail-fast looked before the first one
             sim.kill()
             await sim.wait()
             _, err = await asyncio.wait_for(bench.communicate(), timeout=60)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.bench.processes import sim_process
+from tests.bench.processes import sim_process, until_served
 from tokwatch.bench.config import build_options
 from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import ExitCode
@@ -127,7 +127,8 @@ async def test_drain_timeout_abandons_requests_still_running(sim: RunningSim, tm
 
 
 async def _killed_mid_run(tmp_path: Path, *extra: str) -> tuple[int, str, dict, list[dict]]:
-    """Issue 19's scenario: a simulator process killed 4 s into a 15 s closed-loop run."""
+    """Issue 19's scenario: a simulator process killed in a 15 s closed-loop run once it answered 40
+    requests (about 3 s in: 32 tokens at 200 tok/s, two at a time)."""
     config = ("listen: 127.0.0.1:{port}\nservers:\n  - name: oa\n    dialect: openai\n"
               "    models:\n      - {{name: m, decode_tps: 200, prefill_tps: 200000}}\n")  # fmt: skip
     out = tmp_path / "run"
@@ -141,7 +142,7 @@ async def _killed_mid_run(tmp_path: Path, *extra: str) -> tuple[int, str, dict, 
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "MPLBACKEND": "Agg"},
             )  # fmt: skip
-            await asyncio.sleep(4)
+            await until_served(port, 40)
             sim.kill()
             await sim.wait()
             _, err = await asyncio.wait_for(bench.communicate(), timeout=90)
