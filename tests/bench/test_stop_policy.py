@@ -156,6 +156,7 @@ async def _killed_mid_run(tmp_path: Path, *extra: str) -> tuple[int, str, dict, 
     return bench.returncode, err.decode(), summary, lines
 
 
+@pytest.mark.slow
 async def test_a_server_killed_mid_run_ends_the_bench_within_the_bound(tmp_path: Path) -> None:
     """It used to exit 0 with `run complete: 44/78 ok` and `[PASS] run: complete`."""
     code, text, summary, lines = await _killed_mid_run(tmp_path, "--unresponsive-timeout", "3s")
@@ -172,6 +173,7 @@ async def test_a_server_killed_mid_run_ends_the_bench_within_the_bound(tmp_path:
     assert len(after) < 50
 
 
+@pytest.mark.slow
 async def test_with_default_limits_the_killed_run_fails_on_its_error_share(tmp_path: Path) -> None:
     # The 30 s silence bound is longer than what is left of the run: it ends at its duration, but failed.
     code, text, summary, lines = await _killed_mid_run(tmp_path)

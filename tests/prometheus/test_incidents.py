@@ -67,6 +67,7 @@ def _alert_names(kit: SimpleNamespace) -> list[str]:
     return [r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
 
 
+@pytest.mark.slow
 def test_scenarios_are_complete_minute_by_minute(promtool: str, kit: SimpleNamespace, tmp_path: Path) -> None:
     """At every minute from a group's first eval_time to its last, the firing alerts are exactly the set
     listed at the latest eval_time (every alert checked, TokwatchWatchdog included): the listed times are

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import yaml
 
 SEVERITIES = {"critical", "warning", "info", "none"}  # none: TokwatchWatchdog, the heartbeat
@@ -59,6 +60,7 @@ def test_rule_files_are_valid(promtool: str, kit: SimpleNamespace) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_rule_unit_tests_pass(promtool: str, kit: SimpleNamespace) -> None:
     tests = sorted((kit.prom_dir / "tests").glob("*.yml"))
     assert len(tests) >= 4
@@ -190,6 +192,7 @@ def _passing(promtool: str, kit: SimpleNamespace, files: list[Path]) -> set[Path
     return {f for f, ok in status.items() if ok}
 
 
+@pytest.mark.slow
 def test_unit_tests_catch_every_mutated_alert(promtool: str, kit: SimpleNamespace, tmp_path: Path) -> None:
     test_files = sorted((kit.prom_dir / "tests").glob("*.yml"))
     mutants = _mutants(kit.alert_rules)
