@@ -73,16 +73,19 @@ def _ready(page: str, min_runs: int) -> bool:
 
 
 def _chromium(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        browser,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        "--no-first-run",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    # A profile of its own: two screenshots taken at once (tests in parallel) never share the default one.
+    with tempfile.TemporaryDirectory(prefix="tokwatch-shot-", ignore_cleanup_errors=True) as profile:
+        cmd = [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            *args,
+        ]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
 
 
 # --- the seeded fleet ----------------------------------------------------------------------------------

@@ -22,6 +22,15 @@ from tokwatch.storage.factory import bench_store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# Marks of the tests that take seconds (pyproject.toml): `make test-quick` leaves them out.
+LONG_MARKS = ("slow", "e2e", "llamacpp", "timescale", "grafana_schema")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that take seconds run first (the order otherwise kept): under pytest-xdist the long ones
+    start early, so no worker is left alone with one at the end of the run."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(mark) for mark in LONG_MARKS))
+
 
 @pytest.fixture(autouse=True)
 def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 from pathlib import Path
 
 
 def install(directory: Path, *packages: str) -> str | None:
-    """`npm ci` in `directory` unless `packages` are already under its node_modules; why not, or None."""
+    """`npm ci` in `directory` unless `packages` are already under its node_modules; why not, or None. One
+    install at a time per directory (test processes in parallel share it): the others wait, then find it."""
+    with (directory / ".npm-install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install(directory, *packages)
+
+
+def _install(directory: Path, *packages: str) -> str | None:
     if all((directory / "node_modules" / p).is_dir() for p in packages):
         return None
     npm = shutil.which("npm")

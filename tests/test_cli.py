@@ -163,6 +163,7 @@ def test_serve_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_demo_runs_a_round_and_exits(tmp_path: Path, free_port: Callable[[], int]) -> None:
     port = free_port()
     proc = subprocess.run(
@@ -254,6 +255,7 @@ def _runs_total(port: int) -> int:
     )
 
 
+@pytest.mark.slow
 def test_kill_9_of_serve_during_a_database_outage_loses_no_run(
     sim_url: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
 ) -> None:

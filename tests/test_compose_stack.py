@@ -10,6 +10,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def test_grafana_reads_the_store_through_a_read_only_role(pg_server: LocalPostgr
         assert init.returncode == 0, init.stderr
         assert reader_password not in init.stdout + init.stderr
         migrate = subprocess.run(
-            [os.environ.get("PYTHON", "python"), "-m", "tokwatch", "db", "migrate"],
+            [sys.executable, "-m", "tokwatch", "db", "migrate"],
             env={**os.environ, "TOKWATCH_DSN": dsn}, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert migrate.returncode == 0, migrate.stderr

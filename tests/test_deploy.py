@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.tools import python_module
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -109,12 +111,12 @@ def test_every_image_reference_carries_an_exact_version() -> None:
 
 def test_compose_file_follows_the_compose_spec() -> None:
     """Validated offline against the Compose Specification's JSON schema (tests/data/schemas)."""
-    tool = shutil.which("check-jsonschema")
+    tool = python_module("check_jsonschema")
     if tool is None:
         pytest.skip("check-jsonschema not installed (pip install -e '.[test]')")
     schema = ROOT / "tests" / "data" / "schemas" / "compose-spec.json"
     proc = subprocess.run(
-        [tool, "--schemafile", str(schema), str(COMPOSE)], capture_output=True, text=True, timeout=120
+        [*tool, "--schemafile", str(schema), str(COMPOSE)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -317,7 +319,7 @@ def test_kubernetes_resources_validate_against_their_schemas() -> None:
 
     import jsonschema
 
-    tool = shutil.which("kubernetes-validate")
+    tool = python_module("kubernetes_validate")
     if tool is None:
         pytest.skip("kubernetes-validate not installed (pip install -e '.[test]')")
     kustomization = yaml.safe_load((KUBE / "kustomization.yaml").read_text())
@@ -330,7 +332,7 @@ def test_kubernetes_resources_validate_against_their_schemas() -> None:
     assert sharded == ["statefulset.yaml", "servicemonitor.yaml", "networkpolicy.yaml"]
     builtin += [str(KUBE / "sharded" / "statefulset.yaml"), str(KUBE / "sharded" / "networkpolicy.yaml")]
     proc = subprocess.run(
-        [tool, "--strict", *builtin], capture_output=True, text=True, timeout=120, check=False
+        [*tool, "--strict", *builtin], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     dashboards = len(list((ROOT / "dashboards" / "json").glob("*.json")))
@@ -526,12 +528,12 @@ BENCH_JOB = KUBE / "bench-job.yaml"
 
 def test_bench_job_validates_against_the_kubernetes_schemas() -> None:
     """The Indexed Job and its ConfigMap with kubernetes-validate --strict (built-in kinds only)."""
-    tool = shutil.which("kubernetes-validate")
+    tool = python_module("kubernetes_validate")
     if tool is None:
         pytest.skip("kubernetes-validate not installed (pip install -e '.[test]')")
     # backoffLimitPerIndex: beta (on by default) from Kubernetes 1.29, the oldest version docs/bench.md names
     for version in ("1.29.0", None):
-        argv = [tool, "--strict", *(["-k", version] if version else []), str(BENCH_JOB)]
+        argv = [*tool, "--strict", *(["-k", version] if version else []), str(BENCH_JOB)]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert proc.stdout.count(" passed ") == 2, proc.stdout

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.tools import python_module
 from tokwatch.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +79,7 @@ def test_the_documented_overlay_sets_image_release_label_and_prometheus_namespac
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "observability"}
     assert {d["metadata"].get("namespace") for d in built} == {"llm-monitoring"}
 
-    tool = shutil.which("kubernetes-validate")
+    tool = python_module("kubernetes_validate")
     if tool is None:
         pytest.skip("kubernetes-validate not installed (pip install -e '.[test]')")
     files = []
@@ -86,7 +87,7 @@ def test_the_documented_overlay_sets_image_release_label_and_prometheus_namespac
         files.append(tmp_path / f"built-{i}.yaml")
         files[-1].write_text(yaml.safe_dump(doc))
     proc = subprocess.run(
-        [tool, "--strict", *map(str, files)], capture_output=True, text=True, timeout=300, check=False
+        [*tool, "--strict", *map(str, files)], capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     import jsonschema

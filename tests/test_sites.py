@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.service.test_shard import SIM, fleet_config, own_outbox
@@ -92,6 +93,7 @@ async def test_two_sites_into_one_store_side_by_side(pg_server: LocalPostgres, t
                 await app.stop()
 
 
+@pytest.mark.slow
 async def test_fleet_duty_is_decided_within_a_site(pg_server: LocalPostgres, tmp_path: Path) -> None:
     """Site eu runs both shards, site us only its replica 1: us's replica 1 takes the fleet figures over once
     its own replica 0 has written nothing, however busy eu's replica 0 is; eu's replica 1 does not."""

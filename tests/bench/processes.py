@@ -12,6 +12,8 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.support.waiting import wait_until
+
 
 async def tokwatch_cli(*argv: str, limit_s: float = 120.0) -> tuple[int, str, str]:
     """`python -m tokwatch ARGV`; returns (exit code, stdout, stderr). Killed after `limit_s`."""
@@ -40,8 +42,8 @@ def _free_port() -> int:
 async def sim_process(
     tmp_path: Path, config: str, ready_path: str = "/oa/v1/models"
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
-    """`python -m tokwatch sim` with `config` (`{port}` filled in), once `ready_path` answers 200 (10 s at
-    most); yields (process, port) and kills it on exit."""
+    """`python -m tokwatch sim` with `config` (`{port}` filled in), once `ready_path` answers 200 (60 s at
+    most: a busy host starts a Python process slowly); yields (process, port) and kills it on exit."""
     port = _free_port()
     path = tmp_path / "sim.yml"
     path.write_text(config.format(port=port))
@@ -51,16 +53,31 @@ async def sim_process(
     )  # fmt: skip
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(100):
+
+            async def ready() -> bool:
+                assert proc.returncode is None, f"the simulator exited with {proc.returncode}"
                 try:
                     async with session.get(f"http://127.0.0.1:{port}{ready_path}") as resp:
-                        if resp.status == 200:
-                            break
+                        return resp.status == 200
                 except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+                    return False
+
+            await wait_until(ready, 60, f"the simulator to answer {ready_path}", interval=0.1)
         yield proc, port
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def until_served(port: int, count: int, limit_s: float = 60.0) -> None:
+    """Return once the simulator on `port` has completed `count` requests (its truth records; up to 100
+    more recent ones may still be in flight)."""
+    async with aiohttp.ClientSession() as session:
+
+        async def served() -> bool:
+            async with session.get(f"http://127.0.0.1:{port}/_sim/requests?last={count + 100}") as resp:
+                records = (await resp.json())["requests"]
+            return sum(1 for r in records if r["completed"]) >= count
+
+        await wait_until(served, limit_s, f"{count} requests completed by the simulator", interval=0.1)

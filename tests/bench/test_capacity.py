@@ -155,6 +155,7 @@ def sim_url(sim: RunningSim) -> str:
     return f"{sim.base_url('oa')}/v1"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_fluid_search_against_the_simulator_finds_its_knee(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "cap"
@@ -201,6 +202,7 @@ servers:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 async def test_a_default_fluid_search_is_bounded_and_states_its_bracket(
     tmp_path: Path, start_sim: StartSim
@@ -248,6 +250,7 @@ async def _run_bench(*argv: str) -> tuple[int, str]:
     return code, err
 
 
+@pytest.mark.slow
 async def test_concurrency_sweep_runs_one_full_point_per_value(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     code, err = await _run_bench(
@@ -269,6 +272,7 @@ async def test_concurrency_sweep_runs_one_full_point_per_value(sim_url: str, tmp
     assert "concurrency" in err and "capacity.json" in err
 
 
+@pytest.mark.slow
 async def test_slo_search_stops_below_the_rate_that_misses_the_slo(sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "slo"
     code, err = await _run_bench(

@@ -10,9 +10,10 @@ import socket
 import sys
 
 import aiohttp
+import pytest
 from rich.console import Console
 
-from tests.bench.processes import sim_process
+from tests.bench.processes import sim_process, until_served
 from tests.support.thread_server import ThreadServer
 from tokwatch.bench.commands import add_commands
 from tokwatch.bench.config import build_options
@@ -67,6 +68,7 @@ def test_unreachable_endpoint_exits_4_and_writes_results(tmp_path, capsys):
     assert summary["complete"] is False and summary["stop_reason"] == "unreachable"
 
 
+@pytest.mark.slow
 async def test_sigint_stops_the_run_writes_incomplete_and_exits_3(tmp_path, stream_server):
     stream_server.gap = 0.01
     out = tmp_path / "run"
@@ -123,6 +125,7 @@ async def test_live_metrics_are_served_during_the_run(tmp_path, stream_server):
     assert outcome.stop_reason == "interrupted"
 
 
+@pytest.mark.slow
 async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_path):
     config = ("listen: 127.0.0.1:{port}\nservers:\n  - name: oa\n    dialect: openai\n"
               "    models:\n      - {{name: m, decode_tps: 4000, prefill_tps: 200000}}\n")  # fmt: skip
@@ -138,7 +141,7 @@ async def test_a_server_that_dies_mid_run_stops_the_bench_without_a_storm(tmp_pa
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "MPLBACKEND": "Agg"},
             )  # fmt: skip
-            await asyncio.sleep(4)  # successes first: the old fail-fast only looked before the first one
+            await until_served(port, 200)  # successes first: the old fail-fast looked before the first one
             sim.kill()
             await sim.wait()
             _, err = await asyncio.wait_for(bench.communicate(), timeout=60)

@@ -218,6 +218,7 @@ servers:
 """
 
 
+@pytest.mark.slow
 async def test_real_bench_runs_compare_from_the_store(sim: RunningSim, tmp_path: Path) -> None:
     cfg = tmp_path / "tokwatch.yml"
     cfg.write_text(

@@ -96,6 +96,7 @@ def _same_plan(tmp_path, split_dirs, one_dir):
     assert [t for _, t in split] == pytest.approx([t for _, t in one], abs=1e-4)
 
 
+@pytest.mark.slow
 async def test_segments_on_postgres_agree_on_a_start_and_merge_as_one_process_runs(tmp_path, sim, pg_dsn):
     cfg = _config(tmp_path, sim, f"  dsn: {pg_dsn}")
     results = await _segments(cfg, tmp_path, 3, "split-pg", "--start-delay", "5s")
@@ -129,6 +130,7 @@ async def test_segments_on_postgres_agree_on_a_start_and_merge_as_one_process_ru
     assert rows["split-pg"]["ttft_p99_s"] == pytest.approx(split["metrics"]["ttft"]["p99"])
 
 
+@pytest.mark.slow
 async def test_segments_on_sqlite_with_a_given_start_and_workers_inside_one(tmp_path, sim):
     cfg = _config(tmp_path, sim, f"  sqlite_path: {tmp_path / 'tw.db'}")
     start = f"{time.time() + 6:.3f}"
@@ -151,6 +153,7 @@ async def test_segments_on_sqlite_with_a_given_start_and_workers_inside_one(tmp_
     _same_plan(tmp_path, ["split-lite-0", "split-lite-1"], "one")
 
 
+@pytest.mark.slow
 async def test_a_missing_segment_is_named_and_the_run_is_incomplete(tmp_path, sim, monkeypatch):
     cfg = _config(tmp_path, sim, f"  sqlite_path: {tmp_path / 'tw.db'}")
     monkeypatch.setenv("JOB_COMPLETION_INDEX", "1")  # as in a pod of a Kubernetes Indexed Job
@@ -198,6 +201,7 @@ async def test_bad_segment_runs_are_usage_errors_before_sending(tmp_path, sim, m
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 async def test_a_run_id_planned_with_other_segments_is_refused(tmp_path, sim):
     cfg = _config(tmp_path, sim, f"  sqlite_path: {tmp_path / 'tw.db'}")
     start = f"{time.time() + 3:.3f}"

@@ -171,6 +171,7 @@ async def _run(url: str, kind: str, out: Path, **kw: object) -> tuple[dict, list
     return summary, run_checks(outcome)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("server", "kind"), [("oa", "openai"), ("lc", "llamacpp")])
 async def test_identical_default_runs_measure_prefill_and_repeated_prompts_the_cache(
     sim_root: str, tmp_path: Path, server: str, kind: str

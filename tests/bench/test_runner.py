@@ -332,6 +332,7 @@ async def test_random_multi_turn_conversations(tmp_path, stream_server):
     assert json.loads((out_dir / "trace_summary.json").read_text())["conversations"]["completed"] == 6
 
 
+@pytest.mark.slow
 async def test_connection_errors_after_a_success_back_off_doubling(tmp_path, serve):
     from aiohttp import web
 

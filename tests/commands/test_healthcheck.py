@@ -66,6 +66,7 @@ def _password_file(tmp_path: Path, password: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_tls_and_basic_auth_the_container_check_passes_wrong_ones_fail(
     pki: Pki,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,

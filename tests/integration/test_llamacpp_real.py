@@ -36,7 +36,8 @@ from tokwatch.settings.workloads import PRESETS, Workload
 from tokwatch.transport.http import HttpClient
 
 # A loaded 2-CPU CI box can slow the 135M model to a few tok/s: generous, bounded deadlines.
-pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600)]
+# One worker runs them all under pytest-xdist: one server for the module, never two models at once.
+pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600), pytest.mark.xdist_group("llamacpp")]
 
 MAX_TOKENS = 256
 AGREEMENT = 0.10  # engine, counter-delta and client-stream tok/s within 10 % of each other
@@ -199,10 +200,10 @@ async def test_counters_loop_exports_the_real_server(llama_server: str, http: Ht
     assert registry.get_sample_value("tokwatch_server_scrape_errors_total", labels) == 0
 
 
-async def _bench_run(url: str, out: Path, *extra: str) -> dict[str, Any]:
+async def _bench_run(url: str, out: Path, *extra: str, number: int = 16) -> dict[str, Any]:
     """`tokwatch bench` against the real server as a user runs it; returns summary.json."""
     argv = ["--url", f"{url}/v1", "--kind", "llamacpp", "--model", "smollm2", "--concurrency", "1",
-            "--number", "16", "--warmup", "1", "--output-tokens", "16", "--output-dir", str(out),
+            "--number", str(number), "--warmup", "1", "--output-tokens", "16", "--output-dir", str(out),
             *extra]  # fmt: skip
     code, _, err = await tokwatch_cli("bench", *argv, limit_s=REQUEST_TIMEOUT_S * 2)
     assert code == 0, err[-3000:]
@@ -215,7 +216,7 @@ async def test_identical_bench_runs_measure_prefill_not_the_prefix_cache(
     """Issue 19: the second run with the same seed found 157 of 158 prompt tokens cached and TTFT p50 fell
     from 527 ms to 23 ms. Two identical default commands now draw fresh prompts and measure prefill alike;
     `--seed 0 --repeat-prompts` twice still shows the cache, and says so."""
-    await _bench_run(llama_server, tmp_path / "cold")  # a fresh server pages its model in: not compared
+    await _bench_run(llama_server, tmp_path / "cold", number=2)  # a fresh server pages its model in
     pairs: list[tuple[float, float]] = []
     # Each pair is checked for cache reuse every time (deterministic: what the server reports). The TTFT
     # agreement is timing on a 2-core host shared with other work, so a noisy pair is measured again (at

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -18,7 +19,8 @@ CHUNKS = [{"choices": [{"delta": {"content": w}}]} for w in ("one ", "two ", "th
 
 @pytest.fixture
 async def recording(serve) -> tuple[str, list[dict[str, Any]]]:  # type: ignore[no-untyped-def]
-    """An OpenAI-style server that records every request body and streams three tokens."""
+    """An OpenAI-style server that records every request body and streams three tokens, 2 ms apart (three
+    chunks in one write can measure above the plausible tok/s and fail the run)."""
     bodies: list[dict[str, Any]] = []
 
     async def chat(request: web.Request) -> web.StreamResponse:
@@ -28,6 +30,7 @@ async def recording(serve) -> tuple[str, list[dict[str, Any]]]:  # type: ignore[
         usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
         for chunk in (*CHUNKS, usage):
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await asyncio.sleep(0.002)
         await resp.write(b"data: [DONE]\n\n")
         return resp
 

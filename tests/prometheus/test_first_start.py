@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -67,6 +68,7 @@ def _input_series(exposition: str, interval_s: int, offset_s: int) -> list[dict[
     return out
 
 
+@pytest.mark.slow
 async def test_the_shipped_compose_config_probes_nothing_and_pages_nobody(
     promtool: str, kit: SimpleNamespace, processes: Any, tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ def _alert_names(kit: SimpleNamespace) -> list[str]:
     return [r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
 
 
+@pytest.mark.slow
 def test_scenarios_are_complete_minute_by_minute(promtool: str, kit: SimpleNamespace, tmp_path: Path) -> None:
     """At every minute from a group's first eval_time to its last, the firing alerts are exactly the set
     listed at the latest eval_time (every alert checked, TokwatchWatchdog included): the listed times are
@@ -147,17 +148,18 @@ class Notification:
 
 
 class Sink:
-    """A webhook receiver on 127.0.0.1 that keeps every notification."""
+    """A webhook receiver on 127.0.0.1 that keeps every notification, by the path's first segment (one per
+    Alertmanager posting to it)."""
 
     def __init__(self) -> None:
-        self.received: list[Notification] = []
+        self.received: dict[str, list[Notification]] = {}
         self.url = ""
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         """Listen on an ephemeral port."""
         app = web.Application()
-        app.router.add_post("/{receiver}", self._handle)
+        app.router.add_post("/{source}/{receiver}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -171,7 +173,7 @@ class Sink:
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
         firing = sorted(a["labels"]["alertname"] for a in body["alerts"] if a["status"] == "firing")
-        self.received.append(
+        self.received.setdefault(request.match_info["source"], []).append(
             Notification(
                 request.match_info["receiver"], body["status"], body["groupKey"],
                 tuple(sorted(body["groupLabels"].items())), tuple(firing),
@@ -179,18 +181,12 @@ class Sink:
         )  # fmt: skip
         return web.Response(text="ok")
 
-    def pages(self) -> list[Notification]:
-        """Every notification but the watchdog's heartbeats."""
-        return [n for n in self.received if n.receiver != "tokwatch-watchdog"]
-
 
 def _iso(t: dt.datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-async def _replay(
-    session: aiohttp.ClientSession, am: str, scenario: Scenario, watchdog: Alert, sink: Sink
-) -> None:
+async def _replay(session: aiohttp.ClientSession, am: str, scenario: Scenario, watchdog: Alert) -> None:
     """Post each step's firing alerts (and resolve those that left) as Prometheus would, then let
     Alertmanager flush before the next step; finally wait until the resolutions are delivered."""
     previous: dict[Alert, dict[str, str]] = {}
@@ -220,30 +216,34 @@ async def test_one_incident_one_page(
 ) -> None:
     _, scenarios = _scenarios(kit)
     watchdog = _watchdog(kit)
-    got: dict[str, list[Notification]] = {}
     sink = Sink()
     await sink.start()
+
+    async def replayed(i: int, scenario: Scenario, session: aiohttp.ClientSession) -> list[Notification]:
+        """The scenario replayed into an Alertmanager of its own; the notifications it sent meanwhile."""
+        port = kit.free_port()
+        config = test_alertmanager_config(kit, tmp_path / f"am{i}.yml", f"{sink.url}/{i}")
+        proc = processes.start(f"alertmanager{i}", [
+            alertmanager_bin, f"--config.file={config}", f"--storage.path={tmp_path / f'am{i}'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+        ])  # fmt: skip
+        am = f"http://127.0.0.1:{port}"
+
+        async def ready() -> bool:
+            assert proc.poll() is None, processes.log(f"alertmanager{i}")
+            return bool(await kit.http_ok(session, f"{am}/-/ready"))
+
+        await kit.wait_until(ready, 30, "alertmanager ready")
+        await _replay(session, am, scenario, watchdog)
+        return list(sink.received.get(str(i), []))
+
     try:
+        # The scenarios run side by side, each with its own Alertmanager and its own path on the sink.
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-            for i, scenario in enumerate(scenarios):
-                port = kit.free_port()
-                config = test_alertmanager_config(kit, tmp_path / f"am{i}.yml", f"{sink.url}")
-                proc = processes.start(f"alertmanager{i}", [
-                    alertmanager_bin, f"--config.file={config}", f"--storage.path={tmp_path / f'am{i}'}",
-                    f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-                ])  # fmt: skip
-                am = f"http://127.0.0.1:{port}"
-
-                async def ready(url: str = am, name: str = f"alertmanager{i}", proc: Any = proc) -> bool:
-                    assert proc.poll() is None, processes.log(name)
-                    return bool(await kit.http_ok(session, f"{url}/-/ready"))
-
-                await kit.wait_until(ready, 30, "alertmanager ready")
-                sink.received.clear()
-                await _replay(session, am, scenario, watchdog, sink)
-                got[scenario.name] = list(sink.received)
-                processes.stop_all()
+            notes = await asyncio.gather(*(replayed(i, s, session) for i, s in enumerate(scenarios)))
+        got = {s.name: n for s, n in zip(scenarios, notes, strict=True)}
     finally:
+        processes.stop_all()
         await sink.stop()
 
     def firing(name: str) -> list[tuple[str, tuple[str, ...]]]:

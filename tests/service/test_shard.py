@@ -258,6 +258,7 @@ def test_the_fleet_figures_go_to_the_lowest_live_replica_that_probes_something()
     assert [Shard(i, 2).exports_fleet([]) for i in range(2)] == [True, False]  # no endpoints at all
 
 
+@pytest.mark.slow
 async def test_while_replica_0_is_down_replica_1_exports_the_fleet_figures(
     sim: RunningSim, pg_server: LocalPostgres, tmp_path: Path
 ) -> None:

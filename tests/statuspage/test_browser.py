@@ -42,6 +42,7 @@ class Elements(HTMLParser):
         ]
 
 
+@pytest.mark.slow
 def test_demo_page_in_chromium(tmp_path: Path) -> None:
     shot, mobile, dom_file = tmp_path / "desktop.png", tmp_path / "phone.png", tmp_path / "dom.html"
     detail, layout = tmp_path / "endpoint.png", tmp_path / "layout.json"
@@ -95,6 +96,7 @@ def test_demo_page_in_chromium(tmp_path: Path) -> None:
     assert_fits_a_phone(json.loads(layout.read_text()), tiles=len(expected))
 
 
+@pytest.mark.slow
 def test_seeded_page_shows_every_state_in_chromium(tmp_path: Path) -> None:
     """The state the docs' screenshots are made from: every CV band, non-ok pills, a tile without an ok
     run, an ongoing incident with its last ok run in the headline, several workloads and sites as rows,

@@ -137,6 +137,7 @@ async def _until(predicate: Any, timeout_s: float, step_s: float = 0.1) -> float
     return time.monotonic() - t0
 
 
+@pytest.mark.slow
 async def test_storage_up_is_measured_and_writes_resume_soon_after_a_long_outage(
     pg_server: LocalPostgres, pg_dsn: str, tmp_path: Path, make_run: Any
 ) -> None:
@@ -208,6 +209,7 @@ async def test_disk_full_runs_in_memory_still_reach_the_database(
     assert (s.writes_total, s.dropped_total, s.queue_depth) == (5, 0, 0)
 
 
+@pytest.mark.slow
 async def test_writes_resume_within_the_probe_interval_after_postgres_returns(
     pg_server: LocalPostgres, pg_dsn: str, tmp_path: Path, make_run: Any
 ) -> None:

@@ -22,7 +22,7 @@ from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import known_version
 from tokwatch.windows.window_rule import WindowRule
 
-pytestmark = pytest.mark.timescale
+pytestmark = [pytest.mark.timescale, pytest.mark.xdist_group("timescale")]  # one PGlite server for the module
 
 LAUNCHER = Path(__file__).parent / "pglite"
 DAY = 86400.0
