@@ -192,6 +192,22 @@ async def _start(processes: Any, tmp_path: Path, prometheus_bin: str, dsn: str) 
     await asyncio.to_thread(bench.wait, 60)
     assert bench.returncode == 0, processes.log("bench")
     run_id = json.loads((tmp_path / "bench" / "summary.json").read_text(encoding="utf-8"))["run_id"]
+    # Both sites' window figures (the exporters refresh them from the store in the background) and the
+    # rate-limited endpoint's runs are in Prometheus before any test reads them.
+    async with aiohttp.ClientSession() as session:
+        client = PromClient(session, f"http://127.0.0.1:{prom_port}", started)
+
+        async def scraped() -> bool:
+            windows, _ = await client.instant("count by (site) (tokwatch_window_runs)")
+            limited, _ = await client.instant(
+                'count by (site) (tokwatch_probe_runs_total{endpoint="limited"})'
+            )
+            want = set(SITES)
+            return {s["metric"].get("site") for s in windows} >= want and {
+                s["metric"].get("site") for s in limited
+            } >= want
+
+        await HELPERS.wait_until(scraped, 90, "both sites' window figures and limited runs in Prometheus")
     return Fleet(
         prom=f"http://127.0.0.1:{prom_port}",
         dsn=dsn,

@@ -144,14 +144,23 @@ def _rules_for(alert: str, alerts_text: str, recording_path: Path) -> tuple[dict
     alerts = yaml.safe_load(alerts_text)
     recording = yaml.safe_load(recording_path.read_text(encoding="utf-8"))
     exprs = {r["record"]: r["expr"] for g in recording["groups"] for r in g["rules"]}
-    (rule,) = [r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == alert]
-    text = " ".join([rule["expr"], *rule.get("labels", {}).values(), *rule.get("annotations", {}).values()])
+    # One alert may have several rules (a warning and a critical severity of one condition): all are kept.
+    rules = [r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == alert]
+    text = " ".join(
+        part
+        for rule in rules
+        for part in [rule["expr"], *rule.get("labels", {}).values(), *rule.get("annotations", {}).values()]
+    )
     needed, todo = set(), _references(text, list(exprs))
     while todo:
         name = todo.pop()
         needed.add(name)
         todo |= _references(exprs[name], list(exprs)) - needed
-    kept_alerts = [{**g, "rules": [rule]} for g in alerts["groups"] if rule in g["rules"]]
+    kept_alerts = [
+        {**g, "rules": [r for r in g["rules"] if r in rules]}
+        for g in alerts["groups"]
+        if any(r in rules for r in g["rules"])
+    ]
     kept_records = [
         {**g, "rules": [r for r in g["rules"] if r["record"] in needed]}
         for g in recording["groups"]
@@ -198,7 +207,7 @@ def test_unit_tests_catch_every_mutated_alert(promtool: str, kit: SimpleNamespac
     mutants = _mutants(kit.alert_rules)
     assert len(mutants) >= 45
     original = kit.alert_rules.read_text(encoding="utf-8")
-    alerts = [a["alert"] for a in _alerts(kit.alert_rules)]
+    alerts = list(dict.fromkeys(a["alert"] for a in _alerts(kit.alert_rules)))
     # The harness must pass every unmutated alert, or every mutant would be "caught" trivially.
     jobs = [(alert, "unmutated", original) for alert in alerts] + mutants
 

@@ -92,10 +92,15 @@ async def test_page_shows_a_tile_per_endpoint_with_status_and_figures(
     exporter: tuple[App, str, aiohttp.ClientSession],
 ) -> None:
     app, url, session = exporter
-    for _ in range(2):
-        await app.probe("good", "scheduled")
+    # A CV band needs two tok/s samples: on a busy host a run's client-timed tok/s may be set aside (its
+    # error bound above the tolerance), so probe until two count (bounded).
+    samples = runs = 0
+    while samples < 2 and runs < 8:
+        outcome = await app.probe("good", "scheduled")
+        runs += 1
+        samples += not outcome.result.tps_set_aside
     await app.probe("failing", "scheduled")
-    await _stored(app, 3)
+    await _stored(app, runs + 1)
 
     async with session.get(url + "/", headers={"Accept": "text/html"}) as resp:
         assert resp.status == 200 and resp.content_type == "text/html"
