@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from tests.support.cli_processes import cli_sim
 from tests.support.postgres import LocalPostgres, find_bindir
 from tests.support.sim import SimSource, StartSim, to_sim_config
 from tests.support.stores import BACKENDS, Database
@@ -124,6 +125,14 @@ def free_port() -> Callable[[], int]:
             return int(s.getsockname()[1])
 
     return pick
+
+
+@pytest.fixture
+def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
+    """`tokwatch sim` as a process of its own (the commands under test block the test's thread), with
+    `tests.support.cli_processes.SIM`: its base URL."""
+    with cli_sim(tmp_path, free_port()) as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,71 +10,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli_processes import runs_total, stop, tokwatch, wait_http
 from tests.support.postgres import LocalPostgres
 from tests.support.thread_server import ThreadServer
-
-SIM = """
-listen: 127.0.0.1:{port}
-seed: 3
-servers:
-  - name: oa
-    dialect: openai
-    models:
-      - {{name: m, decode_tps: 2000, prefill_tps: 100000}}
-      - {{name: limited, decode_tps: 2000, faults: {{http_429: 1.0}}}}
-      - {{name: stuck, decode_tps: 2000, faults: {{stall: 1.0}}}}
-"""
-
-
-def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer within {timeout}s")
-
-
-def tokwatch(*args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tokwatch", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )  # type: ignore[call-overload]
-
-
-def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    return proc.returncode, out, err
-
-
-@pytest.fixture
-def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
-    """`tokwatch sim` as a process of its own: the commands under test block this test's thread."""
-    port = free_port()
-    cfg = tmp_path / "sim.yml"
-    cfg.write_text(SIM.format(port=port))
-    proc = tokwatch("sim", "--config", str(cfg))
-    try:
-        wait_http(f"http://127.0.0.1:{port}/oa/v1/models")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
 
 
 def write_config(tmp_path: Path, sim_url: str) -> Path:
@@ -245,16 +188,6 @@ async def test_log_redaction_follows_keys_added_by_a_reload(tmp_path: Path) -> N
     assert "sk-second-key-0002" not in record.getMessage() and "***" in record.getMessage()
 
 
-def _runs_total(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        body = resp.read().decode()
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in body.splitlines()
-        if line.startswith("tokwatch_probe_runs_total{")
-    )
-
-
 @pytest.mark.slow
 def test_kill_9_of_serve_during_a_database_outage_loses_no_run(
     sim_url: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
@@ -286,7 +219,7 @@ endpoints:
         assert len(stored()) >= 2
         pg_server.stop()
         time.sleep(4.5)  # runs go on while the database is down; kill at an arbitrary moment
-        before_kill = _runs_total(port)
+        before_kill = runs_total(port)
         killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli import stop, tokwatch, wait_http
+from tests.support.cli_processes import stop, tokwatch, wait_http
 from tokwatch.cli import build_parser
 from tokwatch.settings.argtypes import http_url, listen_address
 

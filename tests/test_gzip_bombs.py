@@ -10,12 +10,12 @@ import threading
 import time
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.test_cli import SIM, stop, tokwatch, wait_http
+from tests.support.cli_processes import stop, tokwatch, wait_http
 
 BOMB_INFLATED = 256 * 1024 * 1024
 
@@ -75,19 +75,6 @@ class BombServer:
             conn.sendall(head.encode() + self.body)
 
 
-@pytest.fixture
-def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
-    port = free_port()
-    cfg = tmp_path / "sim.yml"
-    cfg.write_text(SIM.format(port=port))
-    proc = tokwatch("sim", "--config", str(cfg))
-    try:
-        wait_http(f"http://127.0.0.1:{port}/oa/v1/models")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-
-
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -123,6 +110,7 @@ def _run_exporter(
         "probe: {max_tokens: 32}\n"
         "schedule: {interval: 2s, offset: 0s, parallelism: 4}\n"
         "storage: {enabled: false}\n"
+        "metrics: {diagnostics: true}\n"  # the per-figure set-aside counter read below
         "endpoints:\n" + "\n".join(endpoints) + "\n"
     )
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")

@@ -9,29 +9,16 @@ import resource
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.support.cli_processes import runs_total, stop, tokwatch, wait_http
 from tests.support.postgres import LocalPostgres
-from tests.test_cli import SIM, _runs_total, stop, tokwatch, wait_http
 
 FSIZE_LIMIT = 4096
-
-
-@pytest.fixture
-def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
-    port = free_port()
-    cfg = tmp_path / "sim.yml"
-    cfg.write_text(SIM.format(port=port))
-    proc = tokwatch("sim", "--config", str(cfg))
-    try:
-        wait_http(f"http://127.0.0.1:{port}/oa/v1/models")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
 
 
 def _full_disk() -> None:
@@ -91,7 +78,7 @@ endpoints:
 
         def nothing_in_memory() -> bool:
             nonlocal before_kill
-            before_kill = _runs_total(port)  # scraped before the depth: every run it counts is durable
+            before_kill = runs_total(port)  # scraped before the depth: every run it counts is durable
             return _gauge(port, "tokwatch_storage_queue_depth") == 0
 
         _wait(nothing_in_memory, 10, "the runs held in memory to reach the outbox")

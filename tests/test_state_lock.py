@@ -9,28 +9,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.test_cli import SIM, _runs_total, stop, tokwatch, wait_http
+from tests.support.cli_processes import runs_total, stop, tokwatch, wait_http
 from tokwatch.storage.state_lock import StateLock, StateLockedError, holder_pid, lock_target
-
-
-@pytest.fixture
-def sim_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
-    port = free_port()
-    cfg = tmp_path / "sim.yml"
-    cfg.write_text(SIM.format(port=port))
-    proc = tokwatch("sim", "--config", str(cfg))
-    try:
-        wait_http(f"http://127.0.0.1:{port}/oa/v1/models")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-
 
 ENDPOINTS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
 
@@ -77,7 +63,7 @@ def _wait_runs(port: int, at_least: int) -> int:
     import time
 
     deadline = time.monotonic() + 30
-    while (n := _runs_total(port)) < at_least and time.monotonic() < deadline:
+    while (n := runs_total(port)) < at_least and time.monotonic() < deadline:
         time.sleep(0.2)
     assert n >= at_least
     return n

@@ -194,7 +194,7 @@ async def test_demo_with_a_web_config_serves_tls_and_basic_auth(
     import asyncio
     import time
 
-    from tests.test_cli import stop, tokwatch
+    from tests.support.cli_processes import stop, tokwatch
 
     port = free_port()
     proc = tokwatch(
