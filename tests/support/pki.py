@@ -59,6 +59,19 @@ def _cert(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + valid)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        # Python 3.13 verifies with VERIFY_X509_STRICT by default: key usage and both key identifiers.
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=not ca,
+                data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
     )
     if not ca:
         names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
