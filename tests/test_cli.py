@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_processes import runs_total, stop, tokwatch, wait_http
-from tests.support.postgres import LocalPostgres
+from tests.support.postgres import LocalPostgres, stored_runs
 from tests.support.thread_server import ThreadServer
 
 
@@ -192,7 +192,6 @@ async def test_log_redaction_follows_keys_added_by_a_reload(tmp_path: Path) -> N
 def test_kill_9_of_serve_during_a_database_outage_loses_no_run(
     sim_url: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
 ) -> None:
-    import psycopg
 
     cfg = tmp_path / "tokwatch.yml"
     cfg.write_text(f"""
@@ -203,20 +202,15 @@ endpoints:
   - {{name: good, kind: openai, base_url: '{sim_url}/oa/v1', model: m}}
 """)
 
-    def stored(until: float = 2e9) -> list[tuple[str, int]]:
-        with psycopg.connect(pg_dsn, connect_timeout=5) as conn:
-            return conn.execute(
-                "SELECT run_id, count(*) FROM runs WHERE time <= to_timestamp(%s) GROUP BY run_id", (until,)
-            ).fetchall()
 
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
     try:
         wait_http(f"http://127.0.0.1:{port}/-/ready", 30)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(stored()) < 2:
+        while time.monotonic() < deadline and len(stored_runs(pg_dsn)) < 2:
             time.sleep(0.2)
-        assert len(stored()) >= 2
+        assert len(stored_runs(pg_dsn)) >= 2
         pg_server.stop()
         time.sleep(4.5)  # runs go on while the database is down; kill at an arbitrary moment
         before_kill = runs_total(port)
@@ -234,15 +228,15 @@ endpoints:
     try:
         wait_http(f"http://127.0.0.1:{port}/-/ready", 30)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(stored(killed_at)) < before_kill:
+        while time.monotonic() < deadline and len(stored_runs(pg_dsn, killed_at)) < before_kill:
             time.sleep(0.2)
     finally:
         code, _out, err = stop(proc)
     assert code == 0, err
-    rows = stored()
+    rows = stored_runs(pg_dsn)
     assert all(n == 1 for _, n in rows)  # exactly once
     # Every run the killed process had recorded is stored (one being measured at the kill may be lost).
-    assert len(stored(killed_at)) >= before_kill
+    assert len(stored_runs(pg_dsn, killed_at)) >= before_kill
     assert "Traceback" not in err
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 import urllib.request
 import zlib
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_processes import stop, tokwatch, wait_http
+from tests.support.thread_server import ThreadServer, read_head
 
 BOMB_INFLATED = 256 * 1024 * 1024
 
@@ -30,49 +30,28 @@ def bomb() -> bytes:
 
 
 class BombServer:
-    """Answers every request with `200`, `Content-Encoding: gzip` and the bomb."""
+    """Answers every request with `200`, `Content-Encoding: gzip` and the bomb; serves until `close()`."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.requests = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.2)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+        self._server = ThreadServer(self._answer).__enter__()
+        self.url = f"{self._server.url}/v1"
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._listener.close()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        self._server.__exit__(None, None, None)
 
     def _answer(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            conn.settimeout(10)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                got = conn.recv(65536)
-                if not got:
-                    return
-                data += got
+        with contextlib.suppress(OSError):
+            head, _ = read_head(conn)
+            if not head:
+                return
             self.requests += 1
-            head = (
+            head_text = (
                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
                 f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n"
             )
-            conn.sendall(head.encode() + self.body)
+            conn.sendall(head_text.encode() + self.body)
 
 
 def _rss_kib(pid: int) -> int:

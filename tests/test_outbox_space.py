@@ -12,11 +12,10 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.support.cli_processes import runs_total, stop, tokwatch, wait_http
-from tests.support.postgres import LocalPostgres
+from tests.support.postgres import LocalPostgres, stored_runs
 
 FSIZE_LIMIT = 4096
 
@@ -56,17 +55,12 @@ endpoints:
   - {{name: good, kind: openai, base_url: '{sim_url}/oa/v1', model: m}}
 """)
 
-    def stored(until: float = 2e9) -> list[tuple[str, int]]:
-        with psycopg.connect(pg_dsn, connect_timeout=5) as conn:
-            return conn.execute(
-                "SELECT run_id, count(*) FROM runs WHERE time <= to_timestamp(%s) GROUP BY run_id", (until,)
-            ).fetchall()
 
     port = free_port()
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}", preexec_fn=_full_disk)
     try:
         wait_http(f"http://127.0.0.1:{port}/-/ready", 30)
-        _wait(lambda: len(stored()) >= 2, 30, "runs in the database")
+        _wait(lambda: len(stored_runs(pg_dsn)) >= 2, 30, "runs in the database")
         pg_server.stop()
         # The outbox fills its 4 KiB, then runs wait in memory: nowhere durable to go.
         _wait(lambda: _gauge(port, "tokwatch_storage_queue_depth") >= 3, 30, "runs held in memory")
@@ -96,11 +90,11 @@ endpoints:
     proc = tokwatch("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}")
     try:
         wait_http(f"http://127.0.0.1:{port}/-/ready", 30)
-        _wait(lambda: len(stored(killed_at)) >= before_kill, 30, "the replay")
+        _wait(lambda: len(stored_runs(pg_dsn, killed_at)) >= before_kill, 30, "the replay")
     finally:
         code, _out, err = stop(proc)
     assert code == 0, err
-    rows = stored()
+    rows = stored_runs(pg_dsn)
     assert all(n == 1 for _, n in rows)  # exactly once
-    assert len(stored(killed_at)) >= before_kill  # 0 lost
+    assert len(stored_runs(pg_dsn, killed_at)) >= before_kill  # 0 lost
     print(f"{held:g} runs held in memory, on disk {took:.2f}s after space returned; 0 of {before_kill} lost")

@@ -12,13 +12,13 @@ import contextlib
 import json
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.thread_server import ThreadServer, read_head
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.session import run_bench
 from tokwatch.figures.result import Status
@@ -50,53 +50,34 @@ class ResettingServer:
         self.chunked = chunked
         self.events = events
         self.resets = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.2)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+        self._server = ThreadServer(self._answer, timeout_s=5.0)
+        self.url = f"{self._server.url}/v1"
 
     def __enter__(self) -> ResettingServer:
-        self._thread.start()
+        self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._listener.close()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        self._server.__exit__(*exc)
 
     def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(5)
-            data = b""
-            with contextlib.suppress(OSError):
-                while b"\r\n\r\n" not in data:
-                    got = conn.recv(65536)
-                    if not got:
-                        return
-                    data += got
-                framing = b"Transfer-Encoding: chunked\r\n" if self.chunked else b"Connection: close\r\n"
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + framing + b"\r\n")
-                for i in range(self.events):
-                    event = _event(i)
-                    conn.sendall(b"%x\r\n%s\r\n" % (len(event), event) if self.chunked else event)
-                    if i < self.events - 1:
-                        time.sleep(0.005)
-            # No FIN: SO_LINGER 0 makes close() abort the connection with an RST, right behind the last
-            # event, so it often arrives with it (uvloop then dropped it: issue 37).
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.resets += 1
+        with contextlib.suppress(OSError):
+            head, _ = read_head(conn)
+            if not head:
+                return
+            framing = b"Transfer-Encoding: chunked\r\n" if self.chunked else b"Connection: close\r\n"
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + framing + b"\r\n")
+            for i in range(self.events):
+                event = _event(i)
+                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event) if self.chunked else event)
+                if i < self.events - 1:
+                    time.sleep(0.005)
+        # No FIN: SO_LINGER 0 makes close() abort the connection with an RST, right behind the last
+        # event, so it often arrives with it (uvloop then dropped it: issue 37). Closed here, before the
+        # server's own shutdown of the socket could send a FIN first.
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+        self.resets += 1
 
 
 WATCHER = [False, pytest.param(True, marks=pytest.mark.skipif(not rxwatch.available(), reason="Linux only"))]

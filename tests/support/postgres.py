@@ -128,3 +128,13 @@ class LocalPostgres:
         if not self.running:
             self.start()
         return self.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+def stored_runs(dsn: str, until: float = 2e9) -> list[tuple[str, int]]:
+    """(run_id, rows) of every run stored at or before unix time `until`: more than one row is a duplicate."""
+    import psycopg  # the PostgreSQL tests' extra: imported where a test that has it asks
+
+    with psycopg.connect(dsn, connect_timeout=5) as conn:
+        return conn.execute(
+            "SELECT run_id, count(*) FROM runs WHERE time <= to_timestamp(%s) GROUP BY run_id", (until,)
+        ).fetchall()
