@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
-import select
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli_processes import read_lines_until
 from tokwatch.cli import build_parser, setup_logging
 from tokwatch.figures.result import RunResult, Status, TimingSource
 from tokwatch.logs.round_log import RoundTally
@@ -161,18 +160,10 @@ endpoints:
         f"127.0.0.1:{free_port()}",
     ]
     proc = subprocess.Popen([*argv, "--log-format", "json"], stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    lines: list[dict[str, object]] = []
     try:
         assert proc.stderr is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any("runs_not_ok" in line for line in lines):
-            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            text = proc.stderr.readline()
-            if not text:
-                break
-            lines.append(json.loads(text))  # every line is one JSON object
+        texts = read_lines_until(proc.stderr, lambda seen: any("runs_not_ok" in t for t in seen), 60)
+        lines: list[dict[str, object]] = [json.loads(t) for t in texts]  # every line is one JSON object
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -4,14 +4,17 @@ run count."""
 
 from __future__ import annotations
 
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 SIM = """
 listen: 127.0.0.1:{port}
@@ -45,6 +48,32 @@ def tokwatch(*args: str, **kw: object) -> subprocess.Popen[str]:
         text=True,
         **kw,
     )  # type: ignore[call-overload]
+
+
+def read_lines_until(stream: IO[str], done: Callable[[list[str]], bool], timeout: float) -> list[str]:
+    """The lines a process writes to `stream` until `done(lines)`, end of stream or `timeout` seconds.
+
+    A thread reads, so lines Python already buffered are never stranded behind a select() on the descriptor.
+    """
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not done(seen):
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        seen.append(line)
+    return seen
 
 
 def stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
