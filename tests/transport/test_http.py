@@ -438,7 +438,11 @@ async def _raw_server(
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
         writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
-        await handle(reader, writer)
+        try:
+            await handle(reader, writer)
+        finally:
+            # From Python 3.12 on, leaving `async with server` waits for every connection to close.
+            writer.close()
 
     return await asyncio.start_server(serve, "127.0.0.1", 0)
 
