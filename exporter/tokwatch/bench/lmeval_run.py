@@ -204,6 +204,8 @@ async def run_accuracy(
             current.uncancel()
         run.error = "accuracy_lmeval: interrupted, not scored"
     except AccuracyAborted as exc:
+        if run.outcome is None:  # refused before anything was sent (a log-likelihood task): bad input
+            raise ConfigError(str(exc)) from None
         run.error = str(exc)
     except ConfigError:
         raise

@@ -1,0 +1,192 @@
+"""Seed 002's `accuracy_lmeval`: lm-eval-harness tasks sent through the bench's load to the simulator, whose
+answer table is the known truth, and scored by lm-eval itself (the `accuracy` extra)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tests.bench.processes import sim_process, tokwatch_cli
+from tokwatch.bench.accuracy import SHIPPED_TASKS_DIR, accuracy_evaluator
+from tokwatch.bench.config import build_options, load_bench_file
+from tokwatch.bench.lmeval_run import RESULTS_FILE, run_accuracy
+from tokwatch.settings.strict_yaml import ConfigError
+
+pytest.importorskip("lm_eval")
+
+TASK = "tokwatch_arithmetic"
+_OPS = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b, "times": lambda a, b: a * b}
+
+
+def _items(split: str) -> list[dict[str, str]]:
+    path = SHIPPED_TASKS_DIR / TASK / f"{split}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _truth(question: str) -> str:
+    """The answer worked out here from the question, not read from the shipped file."""
+    m = re.fullmatch(r"What is (\d+) (plus|minus|times) (\d+)\?", question)
+    assert m, question
+    return str(_OPS[m[2]](int(m[1]), int(m[3])))
+
+
+def _answer_table() -> tuple[dict[str, str], float]:
+    """The simulator's answers for the shipped test split: 14 right, 3 wrong, 3 missing (those get the
+    simulator's random words); and the exact-match score they must give (14/20)."""
+    table: dict[str, str] = {}
+    for i, item in enumerate(_items("test")):
+        right = _truth(item["question"])
+        assert item["answer"] == right  # the shipped data is right
+        if i < 14:
+            table[item["question"]] = f" {right}" if i % 2 else right  # a leading space is ignored
+        elif i < 17:
+            table[item["question"]] = str(int(right) + 1)
+    # The few-shot examples' own questions are in the table too: a few-shot prompt holds them first, and the
+    # simulator answers the key found last (the item's own question).
+    for item in _items("train"):
+        table[item["question"]] = "999999"
+    return table, 14 / 20
+
+
+def _sim_yaml(port: str = "{port}") -> str:
+    table, _ = _answer_table()
+    answers = "\n".join(f"          {json.dumps(k)}: {json.dumps(v)}" for k, v in table.items())
+    listen = f"listen: 127.0.0.1:{port}\n" if port else ""
+    return (
+        f"{listen}servers:\n  - name: oa\n    dialect: openai\n    models:\n      - name: m\n"
+        f"        decode_tps: 2000\n        prefill_tps: 100000\n        answers:\n{answers}\n"
+    )
+
+
+def _mean_stderr(score: float, n: int) -> float:
+    """lm-eval's closed-form standard error of a mean of 0/1 scores (sample standard deviation / sqrt n)."""
+    return math.sqrt(score * (1 - score) * n / (n - 1) / n)
+
+
+async def test_the_cli_sends_the_task_through_the_bench_and_writes_lm_evals_results(tmp_path: Path) -> None:
+    _, expected = _answer_table()
+    out = tmp_path / "run"
+    async with sim_process(tmp_path, _sim_yaml()) as (_, port):
+        code, _, err = await tokwatch_cli(
+            "bench", "--url", f"http://127.0.0.1:{port}/oa/v1", "--model", "m", "--concurrency", "4",
+            "--accuracy-task", TASK, "--bootstrap-iters", "200", "--output-dir", str(out),
+            "--no-server-metrics",
+            limit_s=240,
+        )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads((out / RESULTS_FILE).read_text())
+    # lm-eval's own results document
+    for key in ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "config"):
+        assert key in doc, key
+    figures = doc["results"][TASK]
+    assert figures["exact_match,remove_whitespace"] == pytest.approx(expected)
+    assert figures["exact_match_stderr,remove_whitespace"] == pytest.approx(_mean_stderr(expected, 20))
+    assert doc["n-samples"][TASK] == {"original": 20, "effective": 20}
+    assert doc["config"]["bootstrap_iters"] == 200
+    assert doc["higher_is_better"][TASK] == {"exact_match": True}
+    assert doc["tokwatch"]["requests"] == 20 and doc["tokwatch"]["failed_requests"] == 0
+    assert f"accuracy {TASK} exact_match,remove_whitespace 0.7000" in err
+    # the same requests are the run's measured requests, in the performance files beside it
+    records = [json.loads(line) for line in (out / "request_level_metrics.jsonl").read_text().splitlines()]
+    assert sorted(r["request_id"] for r in records) == list(range(20))
+    assert all(r["status"] == "ok" and r["ttft_s"] is not None for r in records)
+    assert json.loads((out / "summary.json").read_text())["requests"]["ok"] == 20
+    samples = [json.loads(line) for line in (out / f"lmeval_samples_{TASK}.jsonl").read_text().splitlines()]
+    by_doc = {s["doc_id"]: s for s in samples}
+    assert by_doc[0]["filtered_resps"] == [_truth(by_doc[0]["doc"]["question"])]
+    assert by_doc[0]["exact_match"] == 1.0 and by_doc[15]["exact_match"] == 0.0
+
+
+async def test_a_bench_file_evaluator_with_few_shot_and_no_bootstrap(start_sim, tmp_path: Path) -> None:
+    sim = await start_sim(_sim_yaml(port=""))
+    (tmp_path / "bench.yml").write_text(
+        f"url: {sim.base_url('oa')}/v1\nmodel: m\nrate: 50\nserver_metrics: false\nplots: false\n"
+        f"output_dir: {tmp_path / 'run'}\n"
+        "evaluators:\n"
+        "  - type: accuracy_lmeval\n"
+        f"    tasks: [{TASK}]\n"
+        "    num_fewshot: 2\n"
+        "    limit: 10\n"
+        "    bootstrap_iters: 0\n"
+    )
+    values, doc = load_bench_file(tmp_path / "bench.yml")
+    opts = build_options(values, source="bench.yml", doc=doc)
+    evaluator = accuracy_evaluator(opts.evaluators)
+    assert evaluator is not None
+    run = await run_accuracy(opts, evaluator, Console(stderr=True, quiet=True))
+    assert run.results is not None and run.out_dir is not None, run.error
+    doc = json.loads((run.out_dir / RESULTS_FILE).read_text())
+    assert doc["n-shot"][TASK] == 2
+    figures = doc["results"][TASK]
+    assert figures["exact_match,remove_whitespace"] == pytest.approx(1.0)  # the first 10 items are all right
+    assert figures["exact_match_stderr,remove_whitespace"] == "N/A"  # bootstrap_iters 0: no standard error
+    truths = sim.state.truth.recent()
+    assert len(truths) == 10 and all(
+        t.finish_reason == "stop" for t in truths
+    )  # each stopped after its answer
+    samples = [
+        json.loads(line) for line in (run.out_dir / f"lmeval_samples_{TASK}.jsonl").read_text().splitlines()
+    ]
+    prompt = samples[0]["arguments"][0][0]
+    assert prompt.count("Question:") == 3  # two examples, then the item: the item's question answered
+
+
+async def test_a_log_likelihood_task_is_refused_before_anything_is_sent(start_sim, tmp_path: Path) -> None:
+    sim = await start_sim(_sim_yaml(port=""))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    data = tasks / "choices.jsonl"
+    data.write_text(json.dumps({"q": "2+2?", "choices": ["3", "4"], "gold": 1}) + "\n")
+    (tasks / "choices.yaml").write_text(
+        "task: my_choices\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\noutput_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{{{q}}}}'\n"
+        "doc_to_choice: '{{choices}}'\ndoc_to_target: '{{gold}}'\nmetric_list:\n  - metric: acc\n"
+    )
+    opts = build_options(
+        {
+            "url": f"{sim.base_url('oa')}/v1",
+            "model": "m",
+            "server_metrics": False,
+            "output_dir": str(tmp_path / "run"),
+            "evaluators": [{"type": "accuracy_lmeval", "tasks": ["my_choices"], "include_path": str(tasks)}],
+        }
+    )
+    evaluator = accuracy_evaluator(opts.evaluators)
+    assert evaluator is not None
+    with pytest.raises(ConfigError, match="log-likelihoods"):
+        await run_accuracy(opts, evaluator, Console(stderr=True, quiet=True))
+    assert sim.state.truth.last() is None  # nothing was sent
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--accuracy-task", TASK, "--duration", "5s"], "leave out duration"),
+        (["--accuracy-task", TASK, "--number", "5"], "leave out number"),
+        (["--num-fewshot", "2"], "--num-fewshot: needs --accuracy-task"),
+        (["--accuracy-task", "no_such_task_anywhere"], "unknown task no_such_task_anywhere"),
+    ],
+)
+async def test_bad_accuracy_input_exits_2_with_one_line(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    code, _, err = await tokwatch_cli(
+        "bench",
+        "--url",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "m",
+        "--output-dir",
+        str(tmp_path / "run"),
+        *argv,
+    )
+    assert code == 2, err
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run").exists()
