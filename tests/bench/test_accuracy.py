@@ -3,16 +3,18 @@ answer table is the known truth, and scored by lm-eval itself (the `accuracy` ex
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from tests.bench.processes import sim_process, tokwatch_cli
-from tokwatch.bench.accuracy import SHIPPED_TASKS_DIR, accuracy_evaluator
+from tokwatch.bench.accuracy import SHIPPED_TASKS_DIR, AccuracyLmevalEvaluator, accuracy_evaluator
 from tokwatch.bench.config import build_options, load_bench_file
 from tokwatch.bench.lmeval_run import RESULTS_FILE, run_accuracy
 from tokwatch.settings.strict_yaml import ConfigError
@@ -102,22 +104,27 @@ async def test_the_cli_sends_the_task_through_the_bench_and_writes_lm_evals_resu
     assert by_doc[0]["exact_match"] == 1.0 and by_doc[15]["exact_match"] == 0.0
 
 
-async def test_a_bench_file_evaluator_with_few_shot_and_no_bootstrap(start_sim, tmp_path: Path) -> None:
+async def test_a_bench_file_in_seed_002s_shape_with_few_shot_and_no_bootstrap(
+    start_sim, tmp_path: Path
+) -> None:
     sim = await start_sim(_sim_yaml(port=""))
     (tmp_path / "bench.yml").write_text(
         f"url: {sim.base_url('oa')}/v1\nmodel: m\nrate: 50\nserver_metrics: false\nplots: false\n"
         f"output_dir: {tmp_path / 'run'}\n"
+        # seed 002's shape: the tasks in the session generator, the evaluator's own settings beside
+        "session_generator:\n"
+        "  type: lmeval\n"
+        f"  tasks: [{TASK}]\n"
+        "  num_fewshot: 2\n"
         "evaluators:\n"
         "  - type: accuracy_lmeval\n"
-        f"    tasks: [{TASK}]\n"
-        "    num_fewshot: 2\n"
         "    limit: 10\n"
         "    bootstrap_iters: 0\n"
     )
     values, doc = load_bench_file(tmp_path / "bench.yml")
     opts = build_options(values, source="bench.yml", doc=doc)
-    evaluator = accuracy_evaluator(opts.evaluators)
-    assert evaluator is not None
+    evaluator = accuracy_evaluator(opts.evaluators, opts.session_generator)
+    assert evaluator is not None and evaluator.tasks == (TASK,) and evaluator.num_fewshot == 2
     run = await run_accuracy(opts, evaluator, Console(stderr=True, quiet=True))
     assert run.results is not None and run.out_dir is not None, run.error
     doc = json.loads((run.out_dir / RESULTS_FILE).read_text())
@@ -134,6 +141,56 @@ async def test_a_bench_file_evaluator_with_few_shot_and_no_bootstrap(start_sim, 
     ]
     prompt = samples[0]["arguments"][0][0]
     assert prompt.count("Question:") == 3  # two examples, then the item: the item's question answered
+
+
+async def test_lm_evals_own_chat_completions_model_scores_the_same_answers(start_sim, tmp_path: Path) -> None:
+    """The same task against the same simulator through lm-eval's own API-model interface
+    (local-chat-completions, its own HTTP client): the same score, item by item."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from tokwatch.bench.accuracy import shipped_task_config
+
+    sim = await start_sim(_sim_yaml(port=""))
+    evaluator = AccuracyLmevalEvaluator(tasks=(TASK,), apply_chat_template=True, bootstrap_iters=100)
+    opts = build_options(
+        {"url": f"{sim.base_url('oa')}/v1", "model": "m", "concurrency": 3, "server_metrics": False,
+         "plots": False, "output_dir": str(tmp_path / "run")}
+    )  # fmt: skip
+    ours = await run_accuracy(opts, evaluator, Console(stderr=True, quiet=True))
+    assert ours.results is not None and ours.out_dir is not None, ours.error
+
+    def lm_eval_alone() -> dict[str, Any]:
+        return simple_evaluate(  # type: ignore[no-any-return]
+            model="local-chat-completions",
+            model_args={
+                "model": "m",
+                "base_url": f"{sim.base_url('oa')}/v1/chat/completions",
+                "num_concurrent": 2,
+                "max_retries": 1,
+                "tokenizer_backend": None,
+            },
+            tasks=[shipped_task_config(TASK)],
+            task_manager=TaskManager(include_defaults=False),
+            apply_chat_template=True,
+            bootstrap_iters=100,
+        )
+
+    theirs = await asyncio.to_thread(lm_eval_alone)
+    key = "exact_match,remove_whitespace"
+    _, expected = _answer_table()
+    assert float(theirs["results"][TASK][key]) == pytest.approx(expected)
+    assert ours.results["results"][TASK][key] == pytest.approx(expected)
+    samples = [
+        json.loads(line) for line in (ours.out_dir / f"lmeval_samples_{TASK}.jsonl").read_text().splitlines()
+    ]
+    ours_by_doc = {s["doc_id"]: s["exact_match"] for s in samples}
+    theirs_by_doc = {s["doc_id"]: s["exact_match"] for s in theirs["samples"][TASK]}
+    assert ours_by_doc == theirs_by_doc
+    # both sent the item as chat messages: one user message with the question
+    assert json.loads(samples[0]["arguments"][0][0]) == [
+        {"role": "user", "content": f"Question: {samples[0]['doc']['question']}\nAnswer:"}
+    ]
 
 
 async def test_a_log_likelihood_task_is_refused_before_anything_is_sent(start_sim, tmp_path: Path) -> None:
@@ -171,21 +228,18 @@ async def test_a_log_likelihood_task_is_refused_before_anything_is_sent(start_si
         (["--accuracy-task", TASK, "--number", "5"], "leave out number"),
         (["--num-fewshot", "2"], "--num-fewshot: needs --accuracy-task"),
         (["--accuracy-task", "no_such_task_anywhere"], "unknown task no_such_task_anywhere"),
+        (["--bench-file", "{tmp}/bench.yml"], "accuracy_lmeval: no task"),
     ],
 )
 async def test_bad_accuracy_input_exits_2_with_one_line(
     tmp_path: Path, argv: list[str], message: str
 ) -> None:
+    (tmp_path / "bench.yml").write_text("evaluators:\n  - type: accuracy_lmeval\n    bootstrap_iters: 10\n")
+    argv = [a.format(tmp=tmp_path) for a in argv]
     code, _, err = await tokwatch_cli(
-        "bench",
-        "--url",
-        "http://127.0.0.1:9/v1",
-        "--model",
-        "m",
-        "--output-dir",
-        str(tmp_path / "run"),
-        *argv,
-    )
+        "bench", "--url", "http://127.0.0.1:9/v1", "--model", "m",
+        "--output-dir", str(tmp_path / "run"), *argv,
+    )  # fmt: skip
     assert code == 2, err
     assert message in err
     assert "Traceback" not in err

@@ -47,7 +47,8 @@ class AccuracyLmevalEvaluator(StrictModel):
     scored by lm-eval (seed 002)."""
 
     type: Literal["accuracy_lmeval"] = "accuracy_lmeval"
-    tasks: tuple[str, ...] = Field(min_length=1)  # lm-eval task names, or tokwatch's shipped ones
+    # lm-eval task names, or tokwatch's shipped ones; none here: the session generator's (seed 002's shape)
+    tasks: tuple[str, ...] = ()
     num_fewshot: int | None = Field(None, ge=0)  # None: each task's own
     limit: float | None = Field(None, gt=0)  # lm-eval's: items per task, or a share of them when < 1
     bootstrap_iters: int = Field(100_000, ge=0)  # lm-eval's default; 0: no standard errors
@@ -57,12 +58,41 @@ class AccuracyLmevalEvaluator(StrictModel):
     log_samples: bool = True  # write lm-eval's per-item samples beside its results
 
 
-def accuracy_evaluator(evaluators: tuple[Any, ...]) -> AccuracyLmevalEvaluator | None:
-    """The run's accuracy evaluator, if it has one."""
+class LmevalSessionGenerator(StrictModel):
+    """Seed 002's `session_generator: {type: lmeval, tasks, num_fewshot}`: the lm-eval tasks as the run's
+    requests; scored by the `accuracy_lmeval` evaluator (added with its defaults when the file has none)."""
+
+    type: Literal["lmeval"]
+    tasks: tuple[str, ...] = Field(min_length=1)
+    num_fewshot: int | None = Field(None, ge=0)
+    limit: float | None = Field(None, gt=0)
+
+
+def accuracy_evaluator(
+    evaluators: tuple[Any, ...], generator: LmevalSessionGenerator | None = None
+) -> AccuracyLmevalEvaluator | None:
+    """The run's accuracy evaluator, if it has one, with the session generator's tasks, few-shot count and
+    limit where it names none of its own; raises ConfigError when it has no task at all."""
     found = [e for e in evaluators if isinstance(e, AccuracyLmevalEvaluator)]
     if len(found) > 1:
         raise ConfigError("evaluators: at most one accuracy_lmeval evaluator per run")
-    return found[0] if found else None
+    if not found and generator is None:
+        return None
+    evaluator = found[0] if found else AccuracyLmevalEvaluator.model_validate({})
+    if generator is not None:
+        given = evaluator.model_fields_set
+        evaluator = evaluator.model_copy(
+            update={
+                "tasks": evaluator.tasks or generator.tasks,
+                "num_fewshot": evaluator.num_fewshot if "num_fewshot" in given else generator.num_fewshot,
+                "limit": evaluator.limit if "limit" in given else generator.limit,
+            }
+        )
+    if not evaluator.tasks:
+        raise ConfigError(
+            "accuracy_lmeval: no task: give its tasks, or session_generator: {type: lmeval, tasks: [...]}"
+        )
+    return evaluator
 
 
 def refused_options(values: dict[str, Any]) -> list[str]:

@@ -512,7 +512,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             return _capacity(opts, console, store_config)
         if opts.segment is not None:
             return _segment(opts, console, store_config)
-        evaluator = accuracy_evaluator(opts.evaluators)
+        evaluator = accuracy_evaluator(opts.evaluators, opts.session_generator)
         if evaluator is not None:
             return _accuracy(opts, evaluator, console, store_config)
         with asyncio.Runner(loop_factory=new_loop) as runner:  # uvloop when installed
