@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from tests.bench.processes import sim_process, tokwatch_cli
+from tests.bench.processes import sim_process, tokwatch_cli, until_served
 from tokwatch.bench.accuracy import SHIPPED_TASKS_DIR, AccuracyLmevalEvaluator, accuracy_evaluator
 from tokwatch.bench.config import build_options, load_bench_file
 from tokwatch.bench.lmeval_run import RESULTS_FILE, run_accuracy
@@ -244,3 +247,31 @@ async def test_bad_accuracy_input_exits_2_with_one_line(
     assert message in err
     assert "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+async def test_ctrl_c_keeps_the_measured_run_and_scores_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    slow = _sim_yaml().replace("decode_tps: 2000", "decode_tps: 20")  # a 16-token answer takes 0.8 s
+    empty_table = slow.split("        answers:")[0]  # no known answer: every reply runs to max_gen_toks
+    async with sim_process(tmp_path, empty_table) as (_, port):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tokwatch", "bench", "--url", f"http://127.0.0.1:{port}/oa/v1",
+            "--model", "m", "--accuracy-task", TASK, "--output-dir", str(out), "--no-server-metrics",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "MPLBACKEND": "Agg"},
+        )  # fmt: skip
+        try:
+            await until_served(port, 2)
+            proc.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    text = err.decode()
+    assert proc.returncode == 3, text
+    assert "accuracy_lmeval: interrupted, not scored" in text and "Traceback" not in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and summary["stop_reason"] == "interrupted"
+    assert summary["requests"]["ok"] >= 2
+    assert not (out / RESULTS_FILE).exists()
