@@ -17,12 +17,15 @@ import pytest
 from rich.console import Console
 
 from tests.bench.processes import sim_process, tokwatch_cli, until_served
-from tokwatch.bench.accuracy import SHIPPED_TASKS_DIR, AccuracyLmevalEvaluator, accuracy_evaluator
+from tokwatch.bench.accuracy import (
+    SHIPPED_TASKS_DIR,
+    AccuracyLmevalEvaluator,
+    accuracy_evaluator,
+    accuracy_flag_values,
+)
 from tokwatch.bench.config import build_options, load_bench_file
 from tokwatch.bench.lmeval_run import RESULTS_FILE, run_accuracy
 from tokwatch.settings.strict_yaml import ConfigError
-
-pytest.importorskip("lm_eval")
 
 TASK = "tokwatch_arithmetic"
 _OPS = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b, "times": lambda a, b: a * b}
@@ -275,3 +278,37 @@ async def test_ctrl_c_keeps_the_measured_run_and_scores_nothing(tmp_path: Path) 
     assert summary["complete"] is False and summary["stop_reason"] == "interrupted"
     assert summary["requests"]["ok"] >= 2
     assert not (out / RESULTS_FILE).exists()
+
+
+def test_the_session_generator_gives_the_evaluator_what_it_leaves_out() -> None:
+    generator = {"type": "lmeval", "tasks": ["a", "b"], "num_fewshot": 3, "limit": 5}
+    alone = build_options({"url": "http://127.0.0.1:9/v1", "model": "m", "session_generator": generator})
+    evaluator = accuracy_evaluator(alone.evaluators, alone.session_generator)
+    assert evaluator is not None  # scored with the evaluator's defaults
+    assert (evaluator.tasks, evaluator.num_fewshot, evaluator.limit, evaluator.bootstrap_iters) == (
+        ("a", "b"), 3, 5, 100_000,
+    )  # fmt: skip
+    own = {"type": "accuracy_lmeval", "tasks": ["c"], "num_fewshot": 0, "bootstrap_iters": 7}
+    both = build_options(
+        {"url": "http://127.0.0.1:9/v1", "model": "m", "session_generator": generator, "evaluators": [own]}
+    )
+    evaluator = accuracy_evaluator(both.evaluators, both.session_generator)
+    assert evaluator is not None
+    assert (evaluator.tasks, evaluator.num_fewshot, evaluator.limit, evaluator.bootstrap_iters) == (
+        ("c",), 0, 5, 7,
+    )  # fmt: skip
+    neither = build_options({"url": "http://127.0.0.1:9/v1", "model": "m"})
+    assert accuracy_evaluator(neither.evaluators, neither.session_generator) is None
+
+
+def test_the_accuracy_flags_set_the_bench_files_evaluator() -> None:
+    values = {"evaluators": [{"type": "accuracy_lmeval", "tasks": ["a"], "bootstrap_iters": 9}]}
+    assert accuracy_flag_values(values, {"num_fewshot": 2})["evaluators"] == [
+        {"type": "accuracy_lmeval", "tasks": ["a"], "bootstrap_iters": 9, "num_fewshot": 2}
+    ]
+    assert accuracy_flag_values(values, {"tasks": ("b",)})["evaluators"] == [
+        {"type": "accuracy_lmeval", "tasks": ["b"]}
+    ]
+    assert values["evaluators"][0]["tasks"] == ["a"]  # the file's values are not changed in place
+    with pytest.raises(ConfigError, match="--accuracy-limit: needs --accuracy-task"):
+        accuracy_flag_values({}, {"limit": 3.0})
