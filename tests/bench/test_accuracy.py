@@ -76,6 +76,7 @@ def _mean_stderr(score: float, n: int) -> float:
     return math.sqrt(score * (1 - score) * n / (n - 1) / n)
 
 
+@pytest.mark.slow  # a tokwatch process importing lm-eval, and a simulator process
 async def test_the_cli_sends_the_task_through_the_bench_and_writes_lm_evals_results(tmp_path: Path) -> None:
     _, expected = _answer_table()
     out = tmp_path / "run"
@@ -227,6 +228,7 @@ async def test_a_log_likelihood_task_is_refused_before_anything_is_sent(start_si
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a tokwatch process each (lm-eval's import; the unknown task indexes its catalogue)
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -252,6 +254,7 @@ async def test_bad_accuracy_input_exits_2_with_one_line(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a tokwatch process importing lm-eval, and a simulator process
 async def test_ctrl_c_keeps_the_measured_run_and_scores_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     slow = _sim_yaml().replace("decode_tps: 2000", "decode_tps: 20")  # a 16-token answer takes 0.8 s
