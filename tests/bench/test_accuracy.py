@@ -22,6 +22,7 @@ from tokwatch.bench.accuracy import (
     AccuracyLmevalEvaluator,
     accuracy_evaluator,
     accuracy_flag_values,
+    accuracy_limit,
 )
 from tokwatch.bench.config import build_options, load_bench_file
 from tokwatch.bench.lmeval_run import RESULTS_FILE, run_accuracy
@@ -234,6 +235,7 @@ async def test_a_log_likelihood_task_is_refused_before_anything_is_sent(start_si
     [
         (["--accuracy-task", TASK, "--duration", "5s"], "leave out duration"),
         (["--accuracy-task", TASK, "--number", "5"], "leave out number"),
+        (["--accuracy-task", TASK, "--sweep", "rate=1,2"], "leave out sweep"),
         (["--num-fewshot", "2"], "--num-fewshot: needs --accuracy-task"),
         (["--accuracy-task", "no_such_task_anywhere"], "unknown task no_such_task_anywhere"),
         (["--bench-file", "{tmp}/bench.yml"], "accuracy_lmeval: no task"),
@@ -314,4 +316,7 @@ def test_the_accuracy_flags_set_the_bench_files_evaluator() -> None:
     ]
     assert values["evaluators"][0]["tasks"] == ["a"]  # the file's values are not changed in place
     with pytest.raises(ConfigError, match="--accuracy-limit: needs --accuracy-task"):
-        accuracy_flag_values({}, {"limit": 3.0})
+        accuracy_flag_values({}, {"limit": 3})
+    # lm-eval reads a whole number as items and a share below 1 as a fraction of them
+    assert accuracy_limit("5") == 5 and isinstance(accuracy_limit("5.0"), int)
+    assert accuracy_limit("0.5") == 0.5

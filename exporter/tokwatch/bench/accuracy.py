@@ -50,7 +50,7 @@ class AccuracyLmevalEvaluator(StrictModel):
     # lm-eval task names, or tokwatch's shipped ones; none here: the session generator's (seed 002's shape)
     tasks: tuple[str, ...] = ()
     num_fewshot: int | None = Field(None, ge=0)  # None: each task's own
-    limit: float | None = Field(None, gt=0)  # lm-eval's: items per task, or a share of them when < 1
+    limit: int | float | None = Field(None, gt=0)  # lm-eval's: items per task, or a share of them when < 1
     bootstrap_iters: int = Field(100_000, ge=0)  # lm-eval's default; 0: no standard errors
     include_path: str | None = None  # a directory of your own lm-eval task YAMLs
     apply_chat_template: bool = False  # lm-eval's: few-shot turns as chat messages instead of one prompt
@@ -65,7 +65,7 @@ class LmevalSessionGenerator(StrictModel):
     type: Literal["lmeval"]
     tasks: tuple[str, ...] = Field(min_length=1)
     num_fewshot: int | None = Field(None, ge=0)
-    limit: float | None = Field(None, gt=0)
+    limit: int | float | None = Field(None, gt=0)
 
 
 def accuracy_evaluator(
@@ -148,6 +148,12 @@ def cut_at_stops(text: str, until: Any) -> str:
         if stop:
             text = text.split(stop)[0]
     return text
+
+
+def accuracy_limit(text: str) -> int | float:
+    """`--accuracy-limit`: a whole number of items, or a share of them below 1 (lm-eval's `limit`)."""
+    value = float(text)
+    return int(value) if value >= 1 and value.is_integer() else value
 
 
 def accuracy_flag_values(values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,12 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from tokwatch.bench.accuracy import AccuracyLmevalEvaluator, accuracy_evaluator, accuracy_flag_values
+from tokwatch.bench.accuracy import (
+    AccuracyLmevalEvaluator,
+    accuracy_evaluator,
+    accuracy_flag_values,
+    accuracy_limit,
+)
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import (
     DEFAULT_GATE,
@@ -251,7 +256,7 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
             ),
             _flag(
                 "--accuracy-limit",
-                type=float,
+                type=accuracy_limit,
                 bench_option=False,
                 help="items per task, or a share of them when below 1 (all)",
             ),
@@ -508,13 +513,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         opts = options_from_args(args)
         # Read before anything is sent, so a bad storage section is a usage error, not a lost run.
         store_config = _store_config(opts) if getattr(args, "store", True) else None
+        # First: an accuracy run refuses the sweep, search and segment settings (lmeval_run.check_options).
+        evaluator = accuracy_evaluator(opts.evaluators, opts.session_generator)
+        if evaluator is not None:
+            return _accuracy(opts, evaluator, console, store_config)
         if opts.sweep is not None or opts.search is not None:
             return _capacity(opts, console, store_config)
         if opts.segment is not None:
             return _segment(opts, console, store_config)
-        evaluator = accuracy_evaluator(opts.evaluators, opts.session_generator)
-        if evaluator is not None:
-            return _accuracy(opts, evaluator, console, store_config)
         with asyncio.Runner(loop_factory=new_loop) as runner:  # uvloop when installed
             outcome, out_dir = runner.run(_main(opts, console))
     except (ConfigError, WorkloadError, SloError) as exc:
