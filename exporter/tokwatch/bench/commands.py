@@ -16,6 +16,12 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from tokwatch.bench.accuracy import (
+    AccuracyLmevalEvaluator,
+    accuracy_evaluator,
+    accuracy_flag_values,
+    accuracy_limit,
+)
 from tokwatch.bench.arrivals import ARRIVAL_KINDS
 from tokwatch.bench.compare import (
     DEFAULT_GATE,
@@ -236,6 +242,36 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         ),
     ),
     (
+        "accuracy (lm-eval-harness tasks as the run's requests; docs/bench.md, Accuracy)",
+        (
+            _flag(
+                "--accuracy-task",
+                action="append",
+                bench_option=False,
+                help="lm-eval task to send and score (repeatable), e.g. tokwatch_arithmetic (shipped) or "
+                "gsm8k; needs the accuracy extra",
+            ),
+            _flag(
+                "--num-fewshot", type=int, bench_option=False, help="few-shot examples per item (task's own)"
+            ),
+            _flag(
+                "--accuracy-limit",
+                type=accuracy_limit,
+                bench_option=False,
+                help="items per task, or a share of them when below 1 (all)",
+            ),
+            _flag(
+                "--bootstrap-iters",
+                type=int,
+                bench_option=False,
+                help="lm-eval's bootstrap resamples for standard errors (100000; 0 = none)",
+            ),
+            _flag(
+                "--lmeval-include-path", bench_option=False, help="directory of your own lm-eval task YAMLs"
+            ),
+        ),
+    ),
+    (
         "capacity (one run per load point; capacity.json and capacity.png)",
         (
             _flag("--sweep", help="rate=1,2,4,8 or concurrency=1,4,16,64: one run per value"),
@@ -361,7 +397,20 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
             values[flag.option] = (*values.get(flag.option, ()), *value)
         else:
             values[flag.option] = tuple(value) if flag.action == "append" else value
+    values = accuracy_flag_values(values, _accuracy_flags(args))
     return build_options(values, source=source, doc=doc)
+
+
+def _accuracy_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The accuracy flags given, as accuracy_lmeval evaluator fields."""
+    given = {
+        "tasks": getattr(args, "accuracy_task", None),
+        "num_fewshot": getattr(args, "num_fewshot", None),
+        "limit": getattr(args, "accuracy_limit", None),
+        "bootstrap_iters": getattr(args, "bootstrap_iters", None),
+        "include_path": getattr(args, "lmeval_include_path", None),
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _run_doc(run: Run) -> dict[str, Any]:
@@ -464,6 +513,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         opts = options_from_args(args)
         # Read before anything is sent, so a bad storage section is a usage error, not a lost run.
         store_config = _store_config(opts) if getattr(args, "store", True) else None
+        # First: an accuracy run refuses the sweep, search and segment settings (lmeval_run.check_options).
+        evaluator = accuracy_evaluator(opts.evaluators, opts.session_generator)
+        if evaluator is not None:
+            return _accuracy(opts, evaluator, console, store_config)
         if opts.sweep is not None or opts.search is not None:
             return _capacity(opts, console, store_config)
         if opts.segment is not None:
@@ -526,6 +579,34 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     if cap.mode != "sweep" and cap.result_rate is None:
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _accuracy(
+    opts: BenchOptions, evaluator: AccuracyLmevalEvaluator, console: Console, store_config: Config | None
+) -> int:
+    """An `accuracy_lmeval` run (tokwatch.bench.lmeval_run): the run's exit code, or 3 when its answers
+    could not be scored."""
+    try:
+        from tokwatch.bench.lmeval_run import RESULTS_FILE, headline, run_accuracy
+    except ImportError as exc:  # the optional extra is missing
+        raise ConfigError(
+            f"accuracy_lmeval needs the lm-eval package ({exc.name} is missing): "
+            "pip install 'tokwatch[accuracy]'"
+        ) from None
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        run = runner.run(_cancel_on_signals(run_accuracy(opts, evaluator, console)))
+    if run.outcome is not None and run.out_dir is not None:
+        print_result(run.outcome, str(run.out_dir), console)
+        if store_config is not None:
+            _store(run.outcome, store_config, opts, console)
+    if run.results is None:
+        console.print(run.error or "accuracy_lmeval: not scored", highlight=False, soft_wrap=True)
+        return int(ExitCode.INCOMPLETE)
+    for line in headline(run.results):
+        console.print(f"  accuracy {line}", highlight=False, soft_wrap=True)
+    console.print(f"  lm-eval results: {RESULTS_FILE}", highlight=False)
+    assert run.outcome is not None
+    return int(run.outcome.exit_code())
 
 
 def _segment(opts: BenchOptions, console: Console, store_config: Config | None) -> int:

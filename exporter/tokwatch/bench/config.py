@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from tokwatch.bench.accuracy import AccuracyLmevalEvaluator, LmevalSessionGenerator
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.segments import Segment, SegmentError, parse_segment
@@ -122,6 +123,11 @@ class BenchOptions(StrictModel):
     start_at: float | None = None
     start_delay: float = Field(60.0, gt=0)
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+    # Seed 002's evaluators. Here only `type: accuracy_lmeval` (tokwatch.bench.accuracy); the lead's merge
+    # joins it to seed002's discriminated union with `type: performance`.
+    evaluators: tuple[AccuracyLmevalEvaluator, ...] = ()
+    # Seed 002's `session_generator: {type: lmeval, ...}`: lm-eval tasks as requests (tokwatch.bench.accuracy)
+    session_generator: LmevalSessionGenerator | None = None
 
     _dur = duration_fields(
         "timeout",

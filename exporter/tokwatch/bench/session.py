@@ -21,15 +21,15 @@ from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.plan import Resolved, build_workload, local_options, resolve_target
-from tokwatch.bench.prompt_salt import SaltedPrompts, run_salt
+from tokwatch.bench.prompt_salt import run_salt
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.runner import BenchRunner, RunState
+from tokwatch.bench.runner import BenchRunner, RequestSource, RunState
 from tokwatch.bench.server_watch import ServerWatch, stop_task, watch_during
 from tokwatch.bench.slo import Slo
 from tokwatch.bench.stamping import bench_http_client, receive_stamps
 from tokwatch.bench.wallclock import check_start, perf_at, wall_minus_perf
 from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
-from tokwatch.bench.workload import Conversation, SyntheticWorkload
+from tokwatch.bench.workload import Conversation, RequestSpec
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.setting_values import parse_listen
 from tokwatch.transport import precise_timer
@@ -59,7 +59,7 @@ class _Plan:
     run_id: str
     resolved: Resolved
     slos: list[Slo]
-    requests: SyntheticWorkload | SaltedPrompts | None
+    requests: RequestSource | None
     conversations: Sequence[Conversation] | None
     out_dir: Path
 
@@ -130,13 +130,16 @@ async def run_bench(
     *,
     console: Console | None = None,
     out_dir: Path | None = None,
+    requests: list[RequestSpec] | None = None,
 ) -> tuple[BenchOutcome, Path]:
     """Run the benchmark and write its directory; a cancelled run still writes, marked incomplete.
 
-    Raises ConfigError/WorkloadError/SloError before anything is sent when an input is bad.
+    `requests`: the requests to send instead of the options' workload (request i has request_id i), e.g.
+    the items of an accuracy task (tokwatch.bench.lmeval_run). Raises ConfigError/WorkloadError/SloError
+    before anything is sent when an input is bad.
     """
     console = console or Console(stderr=True)
-    plan = _plan(opts, out_dir)
+    plan = _plan(opts, out_dir, requests)
     view = _LiveView(console, plan)
     async with bench_http_client(plan.opts) as http:
         measured = await _measure(plan, view, http)
@@ -145,7 +148,7 @@ async def run_bench(
     return outcome, plan.out_dir
 
 
-def _plan(opts: BenchOptions, out_dir: Path | None) -> _Plan:
+def _plan(opts: BenchOptions, out_dir: Path | None, given: list[RequestSpec] | None = None) -> _Plan:
     """The run's id, target, SLOs, workload and directory; raises on bad input before anything is sent."""
     # One id from the start: every --workers process (and every --segment process) runs under it, and its
     # prompt salt is the run's, so all of them build the one run's prompts.
@@ -153,7 +156,8 @@ def _plan(opts: BenchOptions, out_dir: Path | None) -> _Plan:
     opts = opts.model_copy(update={"run_id": run_id, "prompt_salt": run_salt(run_id, opts.repeat_prompts)})
     resolved = resolve_target(opts)
     slos = opts.parsed_slos()
-    requests, conversations = build_workload(opts)
+    requests: RequestSource | None
+    requests, conversations = (given, None) if given is not None else build_workload(opts)
     model = resolved.target.model
     out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(model))
     return _Plan(opts, run_id, resolved, slos, requests, conversations, out_dir)

@@ -94,7 +94,18 @@ class ModelProfile(StrictModel):
     endless_stream: bool = False
     huge_body_bytes: int | None = Field(None, ge=1)
     invalid_utf8: bool = False
+    # Known answers (an answer table): a request whose prompt contains a key is answered with its text, then
+    # stops; with several keys in the prompt, the one found last (a few-shot prompt's question) answers.
+    answers: dict[str, str] = Field(default_factory=dict)
     _d = duration_fields("ping_interval", "cold_load_duration", "warm_load_duration", "stall_seconds")
+
+    @field_validator("answers")
+    @classmethod
+    def _answers(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, answer in v.items():
+            if not key.strip() or not answer.strip():
+                raise ValueError(f"answers: key {key!r} and its answer must both have text")
+        return v
 
     @field_validator("ping_interval")
     @classmethod

@@ -14,7 +14,7 @@ from tokwatch.sim.faults import context_exceeded, draw_fault, not_found_model
 from tokwatch.sim.generation import Generation
 from tokwatch.sim.profile import Limits, TokenPlan, plan_tokens, request_rng
 from tokwatch.sim.runtime import ServerState
-from tokwatch.sim.text import count_prompt_tokens
+from tokwatch.sim.text import answer_tokens, count_prompt_tokens, find_answer
 from tokwatch.sim.truth import RequestTruth
 
 
@@ -64,6 +64,12 @@ def _refused(dialect: str, prompt_tokens: int, asked: int, context: int) -> bool
     if dialect == "llamacpp":
         return prompt_tokens >= context
     return prompt_tokens + asked > context
+
+
+def _answer(profile: ModelProfile, prompt_texts: list[str]) -> tuple[str, ...]:
+    """The answer table's tokens for this prompt; empty when the table has none for it."""
+    answer = find_answer(profile.answers, prompt_texts)
+    return answer_tokens(answer) if answer is not None else ()
 
 
 def open_request(
@@ -133,7 +139,7 @@ def open_request(
         profile=profile,
         model_name=model_name or profile.name,
         rec=rec,
-        plan=plan_tokens(profile, limits, gap_seed),
+        plan=plan_tokens(profile, limits, gap_seed, _answer(profile, prompt_texts)),
         engine=engine,
         fault=fault,
         load_seconds=load_seconds,

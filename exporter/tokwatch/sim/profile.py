@@ -43,6 +43,7 @@ class TokenPlan:
     rng_seed: str
     think_tags: bool = False
     first_output_text: str | None = None  # hostile bodies: a huge or invalid-UTF-8 first output token
+    answer: tuple[str, ...] = ()  # the output's first tokens, from the model's answer table
 
     def phase(self, i: int) -> Phase:
         """Phase of token i."""
@@ -59,7 +60,8 @@ class TokenPlan:
             return think_word(i)
         if i == self.think_tokens and self.first_output_text is not None:
             return self.first_output_text
-        return output_word(i - self.think_tokens)
+        j = i - self.think_tokens
+        return self.answer[j] if j < len(self.answer) else output_word(j)
 
     def gaps(self) -> GapStream:
         """A fresh deterministic stream of single-stream decode gaps (seconds) for tokens 1, 2, ..."""
@@ -86,8 +88,11 @@ class GapStream:
         return self._mean * max(_MIN_GAP_FACTOR, 1.0 + self._jitter * self._rng.gauss(0.0, 1.0))
 
 
-def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPlan:
-    """How many tokens of each phase the request produces and why it stops."""
+def plan_tokens(
+    profile: ModelProfile, limits: Limits, rng_seed: str, answer: tuple[str, ...] = ()
+) -> TokenPlan:
+    """How many tokens of each phase the request produces and why it stops; a known `answer` (the answer
+    table's tokens) is the output, and the model stops after it unless told to ignore EOS."""
     mean_gap = 1.0 / profile.decode_tps
     tags = profile.reasoning_format == "think_tags"
     first: str | None = None
@@ -106,5 +111,10 @@ def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPl
         natural = max(profile.natural_stop_tokens, limits.min_tokens)
         if natural < max_tokens:
             n, finish = natural, "stop"
+    if answer and not limits.ignore_eos:
+        natural = max(profile.think_tokens + len(answer), limits.min_tokens)
+        if natural <= max_tokens:
+            n, finish = natural, "stop"
     n = max(1, n)
-    return TokenPlan(n, min(profile.think_tokens, n), finish, mean_gap, profile.jitter, rng_seed, tags, first)
+    think = min(profile.think_tokens, n)
+    return TokenPlan(n, think, finish, mean_gap, profile.jitter, rng_seed, tags, first, answer)

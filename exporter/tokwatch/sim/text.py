@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # A fixed vocabulary: output text depends only on the token index, so two runs produce identical bodies.
@@ -82,6 +83,24 @@ def message_texts(messages: Any) -> list[str]:
                 str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
             )
     return out
+
+
+def find_answer(answers: Mapping[str, str], texts: Iterable[str]) -> str | None:
+    """The answer of the table key found last in the prompt texts (the longer key on a tie); None: no key."""
+    if not answers:
+        return None
+    prompt = "\n".join(texts)
+    best: tuple[int, int, str] | None = None
+    for key, answer in answers.items():
+        at = prompt.rfind(key)
+        if at >= 0 and (best is None or (at, len(key)) > best[:2]):
+            best = (at, len(key), answer)
+    return None if best is None else best[2]
+
+
+def answer_tokens(answer: str) -> tuple[str, ...]:
+    """An answer's text as tokens: each word with the whitespace before it."""
+    return tuple(re.findall(r"\s*\S+", answer))
 
 
 def output_word(index: int) -> str:
