@@ -231,3 +231,32 @@ async def test_unequal_lists_and_single_turn_math_500(sim_root: str, tmp_path: P
     assert outcome.records[0].prompt_tokens_target == CharEstimate().count(
         json.loads((DATA / "math_500.jsonl").read_text().splitlines()[0])["problem"]
     )
+
+
+async def test_raw_swe_smith_and_cached_share_gpt_against_the_simulator(
+    sim_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = {"url": f"{sim_root}/oa/v1", "model": "m", "multi_turn": True, "output_tokens": "4",
+            "plots": False, "live_interval": 60, "server_metrics": False, "repeat_prompts": True}  # fmt: skip
+    opts = build_options({
+        **base, "dataset": "swe_smith", "dataset_path": str(DATA / "swe_smith_trajectories.jsonl"),
+        "multi_turn_args": '{"first_turn_length": 60, "subsequent_turn_length": 40}', "min_turns": 2,
+        "max_turns": 3, "number": 3, "parallel": 3,
+    })  # fmt: skip
+    outcome, out = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "swe")
+    assert all(r.ok for r in outcome.records)
+    turns = {r.conversation_id: r.conversation_turns for r in outcome.records}
+    assert len(turns) == 3 and all(t is not None and 2 <= t <= 3 for t in turns.values())
+    # turn 1 carries at most first_turn_length tokens of trajectory text (4 characters per token here)
+    assert all(r.prompt_tokens_target is not None and r.prompt_tokens_target <= 60 for r in outcome.records
+               if r.turn == 0)  # fmt: skip
+    assert (out / "workload_throughput.json").exists()
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "ShareGPT_V3_unfiltered_cleaned_split.json").write_text(
+        (DATA / "sharegpt.json").read_text()
+    )
+    opts = build_options({**base, "dataset": "share_gpt", "number": 2, "parallel": 1})
+    outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "sharegpt")
+    assert outcome.records and all(r.ok for r in outcome.records)
+    assert outcome.records[0].prompt_tokens_target == CharEstimate().count("What is a prefix cache?")
