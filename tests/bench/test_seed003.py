@@ -3,6 +3,7 @@ rungs, the Performance Overview / Per-Request / Workload Throughput tables, work
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from tests.bench.processes import sim_process, tokwatch_cli
+from tokwatch.bench.commands import add_commands, rung_options_from_args
 from tokwatch.bench.config import build_options
 from tokwatch.bench.named_datasets import CACHE_ENV, named_loader, resolve_path
 from tokwatch.bench.rungs import paired_rungs
@@ -124,6 +126,21 @@ def test_paired_rungs() -> None:
     assert paired_rungs({}) == [{}]
     with pytest.raises(ConfigError, match="--number has 2 values and --parallel 1"):
         paired_rungs({"number": [10, 20], "parallel": [5]})
+
+
+def test_rungs_from_flags_and_from_a_bench_file(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    target = ["--url", "http://127.0.0.1:1/v1", "--model", "m"]
+    args = parser.parse_args(["bench", *target, "--number", "10", "20", "--parallel", "5", "10"])
+    assert [(o.number, o.parallel) for o in rung_options_from_args(args)] == [(10, 5), (20, 10)]
+    bench = tmp_path / "bench.yml"
+    bench.write_text("url: http://127.0.0.1:1/v1\nmodel: m\nnumber: [4, 8, 16]\nparallel: [1, 2, 4]\n")
+    args = parser.parse_args(["bench", "--bench-file", str(bench)])
+    assert [(o.number, o.parallel) for o in rung_options_from_args(args)] == [(4, 1), (8, 2), (16, 4)]
+    args = parser.parse_args(["bench", "--bench-file", str(bench), "--number", "7"])  # flags win
+    with pytest.raises(ConfigError, match="--number has 1 value and --parallel 3"):
+        rung_options_from_args(args)
 
 
 def test_workload_throughput_windows(make_record) -> None:

@@ -24,9 +24,10 @@ def paired_rungs(values: dict[str, Any]) -> list[dict[str, Any]]:
         if n == 0:
             raise ConfigError(f"--{k}: no value")
     if len(lengths) == 2 and lengths["number"] != lengths["parallel"]:
+        n = lengths["number"]
         raise ConfigError(
-            f"--number has {lengths['number']} values and --parallel {lengths['parallel']}: give as many of "
-            "each (one rung per pair, e.g. --number 10 20 --parallel 5 10)"
+            f"--number has {n} value{'s' if n != 1 else ''} and --parallel {lengths['parallel']}: give as "
+            "many of each (one rung per pair, e.g. --number 10 20 --parallel 5 10)"
         )
     count = max(lengths.values(), default=1)
     return [{k: v[i] for k, v in lists.items()} for i in range(count)]
