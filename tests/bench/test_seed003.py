@@ -207,11 +207,12 @@ async def test_rungs_tables_and_cached_rows_from_the_command_line(sim_root: str,
     )  # fmt: skip
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["parallel_1_number_2", "parallel_2_number_4"]
-    for title in ("Performance Overview", "Per-Request Metrics", "Workload Throughput"):
+    for title in ("Performance Overview", "Per-Request Metrics", "Per-Trace Metrics", "Workload Throughput"):
         assert title in err
     for row in ("Latency (s)", "TTFT (ms)", "TPOT (ms)", "Input Tokens", "Output Tokens", "Turns/Req",
                 "Cache Hit (%)", "First-Turn TTFT (ms)", "Subsequent-Turn TTFT (ms)", "Total Prompt tok/s",
-                "New Prompt tok/s", "Cached Prompt tok/s", "Completion tok/s"):  # fmt: skip
+                "New Prompt tok/s", "Cached Prompt tok/s", "Completion tok/s", "TTFAT (s)", "Decode TPS",
+                "Eligible Cache Hit Rate (%)"):  # fmt: skip
         assert row in err, row
     overview = err[err.index("Performance Overview") : err.index("Per-Request Metrics")]
     lines = [line for line in overview.splitlines() if line.count("│") == 7]

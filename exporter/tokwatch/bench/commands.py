@@ -535,8 +535,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def print_tables(rungs: list[Rung], console: Console) -> None:
     """Seed 003's Performance Overview, Per-Request Metrics and Workload Throughput tables."""
+    # Piped or redirected output has no width of its own (80 by default): wide enough that no label wraps.
+    out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 132))
     for table in tables(rungs):
-        console.print(table)
+        out.print(table)
 
 
 def _rungs(rungs: list[BenchOptions], console: Console, store_config: Config | None) -> int:

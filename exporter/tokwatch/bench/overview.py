@@ -1,5 +1,6 @@
 """Seed 003's end-of-run tables, one row group per rung (`--number 10 20 --parallel 5 10`): Performance
-Overview, Per-Request Metrics and Workload Throughput, as evalscope prints them. Definitions:
+Overview, Per-Request Metrics, Per-Trace Metrics (conversation runs) and Workload Throughput, as evalscope
+prints them. Definitions:
 docs/methodology.md ("Seed 003 tables")."""
 
 from __future__ import annotations
@@ -110,6 +111,40 @@ def per_request_metrics(rungs: Sequence[Rung]) -> Table:
     return t
 
 
+# trace_summary.json figures as the seed's Per-Trace Metrics rows: (figure, label, scale, digits, percent)
+TRACE_ROWS = (
+    ("latency_s", "Latency (s)", 1.0, 3, False),
+    ("first_turn_ttft_s", "First-Turn TTFT (s)", 1.0, 3, False),
+    ("ttfat_s", "TTFAT (s)", 1.0, 3, False),
+    ("decode_tokens_per_s", "Decode TPS", 1.0, 1, False),
+    ("cache_hit_rate", "Cache Hit Rate (%)", 100.0, 1, True),
+    ("eligible_cache_hit_rate", "Eligible Cache Hit Rate (%)", 100.0, 1, True),
+)
+TRACE_STATS = ("mean", "p50", "p90", "p99", "max")
+
+
+def per_trace_metrics(rungs: Sequence[Rung]) -> Table | None:
+    """The Per-Trace Metrics table of conversation runs (trace_summary.json figures); None without any."""
+    multi = [r for r in rungs if r.outcome.multi_turn]
+    if not multi:
+        return None
+    t = Table(title="Per-Trace Metrics", box=box.HEAVY_HEAD)
+    t.add_column("Conc.", justify="right")
+    t.add_column("Rate", justify="right")
+    t.add_column("Metric", justify="left")
+    for name in TRACE_STATS:
+        t.add_column(name, justify="right")
+    for k, rung in enumerate(multi):
+        figures = rung.outcome.trace_summary()["figures"]
+        for i, (key, label, scale, digits, percent) in enumerate(TRACE_ROWS):
+            lead = (_conc(rung.opts), _rate(rung.opts)) if i == 0 else ("", "")
+            unit = "%" if percent else ""
+            values = [figures[key][s] for s in TRACE_STATS]
+            cells = ["-" if v is None else f"{v * scale:.{digits}f}{unit}" for v in values]
+            t.add_row(*lead, label, *cells, end_section=i == len(TRACE_ROWS) - 1 and k < len(multi) - 1)
+    return t
+
+
 def workload_throughput_table(rungs: Sequence[Rung]) -> Table:
     """The Workload Throughput table: Total / New / Cached prompt and completion tok/s."""
     t = Table(title="Workload Throughput", box=box.SQUARE)
@@ -130,4 +165,10 @@ def workload_throughput_table(rungs: Sequence[Rung]) -> Table:
 
 def tables(rungs: Sequence[Rung]) -> list[Table]:
     """Every seed-003 table of the rungs, in evalscope's order."""
-    return [performance_overview(rungs), per_request_metrics(rungs), workload_throughput_table(rungs)]
+    traces = per_trace_metrics(rungs)
+    return [
+        performance_overview(rungs),
+        per_request_metrics(rungs),
+        *([traces] if traces is not None else []),
+        workload_throughput_table(rungs),
+    ]
