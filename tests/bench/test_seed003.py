@@ -149,6 +149,7 @@ def test_workload_throughput_windows(make_record) -> None:
     wt = workload_throughput(records)
     rows = {r["metric"]: r for r in wt["rows"]}
     assert wt["n_samples"] == 40 and wt["last_window_s"] == 30.0 and wt["warmup_frac"] == 0.2
+    assert wt["schema_version"] == 1
     end = records[-1].completed_at_s
     assert end is not None and wt["wall_time_s"] == pytest.approx(end, abs=1e-4)
     assert rows["Total Prompt tok/s"]["overall"] == pytest.approx(4000 / end)
@@ -219,7 +220,11 @@ async def test_rungs_tables_and_cached_rows_from_the_command_line(sim_root: str,
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines]
     assert [c[:3] for c in cells] == [["1", "-", "2"], ["2", "-", "4"]]
     assert all(c[5] == "100.0%" for c in cells)
-    # conversation 2 of 2 rungs: 4 conversations of 3 and 2 turns, the server's prefix cache answers history
+    for rung, row in zip(("parallel_1_number_2", "parallel_2_number_4"), cells, strict=True):
+        overall = json.loads((out / rung / "throughput.json").read_text())["overall"]
+        assert row[3] == f"{overall['requests_per_s']:.2f}"
+        assert row[4] == f"{overall['generated_tokens_per_s']:.2f}"
+    # rung 2: 4 conversations of 3 and 2 turns; the server's prefix cache answers their history
     wt = json.loads((out / "parallel_2_number_4" / "workload_throughput.json").read_text())
     rows = {r["metric"]: r for r in wt["rows"]}
     assert wt["n_samples"] == 10

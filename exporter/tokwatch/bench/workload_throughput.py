@@ -16,6 +16,7 @@ from typing import Any
 
 from tokwatch.bench.request_metrics import RequestRecord
 
+SCHEMA_VERSION = 1  # tokwatch's own key beside evalscope's (bench.md, "Output directory")
 LAST_WINDOW_S = 30.0
 WARMUP_FRAC = 0.2
 ROWS = ("Total Prompt tok/s", "New Prompt tok/s", "Cached Prompt tok/s", "Completion tok/s")
@@ -89,6 +90,7 @@ def workload_throughput(records: Sequence[RequestRecord]) -> dict[str, Any]:
         head = _anchor(points, wall * WARMUP_FRAC)
         steady = overall if head is end else _rates(head, end)
     return {
+        "schema_version": SCHEMA_VERSION,
         "n_samples": len(points),
         "wall_time_s": round(wall, 4),
         "last_window_s": LAST_WINDOW_S,
@@ -104,6 +106,7 @@ def workload_timeline(records: Sequence[RequestRecord], started_at_unix: float) 
     """workload_timeline.json: `wall_start` (unix seconds of the first measured send) and every point."""
     start, points = timeline(records)
     return {
+        "schema_version": SCHEMA_VERSION,
         "wall_start": None if start is None else started_at_unix + start,
         "points": [
             {
