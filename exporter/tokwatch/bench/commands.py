@@ -38,7 +38,9 @@ from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
 from tokwatch.bench.fluidity import FLUIDITY_MODES
 from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
+from tokwatch.bench.overview import Rung, tables
 from tokwatch.bench.run_report import cmd_report
+from tokwatch.bench.rungs import paired_rungs, rung_dir
 from tokwatch.bench.slo import SloError
 from tokwatch.bench.workload import WorkloadError
 from tokwatch.probes import PROBES
@@ -70,6 +72,7 @@ class Flag:
     bench_option: bool = True
     into: str | None = None
     extends: bool = False
+    nargs: str | None = None  # "+": the flag takes one or more values (a list)
 
     @property
     def name(self) -> str:
@@ -84,7 +87,7 @@ class Flag:
     def add_to(self, group: Any) -> None:
         """Register the flag on an argparse group."""
         kwargs: dict[str, Any] = {"help": self.help, "default": self.default}
-        for key in ("type", "choices", "action", "dest"):
+        for key in ("type", "choices", "action", "dest", "nargs"):
             if getattr(self, key) is not None:
                 kwargs[key] = getattr(self, key)
         group.add_argument(*self.flags, **kwargs)
@@ -160,7 +163,13 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
             _flag("--arrivals", choices=ARRIVAL_KINDS, help="open-loop arrival process (poisson)"),
             _flag("--burstiness", type=float, help="gamma shape: 1 = Poisson, <1 burstier"),
             _flag("--max-concurrency", type=int, help="cap on in-flight requests in the open loop"),
-            _flag("--number", type=int, help="measured requests (conversations with --multi-turn)"),
+            _flag(
+                "--number",
+                type=int,
+                nargs="+",
+                help="measured requests (conversations with --multi-turn); several values with as many "
+                "--parallel values run one rung each, in order (seed 003: --number 10 20 --parallel 5 10)",
+            ),
             _flag("--duration", help="measured duration, e.g. 60s; in-flight requests finish"),
             _flag("--warmup", type=int, help="requests sent first and excluded from figures"),
             _flag("--seed", type=int, help="seed for arrivals, lengths and the request mix (0)"),
@@ -212,12 +221,35 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
                 "token-length traces (docs/datasets.md), or random-multi-turn (synthetic, with --multi-turn)",
             ),
             _flag("--multi-turn", action="store_true", help="conversations with real replies"),
-            _flag("--parallel", type=int, help="concurrent conversations with --multi-turn"),
+            _flag(
+                "--parallel",
+                type=int,
+                nargs="+",
+                help="concurrent conversations with --multi-turn, else concurrent requests; several values: "
+                "one rung each, paired with --number",
+            ),
             _flag("--max-turns", type=int, help="truncate conversations to N user turns"),
             _flag("--min-turns", type=int, help="random-multi-turn: at least N user turns (1)"),
             _flag("--dataset-offset", type=int, help="skip the first N dataset entries (0)"),
             _flag("--tokenizer", help="local HuggingFace tokenizer.json: exact synthetic prompt lengths"),
             _flag("--extra-body", help="JSON object merged into every request body, e.g. '{\"top_k\": 20}'"),
+        ),
+    ),
+    (
+        "seed 003 named datasets (docs/datasets.md, Named datasets)",
+        (
+            _flag(
+                "--dataset-path",
+                help="local file of a named --dataset (swe_smith, trie_agentic_coding, trie_code_qa, "
+                "trie_office_work, share_gpt, share_gpt_en_multi_turn, share_gpt_zh_multi_turn, "
+                "custom_multi_turn, math_500) in its published format; default: its file in "
+                "$TOKWATCH_DATASET_CACHE (~/.cache/tokwatch/datasets); nothing is downloaded",
+            ),
+            _flag(
+                "--multi-turn-args",
+                help="swe_smith from raw trajectories: JSON with first_turn_length (65000), "
+                "subsequent_turn_length (500), chars_per_token (3.0), num_workers (4)",
+            ),
         ),
     ),
     (
@@ -381,8 +413,8 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_bench)
 
 
-def options_from_args(args: argparse.Namespace) -> BenchOptions:
-    """Bench file values overridden by flags; raises ConfigError naming file, line and option."""
+def _option_values(args: argparse.Namespace) -> tuple[dict[str, Any], Any, str]:
+    """(bench file values overridden by flags, the bench file's YAML document, the source's name)."""
     values: dict[str, Any] = {}
     doc = None
     source = "command line"
@@ -398,7 +430,22 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         else:
             values[flag.option] = tuple(value) if flag.action == "append" else value
     values = accuracy_flag_values(values, _accuracy_flags(args))
-    return build_options(values, source=source, doc=doc)
+    return values, doc, source
+
+
+def rung_options_from_args(args: argparse.Namespace) -> list[BenchOptions]:
+    """The options of every rung: one per (--number, --parallel) pair (tokwatch.bench.rungs); raises
+    ConfigError naming the problem."""
+    values, doc, source = _option_values(args)
+    return [build_options({**values, **pair}, source=source, doc=doc) for pair in paired_rungs(values)]
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    """Bench file values overridden by flags; raises ConfigError naming file, line and option."""
+    rungs = rung_options_from_args(args)
+    if len(rungs) > 1:
+        raise ConfigError("--number/--parallel: several values run several rungs; this command runs one")
+    return rungs[0]
 
 
 def _accuracy_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -510,13 +557,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return action(args)
     console = Console(stderr=True)
     try:
-        opts = options_from_args(args)
+        rungs = rung_options_from_args(args)
+        opts = rungs[0]
         # Read before anything is sent, so a bad storage section is a usage error, not a lost run.
         store_config = _store_config(opts) if getattr(args, "store", True) else None
         # First: an accuracy run refuses the sweep, search and segment settings (lmeval_run.check_options).
         evaluator = accuracy_evaluator(opts.evaluators, opts.session_generator)
         if evaluator is not None:
             return _accuracy(opts, evaluator, console, store_config)
+        if len(rungs) > 1:
+            return _rungs(rungs, console, store_config)
         if opts.sweep is not None or opts.search is not None:
             return _capacity(opts, console, store_config)
         if opts.segment is not None:
@@ -530,9 +580,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"tokwatch bench: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     print_result(outcome, str(out_dir), console)
+    print_tables([Rung(opts, outcome)], console)
     if store_config is not None:
         _store(outcome, store_config, opts, console)
     return int(outcome.exit_code())
+
+
+def print_tables(rungs: list[Rung], console: Console) -> None:
+    """Seed 003's Performance Overview, Per-Request Metrics and Workload Throughput tables."""
+    # Piped or redirected output has no width of its own (80 by default): wide enough that no label wraps.
+    out = console if console.is_terminal else Console(file=console.file, width=max(console.width, 132))
+    for table in tables(rungs):
+        out.print(table)
+
+
+def _rungs(rungs: list[BenchOptions], console: Console, store_config: Config | None) -> int:
+    """`--number 10 20 --parallel 5 10`: the rungs in order, each a full run in `parallel_P_number_N/` of
+    the output directory, then the tables over all of them. Exit code: the first rung's that is not 0."""
+    from tokwatch.bench.outputs import default_output_dir
+    from tokwatch.bench.plan import resolve_target
+    from tokwatch.bench.session import run_bench
+
+    for opts in rungs:
+        if opts.sweep is not None or opts.search is not None or opts.segment is not None:
+            raise ConfigError(
+                "--number/--parallel with several values: leave out --sweep, --search and --segment"
+            )
+    first = rungs[0]
+    model = resolve_target(first).target.model
+    base = Path(first.output_dir) if first.output_dir else default_output_dir(model)
+    done: list[Rung] = []
+    codes: list[int] = []
+
+    async def ladder() -> None:
+        for opts in rungs:
+            sub = base / rung_dir(opts)
+            console.print(f"[bold]{sub.name}[/bold]", highlight=False)
+            outcome, directory = await run_bench(opts, console=console, out_dir=sub)
+            print_result(outcome, str(directory), console)
+            done.append(Rung(opts, outcome))
+            codes.append(int(outcome.exit_code()))
+            if outcome.stop_reason == "interrupted":
+                return
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_cancel_on_signals(ladder()))
+    print_tables(done, console)
+    if store_config is not None:
+        for rung in done:
+            _store(rung.outcome, store_config, rung.opts, console)
+    if len(done) < len(rungs):
+        return ExitCode.INCOMPLETE
+    return next((c for c in codes if c != 0), 0)
 
 
 # `tokwatch bench ACTION`: what runs instead of a benchmark.

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tokwatch.bench.accuracy import AccuracyLmevalEvaluator, LmevalSessionGenerator
 from tokwatch.bench.arrivals import ArrivalKind
 from tokwatch.bench.fluidity import FluidityMode
+from tokwatch.bench.named_datasets import NAMED, MultiTurnArgs
 from tokwatch.bench.segments import Segment, SegmentError, parse_segment
 from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
@@ -71,6 +72,10 @@ class BenchOptions(StrictModel):
     dataset_offset: int = Field(0, ge=0)  # skip the first N dataset entries (conversations or prompts)
     tokenizer: str | None = None  # local HuggingFace tokenizer.json: exact prompt lengths and counts
     extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into every request body
+    # Seed 003: the local file of a named --dataset (tokwatch.bench.named_datasets), and swe_smith's
+    # construction settings (first_turn_length, subsequent_turn_length, chars_per_token, num_workers).
+    dataset_path: str | None = None
+    multi_turn_args: dict[str, Any] = Field(default_factory=dict)
     # figures
     fluidity_prefill_deadline: float = Field(1.0, gt=0)
     fluidity_decode_deadline: float = Field(0.05, gt=0)
@@ -182,6 +187,27 @@ class BenchOptions(StrictModel):
             raise ValueError("must be a JSON object, e.g. '{\"top_k\": 20}'")
         return v
 
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _dataset(cls, v: Any) -> Any:
+        return RANDOM_MULTI_TURN if v == "random_multi_turn" else v  # evalscope's name
+
+    @field_validator("multi_turn_args", mode="before")
+    @classmethod
+    def _multi_turn_args(cls, v: Any) -> Any:
+        if isinstance(v, str):  # --multi-turn-args '{"first_turn_length": 8192}'
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(v, dict):
+            raise ValueError("must be a JSON object, e.g. '{\"first_turn_length\": 8192}'")
+        try:
+            MultiTurnArgs(v)
+        except WorkloadError as exc:
+            raise ValueError(str(exc).removeprefix("multi_turn_args: ")) from None
+        return v
+
     @field_validator("url", "metrics_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
@@ -214,6 +240,11 @@ class BenchOptions(StrictModel):
             raise ValueError("endpoint needs config (the tokwatch.yml that defines it)")
         if self.concurrency is not None and self.rate is not None:
             raise ValueError("give either concurrency (closed loop) or rate (open loop), not both")
+        if self.dataset_path is not None and self.dataset not in NAMED:
+            names = ", ".join(sorted(NAMED))
+            raise ValueError(f"dataset_path goes with a named dataset ({names}); a file alone: dataset FILE")
+        if self.multi_turn_args and self.dataset != "swe_smith":
+            raise ValueError("multi_turn_args goes with dataset swe_smith")
         if self.multi_turn and self.dataset is None:
             raise ValueError("multi_turn needs a dataset of conversations")
         if self.multi_turn and self.rate is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,13 +265,14 @@ def load_prompts(
     counter: TokenCounter | None = None,
     offset: int = 0,
     fixed_output: bool = True,
+    entries_of: Callable[[str | Path, int], list[Entry]] | None = None,
 ) -> list[RequestSpec]:
     """Single-turn requests: prompts and messages as given; of a conversation, its first user turn (with
     its system prompt); of a trace, its first turn synthesised to the recorded lengths."""
     counter = counter or CharEstimate()
     rng = random.Random(seed)
     specs = []
-    for e in load_entries(path, offset):
+    for e in (entries_of or load_entries)(path, offset):
         if e.trace is not None:
             first = e.trace[0]
             text = counter.text_of(first.prompt_tokens, _trace_rng(seed, e))
@@ -302,13 +304,14 @@ def load_conversations(
     counter: TokenCounter | None = None,
     offset: int = 0,
     fixed_output: bool = True,
+    entries_of: Callable[[str | Path, int], list[Entry]] | None = None,
 ) -> list[Conversation]:
     """Multi-turn conversations (seed 003): the user turns of every entry (dataset assistant replies are
     never sent), a trace's turns synthesised to its token lengths; at most `max_turns` turns each."""
     counter = counter or CharEstimate()
     rng = random.Random(seed)
     out: list[Conversation] = []
-    for e in load_entries(path, offset):
+    for e in (entries_of or load_entries)(path, offset):
         if e.trace is not None:
             trng = _trace_rng(seed, e)
             turns = tuple(

@@ -13,6 +13,7 @@ from typing import Any
 from tokwatch.bench import health, plots, report
 from tokwatch.bench.aggregate import PERCENTILES, metric_values
 from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.workload_throughput import workload_throughput, workload_timeline
 
 PLOTTED = ("ttft", "ttot", "tbt", "output_itl", "tpot", "e2e", "normalized_latency", "fluidity_index")
 CSV_COLUMNS = ("count", *(f"p{q}" for q in PERCENTILES), "min", "max", "mean", "std")
@@ -50,6 +51,9 @@ def write_run(outcome: BenchOutcome, out_dir: Path, *, plots_enabled: bool = Tru
         ("throughput.json", thr),
         ("slo_results.json", slo),
         ("prefill_stats.json", outcome.prefill()),
+        # seed 003 (evalscope) shapes: tokwatch.bench.workload_throughput
+        ("workload_throughput.json", workload_throughput(outcome.records)),
+        ("workload_timeline.json", workload_timeline(outcome.records, outcome.started_at_unix)),
     ):
         _write_json(out_dir / name, data)
         written.append(out_dir / name)

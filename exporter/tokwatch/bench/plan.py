@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import RANDOM_MULTI_TURN, BenchOptions
 from tokwatch.bench.datasets import load_conversations, load_prompts
+from tokwatch.bench.named_datasets import NAMED, named_loader, resolve_path
 from tokwatch.bench.prompt_salt import PromptSalt, SaltedConversations, SaltedPrompts
 from tokwatch.bench.segments import Segment
 from tokwatch.bench.workload import (
@@ -113,15 +114,25 @@ def build_workload(
             fixed_output=opts.fixed_output, counter=counter, offset=opts.dataset_offset,
             salt=opts.prompt_salt,
         )  # fmt: skip
-    if opts.dataset is not None and opts.multi_turn:
+    path: str | None = opts.dataset
+    entries_of = None
+    if opts.dataset in NAMED:  # seed 003's named datasets: a local file in the published format
+        path = str(resolve_path(opts.dataset, opts.dataset_path))
+        entries_of = named_loader(
+            opts.dataset, multi_turn_args=opts.multi_turn_args, min_turns=opts.min_turns,
+            max_turns=opts.max_turns, seed=opts.seed, counter=counter, number=opts.number,
+        )  # fmt: skip
+    if path is not None and opts.multi_turn:
         return None, SaltedConversations(load_conversations(
-            opts.dataset, opts.output_range, opts.seed, opts.max_turns,
+            path, opts.output_range, opts.seed, opts.max_turns,
             counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
+            entries_of=entries_of,
         ), salt)  # fmt: skip
-    if opts.dataset is not None:
+    if path is not None:
         return SaltedPrompts(load_prompts(
-            opts.dataset, opts.output_range, opts.seed,
+            path, opts.output_range, opts.seed,
             counter=counter, offset=opts.dataset_offset, fixed_output=opts.fixed_output,
+            entries_of=entries_of,
         ), salt), None  # fmt: skip
     return (
         SyntheticWorkload(
