@@ -105,8 +105,8 @@ def test_the_seeds_evaluators_file_runs_as_written(sim_url: str, tmp_path: Path)
     health = (out / "health_check_results.txt").read_text()
     assert health == (out / "health_checks.txt").read_text()
     # judged (PASS, or WARN on a loaded machine): the two connections of --concurrency 2 set apart
-    lifecycle = r"^\[(PASS|WARN)\] lifecycle delays: send delay .* p99 [0-9.]+ ms \(limit 5 ms\); connect time "
-    assert re.search(lifecycle + r".* over 2 requests that opened a connection", health, re.M)
+    lifecycle = r"^\[(PASS|WARN)\] lifecycle delays: send delay .* p99 [0-9.]+ ms \(limit 5 ms\); connect "
+    assert re.search(lifecycle + r"time .* over 2 requests that opened a connection", health, re.M)
     # this simulator counts 1.3 tokens per word, the bench builds one common word per token: 1.3 x, caught
     assert re.search(r"^\[FAIL\] prompt length: .* median 1\.30 over 20 requests", health, re.M)
 

@@ -312,7 +312,9 @@ def _lifecycle(measured: Sequence[RequestRecord]) -> list[Check]:
     else:
         detail += "; connect time: every request reused an open connection"
     processed = [
-        p - done for r in sends if (p := r.processed_at_s) is not None and (done := r.completed_at_s) is not None
+        kept - done
+        for r in sends
+        if (kept := r.processed_at_s) is not None and (done := r.completed_at_s) is not None
     ]
     if processed:
         detail += f"; completed -> result processed p99 {percentile(processed, 99) * 1e3:.2f} ms"
