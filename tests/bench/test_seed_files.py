@@ -9,15 +9,19 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Annotated, Literal, Union
 
 import pytest
+from pydantic import Discriminator, Tag, TypeAdapter
 from rich.console import Console
 
 from tokwatch.bench.commands import add_commands
 from tokwatch.bench.config import build_options, load_bench_file
+from tokwatch.bench.evaluators import EVALUATOR_TYPES, PerformanceEvaluator, _evaluator_type, _tags
 from tokwatch.bench.health import _intra_session_arrival, _lifecycle
 from tokwatch.bench.outcome import ExitCode
 from tokwatch.bench.session import run_bench
+from tokwatch.settings.strict_yaml import StrictModel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "veeksha"
 # Every field the seed lists for a request_level_metrics.jsonl line.
@@ -223,3 +227,24 @@ def test_lifecycle_judges_send_delay_and_connect_time(make_record) -> None:
     # a slow connection set-up is judged on its own, and is not counted as the client's send delay
     (slow_connect,) = _lifecycle(records(0.001, 0.5))
     assert slow_connect.verdict == "WARN" and "connect time p50 500.00 ms" in slow_connect.detail
+
+
+def test_one_more_evaluator_type_is_one_more_union_line() -> None:
+    """The shape another evaluator module extends: its tag is known to the errors and its entries validate."""
+
+    class Other(StrictModel):
+        type: Literal["other"]
+        bootstrap_iters: int = 100
+
+    extended = Annotated[
+        Union[  # noqa: UP007 - as in tokwatch.bench.evaluators
+            Annotated[PerformanceEvaluator, Tag("performance")],
+            Annotated[Other, Tag("other")],
+        ],
+        Discriminator(_evaluator_type),
+    ]
+    assert EVALUATOR_TYPES == ("performance",) and _tags(extended) == ("performance", "other")
+    parsed = TypeAdapter(tuple[extended, ...]).validate_python(
+        [{"type": "other", "bootstrap_iters": 200}, {"type": "performance", "stream_metrics": True}]
+    )
+    assert parsed[0] == Other(type="other", bootstrap_iters=200) and parsed[1].stream_metrics is True

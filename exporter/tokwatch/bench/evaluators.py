@@ -1,7 +1,8 @@
 """Seed 002's `evaluators:` list of a bench file: each entry a model discriminated on its `type`.
 
-A new evaluator type is one model with a `type: Literal[...]` field, added as one more member of
-`Evaluator` below; an unknown `type` is then a `file:line: evaluators.N: ...` error naming the known ones.
+A new evaluator type is one model with a `type: Literal[...]` field, added as one more line of `Evaluator`
+below; an unknown `type` is then a one-line `file:line: evaluators[N].type: ...` error naming the known
+ones.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ def _evaluator_type(value: Any) -> Any:
     return value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
 
 
-# One member per evaluator type: add a type by adding one `Annotated[Model, Tag("its type")]` line.
-# (A callable discriminator: the StrictModel's number check runs before every field, `type` included,
-# which pydantic's field discriminator refuses.)
+# One member per evaluator type: a type is added with one line `Annotated[Model, Tag("its type")],` in the
+# Union (whose model is a StrictModel with `type: Literal["its type"]`). A callable discriminator: the
+# StrictModel's number check runs before every field, `type` included, which pydantic's field
+# discriminator refuses.
 Evaluator = Annotated[
-    Annotated[PerformanceEvaluator, Tag("performance")],
+    Union[  # noqa: UP007 - one member per line, each with its trailing comma
+        Annotated[PerformanceEvaluator, Tag("performance")],
+    ],
     Discriminator(_evaluator_type),
 ]
 
