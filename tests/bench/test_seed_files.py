@@ -4,6 +4,7 @@ its live line and its health checks (intra-session arrival, prompt length, lifec
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import math
@@ -106,6 +107,8 @@ def test_the_seeds_evaluators_file_runs_as_written(sim_url: str, tmp_path: Path)
     assert slo["all_slos_met"] and [r["name"] for r in slo["results"]] == ["P99 TTFC", "P90 TBC"]
     ttfc_csv = (metrics / "ttfc.csv").read_text().splitlines()
     assert ttfc_csv[0] == "statistic,value" and ttfc_csv[1] == "count,20"
+    if importlib.util.find_spec("matplotlib") is not None:  # the plots extra
+        assert {p.name for p in metrics.glob("*.png")} >= {"ttfc.png", "tbc.png", "tpot.png", "e2e.png"}
     health = (out / "health_check_results.txt").read_text()
     assert health == (out / "health_checks.txt").read_text()
     # judged (PASS, or WARN on a loaded machine): the two connections of --concurrency 2 set apart
