@@ -105,6 +105,9 @@ def test_the_seeds_evaluators_file_runs_as_written(sim_url: str, tmp_path: Path)
     assert prefill["groups"]["128"]["count"] == 20
     slo = json.loads((metrics / "slo_results.json").read_text())
     assert slo["all_slos_met"] and [r["name"] for r in slo["results"]] == ["P99 TTFC", "P90 TBC"]
+    # the seed's names (tokwatch's own slo_results.json says ttft_p99 and tbt_p90)
+    keys = [(r["metric"], r["slo_metric_key"]) for r in slo["results"]]
+    assert keys == [("ttfc", "ttfc_p99"), ("tbc", "tbc_p90")]
     ttfc_csv = (metrics / "ttfc.csv").read_text().splitlines()
     assert ttfc_csv[0] == "statistic,value" and ttfc_csv[1] == "count,20"
     if importlib.util.find_spec("matplotlib") is not None:  # the plots extra

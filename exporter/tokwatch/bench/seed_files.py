@@ -33,6 +33,7 @@ DISTRIBUTIONS = {
     "num_total_tokens": "num_total_tokens",
 }
 CSV_ROWS = ("count", "p50", "p90", "p95", "p99", "min", "max", "mean")
+SEED_METRIC_NAMES = {"ttft": "ttfc", "tbt": "tbc"}  # tokwatch's name -> the seed's, in slo_results.json
 
 
 def wanted(options: Mapping[str, Any]) -> bool:
@@ -120,6 +121,18 @@ def seed_prefill_stats(records: Sequence[RequestRecord]) -> dict[str, Any]:
     return {**stats, "metric": "ttfc"}
 
 
+def seed_slo_results(results: Mapping[str, Any]) -> dict[str, Any]:
+    """slo_results.json with the seed's metric names: `metric: ttfc`, `slo_metric_key: ttfc_p99`."""
+    out = dict(results)
+    renamed = []
+    for r in results.get("results", ()):
+        metric = SEED_METRIC_NAMES.get(r["metric"], r["metric"])
+        suffix = str(r["slo_metric_key"]).removeprefix(r["metric"])
+        renamed.append({**r, "metric": metric, "slo_metric_key": metric + suffix})
+    out["results"] = renamed
+    return out
+
+
 def _values(rows: Iterable[Mapping[str, Any]], field: str) -> list[float]:
     out: list[float] = []
     for row in rows:
@@ -155,7 +168,7 @@ def write_seed_files(
         ("summary_stats.json", summary_stats(outcome)),
         ("throughput_metrics.json", throughput_metrics(rows)),
         ("prefill_stats.json", seed_prefill_stats(outcome.records)),
-        ("slo_results.json", outcome.slo_results()),
+        ("slo_results.json", seed_slo_results(outcome.slo_results())),
     ):
         _write_json(metrics / name, data)
         written.append(metrics / name)
