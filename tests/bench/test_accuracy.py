@@ -125,6 +125,8 @@ async def test_a_bench_file_in_seed_002s_shape_with_few_shot_and_no_bootstrap(
         f"  tasks: [{TASK}]\n"
         "  num_fewshot: 2\n"
         "evaluators:\n"
+        "  - type: performance\n"
+        '    target_channels: ["text"]\n'
         "  - type: accuracy_lmeval\n"
         "    limit: 10\n"
         "    bootstrap_iters: 0\n"
@@ -137,6 +139,9 @@ async def test_a_bench_file_in_seed_002s_shape_with_few_shot_and_no_bootstrap(
     assert run.results is not None and run.out_dir is not None, run.error
     doc = json.loads((run.out_dir / RESULTS_FILE).read_text())
     assert doc["n-shot"][TASK] == 2
+    # the performance evaluator beside it: the seed's files of the same run, one line per scored item
+    levels = (run.out_dir / "metrics" / "request_level_metrics.jsonl").read_text().splitlines()
+    assert len(levels) == 10
     figures = doc["results"][TASK]
     assert figures["exact_match,remove_whitespace"] == pytest.approx(1.0)  # the first 10 items are all right
     assert figures["exact_match_stderr,remove_whitespace"] == "N/A"  # bootstrap_iters 0: no standard error

@@ -83,9 +83,12 @@ def test_prompt_length_sets_the_chat_template_apart(make_record) -> None:
     check = _prompt_check(_prompted(make_record, [(128, 159)] * 20))
     assert check.verdict == "PASS" and "1.24" in check.detail and "excess of 31 tokens" in check.detail
     # ... but prompts twice as long as asked are, whatever the template.
-    assert _prompt_check(_prompted(make_record, [(128, 290)] * 20)).verdict == "WARN"
+    assert _prompt_check(_prompted(make_record, [(128, 290)] * 20)).verdict == "FAIL"
+    # ... and so are prompts 1.3 x as long at one length: an excess a template could give, but not at 1.3 x
+    check = _prompt_check(_prompted(make_record, [(128, 166)] * 20))
+    assert check.verdict == "FAIL" and "above the 1.25x a chat template is taken for" in check.detail
     # With several lengths the template is the intercept and the slope must be 1.
     check = _prompt_check(_prompted(make_record, [(t, t + 30) for t in (64, 128, 256, 512)] * 5))
     assert check.verdict == "PASS" and "1.00 x target + 30" in check.detail
     check = _prompt_check(_prompted(make_record, [(t, 2 * t + 30) for t in (64, 128, 256, 512)] * 5))
-    assert check.verdict == "WARN" and "2.00 x target" in check.detail
+    assert check.verdict == "FAIL" and "2.00 x target" in check.detail

@@ -26,7 +26,7 @@ from tokwatch.settings.access import with_query
 from tokwatch.settings.config import server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.streams.collector import StreamCollector
-from tokwatch.transport.http import HttpClient
+from tokwatch.transport.http import ConnectionSetup, HttpClient
 from tokwatch.transport.http_route import RouteSource
 from tokwatch.transport.measurement import StampLateness
 from tokwatch.transport.request_options import merge_body
@@ -152,6 +152,7 @@ async def execute(
             sent_at = resp.sent_at
             watched = resp.watched
             record.sent_at_s = sent_at - run_t0
+            record.connect_time_s = _connect_time(resp.connection, resp.reused)
             record.http_status = resp.status
             if on_answer is not None:
                 on_answer(time.perf_counter())
@@ -205,6 +206,13 @@ async def execute(
         record.error_class = "no_tokens"
         record.error_message = "the answer carried no generated token"
     return record
+
+
+def _connect_time(setup: ConnectionSetup | None, reused: bool) -> float | None:
+    """Set-up time of the connection a request opened (seed 002's connect time); None over a reused one."""
+    if reused or setup is None:
+        return None
+    return setup.resolve_s + setup.connect_s + setup.tls_s + setup.proxy_connect_s
 
 
 def _fail(

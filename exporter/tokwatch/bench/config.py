@@ -8,8 +8,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tokwatch.bench.accuracy import AccuracyLmevalEvaluator, LmevalSessionGenerator
+from tokwatch.bench.accuracy import LmevalSessionGenerator
 from tokwatch.bench.arrivals import ArrivalKind
+from tokwatch.bench.evaluators import (
+    Evaluator,
+    PerformanceEvaluator,
+    performance_evaluator,
+    unknown_type_message,
+    untagged,
+)
 from tokwatch.bench.fluidity import FluidityMode
 from tokwatch.bench.named_datasets import NAMED, MultiTurnArgs
 from tokwatch.bench.segments import Segment, SegmentError, parse_segment
@@ -81,6 +88,8 @@ class BenchOptions(StrictModel):
     fluidity_decode_deadline: float = Field(0.05, gt=0)
     fluidity_mode: FluidityMode = "etalon"  # how a late token counts (tokwatch.bench.fluidity)
     slos: tuple[str | dict[str, Any], ...] = ()
+    # seed 002's evaluators list (tokwatch.bench.evaluators); its performance entry's slos join `slos`
+    evaluators: tuple[Evaluator, ...] = ()
     # outputs and live view
     output_dir: str | None = None
     live_interval: float = Field(5.0, gt=0)
@@ -128,9 +137,6 @@ class BenchOptions(StrictModel):
     start_at: float | None = None
     start_delay: float = Field(60.0, gt=0)
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
-    # Seed 002's evaluators. Here only `type: accuracy_lmeval` (tokwatch.bench.accuracy); the lead's merge
-    # joins it to seed002's discriminated union with `type: performance`.
-    evaluators: tuple[AccuracyLmevalEvaluator, ...] = ()
     # Seed 002's `session_generator: {type: lmeval, ...}`: lm-eval tasks as requests (tokwatch.bench.accuracy)
     session_generator: LmevalSessionGenerator | None = None
 
@@ -270,7 +276,7 @@ class BenchOptions(StrictModel):
                 raise ValueError(
                     "search varies the request rate (open loop): leave out concurrency and multi_turn"
                 )
-            if self.search == "slo" and not self.slos:
+            if self.search == "slo" and not self.slos and not self._evaluator_slos():
                 raise ValueError("search slo needs at least one slo")
         self._check_segment()
         return self
@@ -334,12 +340,28 @@ class BenchOptions(StrictModel):
         """Concurrent workers of a closed loop (concurrency, or parallel conversations)."""
         return self.parallel or self.concurrency or 1
 
+    @property
+    def performance(self) -> PerformanceEvaluator | None:
+        """The bench file's `type: performance` evaluator (seed 002), if any."""
+        return performance_evaluator(self.evaluators)
+
     def parsed_slos(self) -> list[Slo]:
-        """The SLO list; raises SloError naming the bad entry."""
+        """The SLO list (`slos` then the performance evaluator's); raises SloError naming the bad entry."""
         out = []
         for i, item in enumerate(self.slos):
             out.append(parse_slo(item) if isinstance(item, str) else slo_from_mapping(item, f"slos[{i}]"))
+        for where, item in self._evaluator_slos():
+            out.append(slo_from_mapping(item, _path(where)))
         return out
+
+    def _evaluator_slos(self) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """(location in the file, entry) of each SLO inside a performance evaluator."""
+        return [
+            (("evaluators", i, "slos", j), item)
+            for i, ev in enumerate(self.evaluators)
+            if isinstance(ev, PerformanceEvaluator)
+            for j, item in enumerate(ev.slos)
+        ]
 
     def load_description(self) -> str:
         """A short description of the load, for reports."""
@@ -370,6 +392,8 @@ def build_options(values: dict[str, Any], *, source: str = "options", doc: Any =
     try:
         opts = BenchOptions.model_validate(values)
     except ValidationError as exc:
+        if any(e["loc"][:1] == ("evaluators",) for e in exc.errors()):
+            raise ConfigError(_evaluator_errors(exc, source, doc)) from None
         message = format_validation_error(exc, source, doc).replace("unknown setting", "unknown option")
         raise ConfigError(message) from None
     for i, item in enumerate(opts.slos):
@@ -378,4 +402,33 @@ def build_options(values: dict[str, Any], *, source: str = "options", doc: Any =
         except SloError as exc:
             line = line_of(doc, ("slos", i)) if doc is not None and not isinstance(item, str) else None
             raise ConfigError(f"{source}{f':{line}' if line else ''}: {exc}") from None
+    for where, item in opts._evaluator_slos():
+        try:
+            slo_from_mapping(item, _path(where))
+        except SloError as exc:
+            line = line_of(doc, where) if doc is not None else None
+            raise ConfigError(f"{source}{f':{line}' if line else ''}: {exc}") from None
     return opts
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    """`evaluators[0].slos[1]` for ("evaluators", 0, "slos", 1)."""
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
+
+
+def _evaluator_errors(exc: ValidationError, source: str, doc: Any) -> str:
+    """`file:line: field: message` lines, an evaluator's own fields located without pydantic's type tag and
+    an unknown or missing `type` named as such."""
+    lines = []
+    for err in exc.errors():
+        loc = untagged(tuple(err["loc"]))
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            msg = unknown_type_message(err["input"])
+            loc = (*loc, "type") if isinstance(err["input"], dict) and "type" in err["input"] else loc
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown option"
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+        line = line_of(doc, loc) if doc is not None else None
+        lines.append(f"{source}{f':{line}' if line else ''}: {_path(loc)}: {msg}")
+    return "\n".join(lines)

@@ -83,6 +83,17 @@ class LiveStats:
             f"TTFT p99: {ttft} | TBT p99: {tbt} | Throughput: {self.tokens_per_s(now):.0f} tok/s"
         )
 
+    def seed_line(self) -> str:
+        """Seed 002's own streaming-metrics line, names and fields as the seed prints it:
+        `[10.2s] Completed: 156 | TTFC p99: 45ms | TBC p99: 18ms | Throughput: 234 tok/s`."""
+        now = time.perf_counter() - self.started
+        ttfc = f"{percentile(self.ttft, 99) * 1e3:.0f}ms" if self.ttft else "-"
+        tbc = f"{percentile(self.tbt, 99) * 1e3:.0f}ms" if self.tbt else "-"
+        return (
+            f"[{now:.1f}s] Completed: {self.completed} | TTFC p99: {ttfc} | TBC p99: {tbc} | "
+            f"Throughput: {self.tokens_per_s(now):.0f} tok/s"
+        )
+
 
 class LiveCollector(Collector):
     """Prometheus view of LiveStats; reads memory only."""

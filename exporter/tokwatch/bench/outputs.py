@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokwatch.bench import health, plots, report
+from tokwatch.bench import health, plots, report, seed_files
 from tokwatch.bench.aggregate import PERCENTILES, metric_values
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.workload_throughput import workload_throughput, workload_timeline
@@ -75,6 +75,8 @@ def write_run(outcome: BenchOutcome, out_dir: Path, *, plots_enabled: bool = Tru
     (out_dir / "health_checks.txt").write_text(health.render(checks), encoding="utf-8")
     (out_dir / "report.md").write_text(report.render(summary, thr, slo, checks, traces), encoding="utf-8")
     written += [out_dir / "health_checks.txt", out_dir / "report.md"]
+    if seed_files.wanted(outcome.options):  # a bench file with seed 002's `type: performance` evaluator
+        written += seed_files.write_seed_files(outcome, out_dir, checks, plots_enabled=plots_enabled)
 
     snapshots = (
         ("server_metrics_before.txt", outcome.metrics_before),

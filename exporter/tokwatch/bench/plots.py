@@ -7,6 +7,7 @@ from pathlib import Path
 
 _SECONDS = frozenset(
     {"ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2e", "normalized_latency"}
+    | {"ttfc", "tbc", "normalized_end_to_end_latency"}  # seed 002's names (tokwatch.bench.seed_files)
 )
 
 

@@ -57,6 +57,10 @@ class RequestRecord:
     started_at_s: float = 0.0  # when it got its concurrency slot and the client began the request
     sent_at_s: float = 0.0  # when the request's last byte was handed to the socket (t = 0 of TTFT, E2E)
     completed_at_s: float | None = None
+    processed_at_s: float | None = None  # when the client had computed its figures and kept the record
+    # Setting up the connection this request opened (lookup + TCP connect + TLS + proxy tunnel, inside the
+    # send delay); None when it went over a connection already open.
+    connect_time_s: float | None = None
     status: Status = Status.OK
     http_status: int | None = None
     error_class: str | None = None

@@ -183,6 +183,7 @@ class BenchRunner:
             self.silence.finished(record.http_status is not None)
         if record.prompt_tokens is None and record.ok:
             record.prompt_tokens = count_messages(messages, self._counter)  # the server reported none
+        record.processed_at_s = self._now_s()  # its figures are computed (seed 002's result_processed_at)
         state.records.append(record)
         if self._on_record is not None:
             self._on_record(record)
@@ -222,7 +223,7 @@ class BenchRunner:
         record.status = Status.TIMEOUT
         record.error_class = why
         record.error_message = ABANDONED[why]
-        record.completed_at_s = self._now_s()
+        record.completed_at_s = record.processed_at_s = self._now_s()
         self.state.records.append(record)
         if self._on_record is not None:
             self._on_record(record)

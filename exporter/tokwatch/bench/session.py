@@ -88,6 +88,11 @@ class _LiveView:
         self.stats = LiveStats()
         self._console = console
         self._interval = plan.opts.live_interval
+        self._line: Callable[[], str] | None = self.stats.line
+        evaluator = plan.opts.performance
+        if evaluator is not None:  # seed 002's evaluator: its own line, only with stream_metrics
+            self._interval = evaluator.stream_metrics_interval
+            self._line = self.stats.seed_line if evaluator.stream_metrics else None
         self.progress = make_progress(console)
         total = plan.opts.effective_number if plan.conversations is None else None
         self._task_id = self.progress.add_task("bench", total=total, status="")
@@ -117,7 +122,9 @@ class _LiveView:
     def live_lines(self, t0: float) -> asyncio.Task[None]:
         """Print the live line every --live-interval from the run's t0 on, until the task is stopped."""
         self.stats.started = t0
-        return asyncio.create_task(_live_lines(self.stats, self._console, self._interval), name="bench-live")
+        if self._line is None:
+            return asyncio.create_task(asyncio.sleep(0), name="bench-live")  # stream_metrics: false
+        return asyncio.create_task(_live_lines(self._line, self._console, self._interval), name="bench-live")
 
     def close(self) -> None:
         """Stop the live /metrics server."""
@@ -343,8 +350,8 @@ async def _run_in_workers(
             state.stop_reason, state.message = d.stop_reason, d.message
 
 
-async def _live_lines(stats: LiveStats, console: Console, interval: float) -> None:
-    """Print seed 002's periodic line every `interval` seconds."""
+async def _live_lines(line: Callable[[], str], console: Console, interval: float) -> None:
+    """Print the periodic live line every `interval` seconds."""
     while True:
         await asyncio.sleep(interval)
-        console.print(stats.line(), highlight=False)
+        console.print(line(), highlight=False)

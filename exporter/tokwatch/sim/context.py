@@ -105,7 +105,9 @@ def open_request(
     cold_draw = request_rng(server.seed, server.settings.name, seq, "load").random()
     if server.settings.dialect == "ollama" and cold_draw < profile.cold_load_probability:
         load_seconds = profile.cold_load_duration
-    prompt_tokens = count_prompt_tokens(prompt_texts)
+    settings = server.settings
+    prompt_tokens = round(count_prompt_tokens(prompt_texts) * settings.prompt_token_scale)
+    prompt_tokens += settings.chat_template_tokens
     context, dialect = profile.context_tokens, server.settings.dialect
     if context is not None and dialect == "ollama":
         prompt_tokens = min(prompt_tokens, context)  # Ollama keeps the end of a prompt longer than num_ctx
