@@ -1,0 +1,34 @@
+"""A bench run's spans: each request's trace ids drawn when it is built, its span built and queued once
+the whole run is over, so the load generator's loop does no tracing work while tokens arrive."""
+
+from __future__ import annotations
+
+from tokwatch.tracing.context import RequestTrace, new_ids
+from tokwatch.tracing.otlp import SpanSink
+from tokwatch.tracing.spans import BenchRecord, Peer, bench_span
+
+
+class DeferredSpans:
+    """Traces of the run's requests, kept with their records until `export`."""
+
+    def __init__(self, sink: SpanSink, peer: Peer) -> None:
+        self._sink, self._peer = sink, peer
+        self._done: list[tuple[RequestTrace, BenchRecord]] = []
+
+    def start(self) -> RequestTrace:
+        """The trace of a request about to be built (a new trace for each request)."""
+        return RequestTrace(new_ids())
+
+    def finished(self, trace: RequestTrace, record: BenchRecord) -> None:
+        """Keep a finished request for `export` (a list append: nothing else happens during the run)."""
+        self._done.append((trace, record))
+
+    def export(self, run_t0: float) -> int:
+        """Build every kept request's span, queue it, flush and close the sink; returns the spans sent."""
+        try:
+            for trace, record in self._done:
+                self._sink.emit(bench_span(trace, record, self._peer, self._sink.clock, run_t0=run_t0))
+            return len(self._done)
+        finally:
+            self._done.clear()
+            self._sink.close()
