@@ -25,7 +25,6 @@ except ImportError:  # the optional extra is not installed
     HAVE_OTEL = False
 
 _SAMPLED = 0x01
-_KINDS = {"client": 3, "server": 2}  # SpanKind.CLIENT, SpanKind.SERVER
 
 
 def traces_url(endpoint: str) -> str:
@@ -45,7 +44,9 @@ class SpanSink:
         self.clock = Clock()
         self._resource = Resource.create({"service.name": service})
         self._scope = InstrumentationScope("tokwatch", version or None)
-        self._processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=self.url, timeout=10))
+        # A span waits at most a second before its batch is sent (the SDK default is 5 s).
+        exporter = OTLPSpanExporter(endpoint=self.url, timeout=10)
+        self._processor = BatchSpanProcessor(exporter, schedule_delay_millis=1000)
 
     def emit(self, span: RequestSpan) -> None:
         """Queue one span (the processor's thread exports it; a full queue drops it, never blocks)."""
@@ -65,7 +66,7 @@ class SpanSink:
                 resource=self._resource,
                 attributes=dict(span.attributes),
                 events=[Event(e.name, timestamp=e.at_ns) for e in span.events],
-                kind=SpanKind(_KINDS[span.kind]),
+                kind=SpanKind.CLIENT if span.kind == "client" else SpanKind.SERVER,
                 status=status,
                 start_time=span.start_ns,
                 end_time=span.end_ns,
