@@ -31,7 +31,6 @@ from tokwatch.bench.workload import Conversation, Message, RequestSpec, Syntheti
 from tokwatch.figures.result import Status
 from tokwatch.figures.tokens import count_messages, token_counter
 from tokwatch.tracing.deferred import DeferredSpans
-from tokwatch.tracing.otlp import SpanSink
 from tokwatch.tracing.spans import Peer
 from tokwatch.transport.event_wait import wait_event
 from tokwatch.transport.http import HttpClient
@@ -555,5 +554,4 @@ def _deferred_spans(options: BenchOptions, target: Target) -> DeferredSpans | No
     """The run's request spans when `otlp_endpoint` asks for them (docs/tracing.md)."""
     if options.otlp_endpoint is None:
         return None
-    sink = SpanSink(options.otlp_endpoint, "tokwatch-bench")
-    return DeferredSpans(sink, Peer(target.kind, target.model, target.url))
+    return DeferredSpans(options.otlp_endpoint, "tokwatch-bench", Peer(target.kind, target.model, target.url))

@@ -11,8 +11,8 @@ from tokwatch.tracing.spans import BenchRecord, Peer, bench_span
 class DeferredSpans:
     """Traces of the run's requests, kept with their records until `export`."""
 
-    def __init__(self, sink: SpanSink, peer: Peer) -> None:
-        self._sink, self._peer = sink, peer
+    def __init__(self, endpoint: str, service: str, peer: Peer) -> None:
+        self._endpoint, self._service, self._peer = endpoint, service, peer
         self._done: list[tuple[RequestTrace, BenchRecord]] = []
 
     def start(self) -> RequestTrace:
@@ -24,11 +24,15 @@ class DeferredSpans:
         self._done.append((trace, record))
 
     def export(self, run_t0: float) -> int:
-        """Build every kept request's span, queue it, flush and close the sink; returns the spans sent."""
+        """Open the sink, build every kept request's span and queue it, flush and close; returns the spans
+        sent. The sink (and its thread) exists only now: a runner that never runs leaves nothing open."""
+        if not self._done:
+            return 0
+        sink = SpanSink(self._endpoint, self._service)
         try:
             for trace, record in self._done:
-                self._sink.emit(bench_span(trace, record, self._peer, self._sink.clock, run_t0=run_t0))
+                sink.emit(bench_span(trace, record, self._peer, sink.clock, run_t0=run_t0))
             return len(self._done)
         finally:
             self._done.clear()
-            self._sink.close()
+            sink.close()
