@@ -15,7 +15,7 @@ from tokwatch.bench.config import build_options
 from tokwatch.bench.session import run_bench
 from tokwatch.service.app import App
 from tokwatch.settings.config import load_config_text
-from tokwatch.tracing.spans import FIRST_TOKEN, LAST_TOKEN, OUTPUT_START, REQUEST_SENT, THINK_END
+from tokwatch.tracing.spans import FIRST_TOKEN, LAST_TOKEN, OUTPUT_START, REQUEST_SENT, SLOT_TAKEN, THINK_END
 
 SIM = """
 servers:
@@ -84,8 +84,10 @@ async def test_bench_request_spans_join_the_simulator_server_spans(tmp_path, sta
         assert a["gen_ai.response.time_to_first_chunk"] == r.ttft_s
         # The span's times are the record's stamps.
         ev = client.events
-        assert _near(client.end_ns - client.start_ns, _ns(r.completed_at_s - r.started_at_s))
-        assert _near(ev[REQUEST_SENT] - client.start_ns, _ns(r.sent_at_s - r.started_at_s))
+        assert _near(client.end_ns - client.start_ns, _ns(r.completed_at_s - r.dispatched_at_s))
+        assert _near(ev[SLOT_TAKEN] - client.start_ns, _ns(r.started_at_s - r.dispatched_at_s))
+        assert _near(ev[REQUEST_SENT] - ev[SLOT_TAKEN], _ns(r.sent_at_s - r.started_at_s))
+        assert a["tokwatch.queue_time_s"] == r.queue_time_s and a["tokwatch.connect_s"] == r.connect_s
         assert _near(ev[FIRST_TOKEN] - ev[REQUEST_SENT], _ns(r.ttft_s))
         times = r.token_times_s()
         assert _near(ev[LAST_TOKEN] - ev[FIRST_TOKEN], _ns(times[-1] - times[0]))

@@ -21,6 +21,7 @@ AttrValue = str | bool | int | float | Sequence[str]
 SpanKindName = Literal["client", "server"]
 
 # Events on a request's span, in the order they happen.
+SLOT_TAKEN = "tokwatch.slot_taken"  # bench: the request got its concurrency slot (queue time before it)
 REQUEST_SENT = "tokwatch.request_sent"
 FIRST_TOKEN = "tokwatch.first_token"
 THINK_END = "tokwatch.think_end"  # the last reasoning token
@@ -146,7 +147,15 @@ class BenchRecord(Figures, Protocol):
     @property
     def server_request_id(self) -> str | None: ...
     @property
+    def dispatched_at_s(self) -> float: ...
+    @property
     def started_at_s(self) -> float: ...
+    @property
+    def scheduling_lag_s(self) -> float | None: ...
+    @property
+    def queue_time_s(self) -> float: ...
+    @property
+    def connect_s(self) -> float: ...
     @property
     def sent_at_s(self) -> float: ...
     @property
@@ -246,11 +255,15 @@ def probe_span(
 def bench_span(
     trace: RequestTrace, record: BenchRecord, peer: Peer, clock: Clock, *, run_t0: float
 ) -> RequestSpan:
-    """The span of a bench request: from its start (concurrency slot taken) to its completion, times the
-    record's own stamps (seconds since `run_t0`, a perf_counter value)."""
-    start, sent = run_t0 + record.started_at_s, run_t0 + record.sent_at_s
+    """The span of a bench request, its whole lifecycle: from its dispatch (the generator released it) to
+    its completion, times the record's own stamps (seconds since `run_t0`, a perf_counter value)."""
+    start = run_t0 + min(record.dispatched_at_s, record.started_at_s)
+    sent = run_t0 + record.sent_at_s
     end = run_t0 + (record.completed_at_s if record.completed_at_s is not None else record.sent_at_s)
-    events = [SpanEvent(REQUEST_SENT, clock.unix_ns(sent))]
+    events = [
+        SpanEvent(SLOT_TAKEN, clock.unix_ns(run_t0 + record.started_at_s)),
+        SpanEvent(REQUEST_SENT, clock.unix_ns(sent)),
+    ]
     events += token_events(clock, sent, record.ttft_s, record.tbt_s, record.think_tokens)
     attrs: dict[str, AttrValue] = {
         **peer.attributes(),
@@ -260,7 +273,11 @@ def bench_span(
         "tokwatch.request_id": record.request_id,
         "tokwatch.category": record.category,
         "tokwatch.warmup": record.warmup,
+        "tokwatch.queue_time_s": record.queue_time_s,
+        "tokwatch.connect_s": record.connect_s,
     }
+    if record.scheduling_lag_s is not None:
+        attrs["tokwatch.scheduling_lag_s"] = record.scheduling_lag_s
     if record.max_tokens is not None:
         attrs["gen_ai.request.max_tokens"] = record.max_tokens
     if record.server_request_id:
