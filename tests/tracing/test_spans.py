@@ -66,3 +66,10 @@ def test_a_probe_span_is_timed_from_the_result() -> None:
     assert (span.start_ns, span.end_ns) == (10 * 10**9, 125 * 10**8)
     assert events == {REQUEST_SENT: 105 * 10**8, FIRST_TOKEN: 115 * 10**8, LAST_TOKEN: 12 * 10**9}
     assert span.kind == "client" and span.name == "chat m" and span.error is None
+
+
+def test_a_run_that_failed_before_its_request_is_a_point_when_it_came_back() -> None:
+    run = RunResult("e", 0.0, Status.PROVIDER_ERROR, error_class="workload")
+    span = probe_span(RequestTrace(new_ids()), run, Peer("vllm", "m", "http://h:1/v1"), Clock(offset_ns=0),
+                      max_tokens=3, now=7.0)  # fmt: skip
+    assert (span.start_ns, span.end_ns, span.events, span.error) == (7 * 10**9, 7 * 10**9, (), "workload")

@@ -225,9 +225,10 @@ def probe_span(
     trace: RequestTrace, result: RunResult, peer: Peer, clock: Clock, *, max_tokens: int, now: float
 ) -> RequestSpan:
     """The span of a timed probe run: from the call of the client to the last byte (a failed run: to
-    `now`, when its result came back), the send and the tokens as events."""
-    start = trace.called_at
-    sent = start + result.send_delay_s if result.send_delay_s is not None else None
+    `now`, when its result came back), the send and the tokens as events. A run that failed before its
+    request was built (no `called_at`) is a point at `now`."""
+    start = trace.called_at or now
+    sent = start + result.send_delay_s if trace.called_at and result.send_delay_s is not None else None
     end = sent + result.e2e_s if sent is not None and result.e2e_s is not None else now
     events = [] if sent is None else [SpanEvent(REQUEST_SENT, clock.unix_ns(sent))]
     if sent is not None:
