@@ -35,8 +35,9 @@ def _ns(seconds: float) -> int:
 
 
 def _near(a: int, b: int) -> bool:
-    """Equal to the nanosecond rounding of the two stamps the difference is made of."""
-    return abs(a - b) <= 2
+    """Equal but for rounding: each stamp to the nanosecond, and a perf_counter float's own spacing (2 ns
+    after months of uptime)."""
+    return abs(a - b) <= 10
 
 
 @pytest.fixture
