@@ -169,3 +169,21 @@ endpoints:
     assert span.attributes["http.response.status_code"] == 429
     assert span.attributes["tokwatch.status"] == "rate_limited"
     assert FIRST_TOKEN not in span.events and span.end_ns >= span.start_ns
+
+
+@pytest.mark.slow  # two worker processes are spawned
+async def test_with_worker_processes_each_sends_its_own_requests_spans(
+    tmp_path, start_sim: StartSim, receiver
+):
+    sim = await start_sim(SIM)
+    opts = build_options({
+        "url": f"{sim.url}/v/v1", "kind": "vllm", "model": "thinker", "concurrency": 4, "number": 8,
+        "workers": 2, "output_tokens": "8", "live_interval": 60, "plots": False,
+        "otlp_endpoint": receiver.url,
+    })  # fmt: skip
+    outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "run")
+    assert len(outcome.records) == 8 and all(r.ok for r in outcome.records)
+    spans = receiver.wait_for(8)
+    sent = sorted(s.attributes["tokwatch.request_id"] for s in spans)
+    assert sent == sorted(r.request_id for r in outcome.records)
+    assert len({s.trace_id for s in spans}) == 8
