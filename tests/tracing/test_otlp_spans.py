@@ -129,6 +129,7 @@ endpoints:
     assert client.service == "exporter-a"
     a = client.attributes
     assert a["tokwatch.run_id"] == result.run_id and a["tokwatch.endpoint"] == "vllm"
+    assert a["tokwatch.trigger"] == result.trigger == "scheduled" and "tokwatch.site" not in a
     assert a["gen_ai.request.model"] == "thinker" and a["gen_ai.request.max_tokens"] == 16
     assert a["gen_ai.usage.output_tokens"] == result.think_tokens + result.output_tokens == 16
     assert a["gen_ai.usage.input_tokens"] == result.prompt_tokens

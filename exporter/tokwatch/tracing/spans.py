@@ -242,7 +242,10 @@ def probe_span(
         "tokwatch.endpoint": result.endpoint,
         "tokwatch.workload": result.workload,
         "tokwatch.run_id": result.run_id,
+        "tokwatch.trigger": result.trigger,
     }
+    if result.site:
+        attrs["tokwatch.site"] = result.site
     if result.tokens_per_second is not None:
         attrs["tokwatch.tokens_per_second"] = result.tokens_per_second
     if result.source is not None:
