@@ -249,7 +249,8 @@ def test_one_more_evaluator_type_is_one_more_union_line() -> None:
         ],
         Discriminator(_evaluator_type),
     ]
-    assert EVALUATOR_TYPES == ("performance", "accuracy_lmeval") and _tags(extended) == ("performance", "other")
+    assert EVALUATOR_TYPES == ("performance", "accuracy_lmeval")
+    assert _tags(extended) == ("performance", "other")
     parsed = TypeAdapter(tuple[extended, ...]).validate_python(
         [{"type": "other", "bootstrap_iters": 200}, {"type": "performance", "stream_metrics": True}]
     )

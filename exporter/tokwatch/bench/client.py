@@ -26,6 +26,7 @@ from tokwatch.settings.access import with_query
 from tokwatch.settings.config import server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.streams.collector import StreamCollector
+from tokwatch.tracing.context import RequestTrace, traced_headers
 from tokwatch.transport.http import ConnectionSetup, HttpClient
 from tokwatch.transport.http_route import RouteSource
 from tokwatch.transport.measurement import StampLateness
@@ -127,11 +128,12 @@ async def execute(
     redactor: Redactor,
     stalls: StampLateness | None = None,
     on_answer: Callable[[float], None] | None = None,
+    trace: RequestTrace | None = None,
 ) -> RequestRecord:
     """Send the request, stream the answer, fill `record`; never raises except on cancellation.
 
     `on_answer(t)` is told when the server's bytes arrived (the headers, then the newest read of each batch
-    of the body) after they were stamped."""
+    of the body) after they were stamped; `trace` adds its `traceparent` header (its span is built later)."""
     max_tokens = record.max_tokens or 1
     body = target.body(messages, max_tokens, record.fixed_output)
     collector = StreamCollector()
@@ -145,7 +147,7 @@ async def execute(
             "POST",
             target.url,
             json_body=body,
-            headers=target.headers(),
+            headers=traced_headers(target.headers(), trace),
             timeout=target.timeout_s,
             reach=target.reach,
         ) as resp:
@@ -239,6 +241,7 @@ def _fill_figures(
     record.tokens_source = source
     record.chunks = len(events)
     record.finish_reason = c.finish_reason
+    record.response_model = c.model
     think = streamed_think = timing.total_tokens(events, "think")
     output = timing.total_tokens(events, "output")
     n = think + output  # every event is one phase or the other

@@ -342,6 +342,12 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
             ),
             _flag("--no-server-metrics", dest="server_metrics", action="store_false"),
             _flag("--mirror-metric", dest="mirror_metrics", action="append", help="server counter to diff"),
+            _flag(
+                "--otlp-endpoint",
+                type=http_url,
+                help="send one OpenTelemetry span per request to this OTLP/HTTP receiver after the run "
+                "(e.g. http://127.0.0.1:4318; needs the otel extra; docs/tracing.md)",
+            ),
             _flag("--fail-fast", type=int, help="stop after N failures before any success (5)"),
             _flag(
                 "--max-consecutive-failures",

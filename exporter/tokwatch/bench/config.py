@@ -35,6 +35,7 @@ from tokwatch.settings.strict_yaml import (
     parse_yaml_doc,
     read_config_file,
 )
+from tokwatch.tracing.extra import require_otel
 from tokwatch.transport import kernel_stamps
 
 DEFAULT_NUMBER = 100
@@ -97,6 +98,8 @@ class BenchOptions(StrictModel):
     metrics_url: str | None = None
     server_metrics: bool = True
     mirror_metrics: tuple[str, ...] = ()
+    # An OTLP/HTTP receiver for one span per request, sent after the run (docs/tracing.md; the `otel` extra).
+    otlp_endpoint: str | None = None
     plots: bool = True
     fail_fast: int = Field(5, ge=1)
     # capacity (tokwatch.bench.capacity): a sweep over load points, or a search for the highest good rate
@@ -218,6 +221,14 @@ class BenchOptions(StrictModel):
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         return v if v is None else check_http_url(v)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_http_url(v)
+            require_otel()  # the one-line error naming the extra, before anything is sent
+        return v
 
     @field_validator("url")
     @classmethod

@@ -66,6 +66,7 @@ class RequestRecord:
     error_class: str | None = None
     error_message: str | None = None
     finish_reason: str | None = None
+    response_model: str | None = None  # the model the server says answered (the span's gen_ai.response.model)
     server_request_id: str | None = None
     prompt_tokens_target: int | None = None
     prompt_tokens: int | None = None

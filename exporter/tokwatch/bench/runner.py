@@ -30,6 +30,8 @@ from tokwatch.bench.wallclock import StartMissed
 from tokwatch.bench.workload import Conversation, Message, RequestSpec, SyntheticWorkload, Turn
 from tokwatch.figures.result import Status
 from tokwatch.figures.tokens import count_messages, token_counter
+from tokwatch.tracing.deferred import DeferredSpans
+from tokwatch.tracing.spans import Peer
 from tokwatch.transport.event_wait import wait_event
 from tokwatch.transport.http import HttpClient
 from tokwatch.transport.measurement import (
@@ -126,6 +128,7 @@ class BenchRunner:
         # loop's heartbeat, and with a receive watcher a thread's, since the watcher stamps off the loop.
         self.stalls = StallMonitor()
         self.stamps = StampLateness(self.stalls, ThreadHeartbeat() if http.watcher is not None else None)
+        self._traces = _deferred_spans(options, target)  # --otlp-endpoint: spans built after the run
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -162,6 +165,7 @@ class BenchRunner:
         self.silence.sent(time.perf_counter())
         if self._on_start is not None:
             self._on_start(record)
+        trace = self._traces.start() if self._traces is not None else None
         try:
             await execute(
                 self.http,
@@ -173,12 +177,15 @@ class BenchRunner:
                 redactor=self._redactor,
                 stalls=self.stamps,
                 on_answer=self.silence.answered,
+                trace=trace,
             )
         except asyncio.CancelledError:
             if self._abandon is not None:  # the run gave up waiting for it: a failure, not a lost request
                 self._record_abandoned(record, self._abandon)
             raise
         finally:
+            if trace is not None and self._traces is not None:
+                self._traces.finished(trace, record)
             state.in_flight -= 1
             self.silence.finished(record.http_status is not None)
         if record.prompt_tokens is None and record.ok:
@@ -288,7 +295,15 @@ class BenchRunner:
     # --- phases --------------------------------------------------------------------------------------
 
     async def run(self) -> RunState:
-        """Warm-up, then the measured phase; returns the state (records, stop reason)."""
+        """Warm-up, then the measured phase; returns the state (records, stop reason). With
+        --otlp-endpoint, the requests' spans are built and sent once it is over."""
+        try:
+            return await self._run_watched()
+        finally:
+            if self._traces is not None:
+                self._traces.export(self.state.t0)
+
+    async def _run_watched(self) -> RunState:
         with self.stamps.watching(), collector_out_of_the_way():
             work = asyncio.create_task(self._run(), name="bench-phases")
             watchdog = asyncio.create_task(self._watchdog(work), name="bench-watchdog")
@@ -534,3 +549,10 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 def _system(conv: Conversation) -> tuple[Message, ...]:
     return ({"role": "system", "content": conv.system},) if conv.system else ()
+
+
+def _deferred_spans(options: BenchOptions, target: Target) -> DeferredSpans | None:
+    """The run's request spans when `otlp_endpoint` asks for them (docs/tracing.md)."""
+    if options.otlp_endpoint is None:
+        return None
+    return DeferredSpans(options.otlp_endpoint, "tokwatch-bench", Peer(target.kind, target.model, target.url))

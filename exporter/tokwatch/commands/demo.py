@@ -13,7 +13,7 @@ import yaml
 
 from tokwatch.commands.launch import add_web_config_option, print_results, start_exporter, until_signal
 from tokwatch.service.app import App
-from tokwatch.settings.argtypes import listen_address
+from tokwatch.settings.argtypes import http_url, listen_address
 from tokwatch.settings.config import DEFAULT_LISTEN, Config
 from tokwatch.settings.setting_values import parse_listen
 from tokwatch.settings.strict_yaml import validate_yaml
@@ -21,6 +21,7 @@ from tokwatch.settings.webconfig import WebConfig, load_web_config
 from tokwatch.sim.config import load_sim_config, load_sim_config_text
 from tokwatch.sim.server import serve_sim
 from tokwatch.sim.testing import run_sim
+from tokwatch.tracing.extra import OtelUnavailable, require_otel
 
 log = logging.getLogger("tokwatch.commands.demo")
 
@@ -158,6 +159,13 @@ async def _demo(
 def cmd_sim(args: argparse.Namespace) -> int:
     """Run the simulated inference server alone until SIGTERM/SIGINT."""
     config = load_sim_config(args.config)
+    if args.otlp_endpoint is not None:
+        try:
+            require_otel()
+        except OtelUnavailable as exc:
+            print(f"tokwatch sim: --otlp-endpoint: {exc}", file=sys.stderr)
+            return 2
+        config = config.model_copy(update={"otlp_endpoint": args.otlp_endpoint})
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -189,4 +197,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="run the simulated inference server")
     p.add_argument("--config", "-c", required=True, help="sim.yml (see docs/simulator.md)")
     p.add_argument("--listen", type=listen_address, help="HOST:PORT (default from the config)")
+    p.add_argument(
+        "--otlp-endpoint",
+        type=http_url,
+        help="send a server span of each request carrying a traceparent to this OTLP/HTTP receiver "
+        "(needs the otel extra; docs/tracing.md)",
+    )
     p.set_defaults(func=cmd_sim)

@@ -105,6 +105,7 @@ class RunResult:
     streamed: bool = False
     cold: bool | None = None  # Ollama load_duration > 0 on the hot run
     finish_reason: str | None = None
+    response_model: str | None = None  # the model the answer names (the span's gen_ai.response.model)
     instance: str = ""
     # What started the run: the schedule, or an on-demand /probe request (excluded from window figures).
     trigger: Trigger = "scheduled"

@@ -14,6 +14,7 @@ from tokwatch.figures.tokens import token_counter
 from tokwatch.probes.prompts import PromptSizer, RecentStarts
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.workloads import SEED000, Workload
+from tokwatch.tracing.context import RequestTrace
 from tokwatch.transport.cert_expiry import cert_expiry
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class ProbeContext:
     # The endpoint's proxy and TLS settings (tokwatch.settings.reach; None: straight, the system's trust
     # store).
     reach: RouteSource | None = None
+    # The timed run's trace (tokwatch.tracing): its `traceparent` goes on the request (None: not traced).
+    trace: RequestTrace | None = None
 
     @property
     def timeout(self) -> float:

@@ -37,6 +37,7 @@ from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.framing import decode_utf8
 from tokwatch.streams.payload import loads_json
+from tokwatch.tracing.context import traced_headers
 from tokwatch.transport.http import StreamResponse
 from tokwatch.transport.request_options import merge_body
 
@@ -302,7 +303,10 @@ class HttpProbe(Probe):
                 "POST",
                 url,
                 json_body=body,
-                headers=self.headers(ctx.api_key) if ctx.headers is None else ctx.headers,
+                headers=traced_headers(
+                    self.headers(ctx.api_key) if ctx.headers is None else ctx.headers,
+                    ctx.trace if timed else None,
+                ),
                 timeout=ctx.timeout,
                 max_bytes=ctx.settings.max_response_bytes,
                 reach=ctx.reach,
@@ -380,6 +384,7 @@ class HttpProbe(Probe):
         result.think_tokens = total_tokens(events, "think") if events else 0
         result.prompt_tokens, result.cached_tokens = self.server_prompt(col)
         result.finish_reason = col.finish_reason
+        result.response_model = col.model
         result.e2e_s = end - sent_at
         bounds = _bounds(ctx, events, sent_at, end, result.e2e_s, n, watched)
         candidates = self.server_candidates(col, result)

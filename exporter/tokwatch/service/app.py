@@ -324,6 +324,8 @@ class App:
             log.warning("listen address changes take effect on restart only")
         if config.storage != self.config.storage:
             log.warning("storage settings change on restart only")
+        if config.otlp != self.config.otlp:
+            log.warning("otlp settings change on restart only")
         self.keys = keys
         self._config_digest = digest
         self.full_config = full

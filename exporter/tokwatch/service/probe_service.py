@@ -22,7 +22,7 @@ from tokwatch.figures.result import RunResult, Trigger
 from tokwatch.figures.tokens import WorkloadError
 from tokwatch.logs.round_log import RoundTally
 from tokwatch.metrics.probe import ProbeMetrics
-from tokwatch.probes import get_probe
+from tokwatch.probes import get_probe, probe_class
 from tokwatch.probes.base import (
     CounterMeasurement,
     CounterWindow,
@@ -38,6 +38,9 @@ from tokwatch.settings.config import Config, ConfigError, EndpointSettings
 from tokwatch.settings.reach import Reach, warn_insecure
 from tokwatch.settings.workloads import Workload
 from tokwatch.storage.writer import RunWriter
+from tokwatch.tracing.context import RequestTrace, new_ids
+from tokwatch.tracing.otlp import SpanSink
+from tokwatch.tracing.spans import Peer, RequestSpan, probe_span
 from tokwatch.transport.http import HttpClient
 from tokwatch.transport.measurement import MeasurementLoop, StampLateness, ThreadHeartbeat, on_loop
 from tokwatch.windows.window import MemoryWindows
@@ -82,6 +85,7 @@ class ProbeService:
         self._starts: dict[str, RecentStarts] = {}
         # Each endpoint's proxy and TLS settings, rebuilt at every (re)load: files and environment re-read.
         self._reaches: dict[str, Reach] = {}
+        self._spans: SpanSink | None = None  # `otlp.endpoint`: the timed runs' spans (opened by `start`)
 
     def check(self, config: Config) -> None:
         """Raise ConfigError naming every enabled endpoint whose tokenizer.json cannot be loaded."""
@@ -128,6 +132,9 @@ class ProbeService:
         self._http = await self.measurement.call(_open_client())
         watcher = ThreadHeartbeat() if self._http.watcher is not None else None
         self.stamps = StampLateness(self.measurement.monitor, watcher)
+        otlp = self._config.otlp
+        if otlp.endpoint is not None:
+            self._spans = SpanSink(otlp.endpoint, otlp.service_name)
 
     async def stop(self) -> None:
         """Cancel the probes in flight, close the client and stop the measurement loop."""
@@ -136,6 +143,9 @@ class ProbeService:
             await self.measurement.call(self._http.close())
         self._http = None
         self.measurement.stop()
+        if self._spans is not None:
+            self._spans.close()
+            self._spans = None
 
     async def probe(
         self, name: str, trigger: Trigger = "scheduled", workload: str | None = None
@@ -174,6 +184,8 @@ class ProbeService:
         ctx = self._context(*key)
         result = await self.measurement.call(_measured(ctx))
         result.trigger = trigger
+        if self._spans is not None and ctx.trace is not None:  # built here, off the measurement loop
+            self._spans.emit(_span(ctx, ctx.trace, result, self._spans))
         self.record(result)
         outcome = ProbeOutcome(result, ctx.log)
         self._last[key] = outcome
@@ -202,6 +214,7 @@ class ProbeService:
             prompts=self._sizers.get((name, w.name)),
             starts=self._starts.setdefault(name, RecentStarts()),
             reach=self._reaches.get(name),
+            trace=RequestTrace(new_ids()) if self._spans is not None else None,
         )
 
     def record(self, result: RunResult) -> None:
@@ -272,3 +285,11 @@ class _CountersOnLoop:
     def measure(self, before: object | None, after: object | None) -> CounterMeasurement | None:
         """Pure arithmetic: runs wherever it is called."""
         return self._inner.measure(before, after)
+
+
+def _span(ctx: ProbeContext, trace: RequestTrace, result: RunResult, sink: SpanSink) -> RequestSpan:
+    """The timed run's span, from the stamps it recorded (docs/tracing.md)."""
+    ep = ctx.endpoint
+    peer = Peer(ep.kind, ep.model, probe_class(ep.kind).endpoint_url(ep))
+    return probe_span(trace, result, peer, sink.clock, max_tokens=ctx.max_tokens, now=time.perf_counter())
+

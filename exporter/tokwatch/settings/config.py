@@ -52,6 +52,7 @@ from tokwatch.settings.setting_values import (
 from tokwatch.settings.site_offset import site_offset
 from tokwatch.settings.strict_yaml import ConfigError, StrictModel, read_config_file, validate_yaml
 from tokwatch.settings.workloads import SEED000, Workload, check_workloads
+from tokwatch.tracing.extra import require_otel
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,22 @@ class StorageSettings(StrictModel):
     _horizons = horizon_fields("retention", "compress_after")
 
 
+class OtlpSettings(StrictModel):
+    """Spans of the timed probe runs, sent over OTLP/HTTP (docs/tracing.md; needs the `otel` extra)."""
+
+    # The receiver: http(s)://host:4318 (traces go to /v1/traces) or a full traces URL. None: no spans.
+    endpoint: str | None = None
+    service_name: str = Field("tokwatch", min_length=1)  # the spans' service.name
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_http_url(v)
+            require_otel()  # the one-line error naming the extra
+        return v
+
+
 class EndpointSettings(StrictModel):
     """One probed endpoint."""
 
@@ -405,6 +422,7 @@ class Config(StrictModel):
     schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)  # type: ignore[arg-type]
     storage: StorageSettings = Field(default_factory=StorageSettings)  # type: ignore[arg-type]
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)  # type: ignore[arg-type]
+    otlp: OtlpSettings = Field(default_factory=OtlpSettings)  # type: ignore[arg-type]
     endpoints: tuple[EndpointSettings, ...] = ()
 
     @model_validator(mode="after")

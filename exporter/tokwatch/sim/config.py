@@ -13,8 +13,9 @@ from pydantic import (
     model_validator,
 )
 
-from tokwatch.settings.setting_values import duration_fields, parse_listen
+from tokwatch.settings.setting_values import check_http_url, duration_fields, parse_listen
 from tokwatch.settings.strict_yaml import StrictModel, read_config_file, validate_yaml
+from tokwatch.tracing.extra import require_otel
 
 DEFAULT_SIM_LISTEN = "127.0.0.1:8900"
 FAULT_KINDS = (
@@ -184,6 +185,8 @@ class SimConfig(StrictModel):
     listen: str = DEFAULT_SIM_LISTEN
     seed: int = 0
     truth_capacity: int = Field(10000, ge=1, le=1_000_000)
+    # An OTLP/HTTP receiver for a server span of each request that carries a `traceparent` (docs/tracing.md).
+    otlp_endpoint: str | None = None
     servers: tuple[ServerSettings, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -194,6 +197,9 @@ class SimConfig(StrictModel):
                 raise ValueError(f"server name {s.name!r} appears twice")
             seen.add(s.name)
         parse_listen(self.listen)
+        if self.otlp_endpoint is not None:
+            check_http_url(self.otlp_endpoint)
+            require_otel()
         return self
 
     def server(self, name: str) -> ServerSettings | None:

@@ -25,10 +25,14 @@ from tokwatch.sim.generation import Chunk, Ping
 from tokwatch.sim.power import CONTENT_TYPE as POWER_CONTENT_TYPE
 from tokwatch.sim.profile import Limits
 from tokwatch.sim.runtime import ServerState, SimState
+from tokwatch.sim.spans import server_span
+from tokwatch.tracing.context import TRACEPARENT, parse_traceparent
+from tokwatch.tracing.otlp import SpanSink
 
 log = logging.getLogger("tokwatch.sim")
 SIM_STATE = web.AppKey("sim_state", SimState)
 _BACKGROUND = web.AppKey("sim_background", list[asyncio.Task[None]])
+_SPANS = web.AppKey("sim_spans", SpanSink)
 _PUBLIC_PATHS = frozenset({"health", "metrics", "", "api/version", "dcgm/metrics"})
 SHUTDOWN_TIMEOUT_S = 1.0
 
@@ -46,10 +50,28 @@ def build_app(config: SimConfig) -> web.Application:
     app.router.add_route("*", "/{server}", _dispatch)
     app.on_startup.append(_start_background)
     app.on_cleanup.append(_stop_background)
+    if config.otlp_endpoint is not None:
+        app[_SPANS] = SpanSink(config.otlp_endpoint, "tokwatch-sim")
+        app.on_cleanup.append(_close_spans)
     return app
 
 
+async def _close_spans(app: web.Application) -> None:
+    await asyncio.to_thread(app[_SPANS].close)  # flushes: its HTTP posts block
+
+
 async def _dispatch(request: web.Request) -> web.StreamResponse:
+    resp = await _answer(request)
+    sink = request.app.get(_SPANS)
+    parent = parse_traceparent(request.headers.get(TRACEPARENT)) if sink is not None else None
+    if sink is not None and parent is not None:  # the answer is written: nothing here delays a token
+        rec = request.app[SIM_STATE].truth.get(resp.headers.get("x-sim-request-id", ""))
+        if rec is not None:
+            sink.emit(server_span(parent, rec, sink.clock))
+    return resp
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
     state = request.app[SIM_STATE]
     name = request.match_info["server"]
     server = state.servers.get(name)
