@@ -262,4 +262,3 @@ def _fill_figures(
         record.fluidity_index = fluidity_index(
             record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s, deadlines.mode
         )
-
