@@ -25,6 +25,7 @@ from tokwatch.bench.costing import (
 )
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.session import run_bench
+from tokwatch.bench.storing import run_row
 from tokwatch.figures.cost import MTOK
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.strict_yaml import ConfigError
@@ -200,3 +201,22 @@ def test_a_capacity_search_prices_output_at_its_result_rate(make_record: Any, tm
     hosted = BenchPricing(Pricing(input_per_mtok=1.0, output_per_mtok=2.0), (3, 1), "options")
     assert capacity_cost(hosted, 10.0, tokens_per_s) is None
     assert capacity_cost(bench, None, None) is None
+
+
+def test_bench_file_keys_price_the_run_and_the_stored_summary_keeps_the_cost(
+    make_record: Any, tmp_path: Path, capsys: Any
+) -> None:
+    bench_file = tmp_path / "bench.yml"
+    bench_file.write_text(
+        "url: http://127.0.0.1:9/v1\nmodel: m\nprice_input: 1.5\nprice_output: -6\n", encoding="utf-8"
+    )
+    assert _cmd(["--bench-file", str(bench_file)]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert f"{bench_file}:4: price_output" in err and "Traceback" not in err
+    records = [make_record(i, tokens=20) for i in range(3)]
+    priced = BenchPricing(Pricing(input_per_mtok=1.5, output_per_mtok=6.0), (3, 1), "options")
+    outcome = BenchOutcome(options={"endpoint": "e"}, records=records, started_at_unix=0.0, wall_s=2.0,
+                           complete=True, stop_reason="finished", pricing=priced)  # fmt: skip
+    stored = json.loads(run_row(outcome).summary)
+    assert stored["cost"]["hosted"]["run_cost"] == pytest.approx(3 * (100 * 1.5 + 20 * 6.0) / MTOK)
+    assert "energy" not in stored  # no power URL, no energy figures

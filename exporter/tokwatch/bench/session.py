@@ -241,6 +241,9 @@ async def _power_before_load(opts: BenchOptions, redact: Redactor) -> PowerWatch
         await power.start()
     except PowerSourceError as exc:
         raise ConfigError(str(exc)) from None
+    except BaseException:  # interrupted during the idle baseline: stop the sampler, close its connection
+        await asyncio.shield(power.finish())
+        raise
     return power
 
 
