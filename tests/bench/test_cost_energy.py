@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from tokwatch.bench.capacity import Capacity, point_from, result_tokens_per_s
-from tokwatch.bench.commands import add_commands
+from tokwatch.bench.commands import add_commands, run_compare
 from tokwatch.bench.config import build_options
 from tokwatch.bench.costing import (
     BenchPricing,
@@ -24,6 +24,7 @@ from tokwatch.bench.costing import (
     cost_figures,
 )
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
+from tokwatch.bench.outputs import write_run
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.storing import run_row
 from tokwatch.figures.cost import MTOK
@@ -220,3 +221,26 @@ def test_bench_file_keys_price_the_run_and_the_stored_summary_keeps_the_cost(
     stored = json.loads(run_row(outcome).summary)
     assert stored["cost"]["hosted"]["run_cost"] == pytest.approx(3 * (100 * 1.5 + 20 * 6.0) / MTOK)
     assert "energy" not in stored  # no power URL, no energy figures
+
+
+def test_compare_sets_the_cost_figures_of_two_runs_side_by_side(make_record: Any, tmp_path: Path) -> None:
+    def run(name: str, output_price: float) -> Path:
+        price = Pricing(input_per_mtok=1.0, output_per_mtok=output_price)
+        outcome = BenchOutcome(options={"load": "closed loop, concurrency 1"},
+                               records=[make_record(i, tokens=20) for i in range(10)], started_at_unix=0.0,
+                               wall_s=12.0, complete=True, stop_reason="finished",
+                               pricing=BenchPricing(price, (3, 1), "options"))  # fmt: skip
+        write_run(outcome, tmp_path / name, plots_enabled=False)
+        return tmp_path / name
+
+    a, b = run("a", 4.0), run("b", 8.0)
+    code, text = run_compare(str(a), str(b), threshold=0.05, gate=["ttft:p50"], resamples=50, seed=0,
+                             as_json=False, force=True)  # fmt: skip
+    assert code == 0
+    per_mtok_a, per_mtok_b = (100 * 1.0 + 20 * 4.0) / 120, (100 * 1.0 + 20 * 8.0) / 120
+    line = next(x for x in text.splitlines() if "hosted cost per Mtok of the run's tokens (USD)" in x)
+    assert f"A {per_mtok_a:.4g}, B {per_mtok_b:.4g} ({(per_mtok_b - per_mtok_a) / per_mtok_a:+.1%})" in line
+    _, doc = run_compare(str(a), str(b), threshold=0.05, gate=["ttft:p50"], resamples=50, seed=0,
+                         as_json=True, force=True)  # fmt: skip
+    figures = json.loads(doc)["cost_and_energy"]
+    assert figures["b"]["hosted cost per Mtok of the run's tokens (USD)"] == pytest.approx(per_mtok_b)

@@ -29,7 +29,13 @@ from tokwatch.bench.compare import (
 )
 from tokwatch.bench.compare_store import load_runs
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
-from tokwatch.bench.costing import bench_pricing, capacity_cost, capacity_cost_line, cost_and_energy_lines
+from tokwatch.bench.costing import (
+    bench_pricing,
+    capacity_cost,
+    capacity_cost_line,
+    compare_lines,
+    cost_and_energy_lines,
+)
 from tokwatch.bench.fluidity import FLUIDITY_MODES
 from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
@@ -444,9 +450,11 @@ def run_compare(
             "notes": notes,
             "rows": [r.to_dict() for r in rows],
             "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],
+            "cost_and_energy": {"a": a.cost_energy, "b": b.cost_energy},
         }
         return code, json.dumps(doc, indent=2)
-    return code, render_table(a, b, rows, threshold, differ)
+    table = render_table(a, b, rows, threshold, differ)
+    return code, "\n".join([table, *compare_lines(a.cost_energy, b.cost_energy)])
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -283,3 +283,42 @@ def capacity_cost_line(cost: Mapping[str, Any]) -> str:
         f"({_money(cost['hourly'])} {cur}/h at {cost['output_tokens_per_s']:.1f} tok/s, "
         f"{cost['rate_per_s']:.4g} req/s)"
     )
+
+
+# The figures `tokwatch bench compare` sets side by side (lower is better for each): name -> summary path.
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "J per output token (net)": ("energy", "joules_per_output_token"),
+    "hosted cost per Mtok of the run's tokens": ("cost", "hosted", "counted_per_mtok"),
+    "self-hosted cost per output Mtok at the measured rate": (
+        "cost",
+        "self_hosted",
+        "per_output_mtok_at_measured",
+    ),
+}
+
+
+def headline_figures(summary: Mapping[str, Any]) -> dict[str, float]:
+    """The run's HEADLINES figures that its summary holds (none for a run without prices or power)."""
+    out: dict[str, float] = {}
+    for name, path in HEADLINES.items():
+        value: Any = summary
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = float(value)
+    cost = summary.get("cost")
+    currency = cost.get("currency") if isinstance(cost, Mapping) else None
+    if isinstance(currency, str):
+        out = {k if k.startswith("J ") else f"{k} ({currency})": v for k, v in out.items()}
+    return out
+
+
+def compare_lines(a: Mapping[str, float], b: Mapping[str, float]) -> list[str]:
+    """A and B's cost and energy figures side by side with B's change (not gated: they follow the prices
+    and the power source as much as the server)."""
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        va, vb = a.get(name), b.get(name)
+        change = f" ({(vb - va) / va:+.1%})" if va and vb is not None else ""
+        lines.append(f"  {name}: A {_money(va)}, B {_money(vb)}{change}")
+    return ["cost and energy (not gated):", *lines] if lines else []
