@@ -5,6 +5,7 @@ simulator's DCGM series during the run with the idle baseline measured before it
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from tokwatch.bench.capacity import Capacity, point_from, result_tokens_per_s
 from tokwatch.bench.commands import add_commands, run_compare
+from tokwatch.bench.compare_store import read_stored_run
 from tokwatch.bench.config import build_options
 from tokwatch.bench.costing import (
     BenchPricing,
@@ -25,9 +27,11 @@ from tokwatch.bench.costing import (
 )
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.outputs import write_run
+from tokwatch.bench.run_report import report
 from tokwatch.bench.session import run_bench
-from tokwatch.bench.storing import run_row
+from tokwatch.bench.storing import run_row, store_outcome
 from tokwatch.figures.cost import MTOK
+from tokwatch.settings.config import load_config
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.sim.config import SimConfig
@@ -244,3 +248,23 @@ def test_compare_sets_the_cost_figures_of_two_runs_side_by_side(make_record: Any
                          as_json=True, force=True)  # fmt: skip
     figures = json.loads(doc)["cost_and_energy"]
     assert figures["b"]["hosted cost per Mtok of the run's tokens (USD)"] == pytest.approx(per_mtok_b)
+
+
+def test_bench_report_of_a_stored_run_shows_its_cost(make_record: Any, tmp_path: Path) -> None:
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "endpoints:\n  - name: e\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n"
+        f"storage:\n  sqlite_path: {tmp_path / 'tw.db'}\n",
+        encoding="utf-8",
+    )
+    price = Pricing(input_per_mtok=1.0, output_per_mtok=4.0, currency="EUR")
+    outcome = BenchOutcome(options={"endpoint": "e", "load": "closed loop, concurrency 1"},
+                           records=[make_record(i, tokens=20) for i in range(5)], started_at_unix=1e9,
+                           wall_s=6.0, complete=True, stop_reason="finished",
+                           pricing=BenchPricing(price, (3, 1), "options"))  # fmt: skip
+    asyncio.run(store_outcome(outcome, load_config(str(cfg))))
+    code, text = report(read_stored_run(str(cfg), outcome.run_id), as_json=False)
+    assert code == 0
+    assert "hosted: run cost " in text and "EUR/Mtok" in text
+    _, doc = report(read_stored_run(str(cfg), outcome.run_id), as_json=True)
+    assert json.loads(doc)["cost"]["hosted"]["run_cost"] == pytest.approx(5 * (100 * 1.0 + 20 * 4.0) / MTOK)
