@@ -20,6 +20,7 @@ from tokwatch.bench.compare_store import read_stored_run
 from tokwatch.bench.config import build_options
 from tokwatch.bench.costing import (
     BenchPricing,
+    bench_pricing,
     capacity_cost,
     capacity_cost_line,
     cost_and_energy_lines,
@@ -30,8 +31,8 @@ from tokwatch.bench.outputs import write_run
 from tokwatch.bench.run_report import report
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.storing import run_row, store_outcome
-from tokwatch.figures.cost import MTOK
-from tokwatch.settings.config import load_config
+from tokwatch.figures.cost import MTOK, TokenPrice
+from tokwatch.settings.config import Config, load_config
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.sim.config import SimConfig
@@ -268,3 +269,28 @@ def test_bench_report_of_a_stored_run_shows_its_cost(make_record: Any, tmp_path:
     assert "hosted: run cost " in text and "EUR/Mtok" in text
     _, doc = report(read_stored_run(str(cfg), outcome.run_id), as_json=True)
     assert json.loads(doc)["cost"]["hosted"]["run_cost"] == pytest.approx(5 * (100 * 1.0 + 20 * 4.0) / MTOK)
+
+
+@pytest.mark.skipif(
+    "pricing" not in Config.model_fields, reason="the config's pricing: lands with the exporter's cost branch"
+)
+def test_an_endpoints_pricing_in_the_config_prices_the_run_and_options_win_field_by_field(
+    tmp_path: Path,
+) -> None:
+    table = tmp_path / "prices.yml"
+    table.write_text("m:\n  cached_input_per_mtok: 0.25\n", encoding="utf-8")
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(
+        "endpoints:\n  - name: e\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n"
+        "    pricing: {input_per_mtok: 1.0, output_per_mtok: 4.0, currency: EUR}\n"
+        f"pricing:\n  blend: '1:1'\n  table: {table}\n",
+        encoding="utf-8",
+    )
+    base = {"endpoint": "e", "config": str(cfg)}
+    configured = bench_pricing(build_options(base), "m")
+    assert configured is not None and configured.source == "config" and configured.blend == (1.0, 1.0)
+    assert configured.pricing.token_price() == TokenPrice(1.0, 4.0, 0.25)
+    assert configured.pricing.currency == "EUR"
+    mixed = bench_pricing(build_options({**base, "price_output": 5.0, "currency": "EUR"}), "m")
+    assert mixed is not None and mixed.source == "options over config"
+    assert mixed.pricing.token_price() == TokenPrice(1.0, 5.0, 0.25)

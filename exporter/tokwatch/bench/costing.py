@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -83,13 +82,13 @@ def endpoint_pricing(opts: BenchOptions, model: str) -> tuple[Pricing | None, Pr
     own = own if isinstance(own, Pricing) else None
     if not isinstance(settings, PricingSettings):
         return own, None
-    base = Path(opts.config).parent
+    # The files as the exporter reads them (paths as written); an OpenRouter list by URL is not fetched here.
     sources: list[Mapping[str, Pricing]] = []
     if settings.table:
-        text, name = read_config_file(base / settings.table)
+        text, name = read_config_file(settings.table)
         sources.append(read_price_table(text, name))
     if settings.openrouter_file:
-        text, name = read_config_file(base / settings.openrouter_file)
+        text, name = read_config_file(settings.openrouter_file)
         sources.append(read_openrouter_models(text, name))
     return resolve_pricing(own, model, settings, *sources), settings
 
