@@ -278,7 +278,7 @@ def test_an_endpoints_pricing_in_the_config_prices_the_run_and_options_win_field
     tmp_path: Path,
 ) -> None:
     table = tmp_path / "prices.yml"
-    table.write_text("m:\n  cached_input_per_mtok: 0.25\n", encoding="utf-8")
+    table.write_text("m:\n  cached_input_per_mtok: 0.25\n  currency: EUR\n", encoding="utf-8")
     cfg = tmp_path / "tokwatch.yml"
     cfg.write_text(
         "endpoints:\n  - name: e\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n"
