@@ -32,7 +32,7 @@ from tokwatch.bench.run_report import report
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.storing import run_row, store_outcome
 from tokwatch.figures.cost import MTOK, TokenPrice
-from tokwatch.settings.config import Config, load_config
+from tokwatch.settings.config import Config, EndpointSettings, load_config
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.sim.config import SimConfig
@@ -294,3 +294,25 @@ def test_an_endpoints_pricing_in_the_config_prices_the_run_and_options_win_field
     mixed = bench_pricing(build_options({**base, "price_output": 5.0, "currency": "EUR"}), "m")
     assert mixed is not None and mixed.source == "options over config"
     assert mixed.pricing.token_price() == TokenPrice(1.0, 5.0, 0.25)
+
+
+@pytest.mark.skipif(
+    "power_metrics_url" not in EndpointSettings.model_fields,
+    reason="the config's power_metrics_url lands with the exporter's cost branch",
+)
+async def test_the_endpoints_power_metrics_url_in_the_config_is_read_by_default(tmp_path: Path) -> None:
+    async with run_sim(sim_config()) as sim:
+        cfg = tmp_path / "tokwatch.yml"
+        cfg.write_text(
+            f"endpoints:\n  - name: e\n    kind: vllm\n    base_url: {sim.base_url('gpu')}/v1\n"
+            f"    model: {MODEL}\n"
+            f"    power_metrics_url: {sim.base_url('gpu')}/dcgm/metrics\n",
+            encoding="utf-8",
+        )
+        opts = build_options({"endpoint": "e", "config": str(cfg), "number": 2, "output_tokens": "20",
+                              "plots": False, "server_metrics": False, "power_interval": "20ms",
+                              "idle_baseline": "100ms"})  # fmt: skip
+        outcome, _ = await run_bench(opts, console=Console(quiet=True), out_dir=tmp_path / "run")
+    energy = outcome.summary()["energy"]
+    assert energy["source"] == f"{sim.base_url('gpu')}/dcgm/metrics" and energy["joules"] > 0
+    assert energy["idle_watts"] == pytest.approx(IDLE_W, rel=0.01)

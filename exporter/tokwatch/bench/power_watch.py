@@ -11,14 +11,26 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tokwatch.bench.config import BenchOptions
 from tokwatch.counters.power import PowerTrace, sample_power
 from tokwatch.figures.energy import joules_per_token, run_energy
+from tokwatch.settings.config import load_config
 from tokwatch.transport.http import HttpClient
 
 # How long to wait for the first reading, in sampling intervals (at least FIRST_READING_MIN_S).
 FIRST_READING_INTERVALS = 5
 FIRST_READING_MIN_S = 5.0
 FAILURES_BEFORE_GIVING_UP = 3
+
+
+def power_url(opts: BenchOptions) -> str | None:
+    """Where the run's power is read: --power-metrics-url, else the `--endpoint`'s `power_metrics_url` in
+    its config (where the config has that setting); None: no energy figures."""
+    if opts.power_metrics_url is not None or opts.endpoint is None or opts.config is None:
+        return opts.power_metrics_url
+    ep = load_config(opts.config).endpoint(opts.endpoint)
+    configured = getattr(ep, "power_metrics_url", None)
+    return configured if isinstance(configured, str) else None
 
 
 class PowerSourceError(Exception):

@@ -22,7 +22,7 @@ from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.plan import Resolved, build_workload, local_options, resolve_target
-from tokwatch.bench.power_watch import PowerSourceError, PowerWatch
+from tokwatch.bench.power_watch import PowerSourceError, PowerWatch, power_url
 from tokwatch.bench.prompt_salt import SaltedPrompts, run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RunState
@@ -66,6 +66,7 @@ class _Plan:
     conversations: Sequence[Conversation] | None
     out_dir: Path
     pricing: BenchPricing | None = None  # the prices the run is costed at (tokwatch.bench.costing)
+    power_url: str | None = None  # where the devices' power is read (tokwatch.bench.power_watch)
 
     @property
     def target(self) -> Target:
@@ -163,14 +164,14 @@ def _plan(opts: BenchOptions, out_dir: Path | None) -> _Plan:
     model = resolved.target.model
     out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(model))
     pricing = bench_pricing(opts, model)
-    return _Plan(opts, run_id, resolved, slos, requests, conversations, out_dir, pricing)
+    return _Plan(opts, run_id, resolved, slos, requests, conversations, out_dir, pricing, power_url(opts))
 
 
 async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
     """Send the run's requests, here or in --workers processes, with the live view and the server's counters
     around them; returns once every request has stopped."""
     opts, target = plan.opts, plan.target
-    power = await _power_before_load(opts, target.redactor)
+    power = await _power_before_load(plan.power_url, opts, target.redactor)
     watch: ServerWatch | None = None
     if opts.server_metrics and target.metrics_url:
         url, headers = target.metrics_request(target.metrics_url)
@@ -230,12 +231,11 @@ async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
     )  # fmt: skip
 
 
-async def _power_before_load(opts: BenchOptions, redact: Redactor) -> PowerWatch | None:
-    """With --power-metrics-url: start sampling the devices' power and measure their idle baseline, before
-    any request is sent; a URL that gives no power reading is a usage error."""
-    if opts.power_metrics_url is None:
+async def _power_before_load(url: str | None, opts: BenchOptions, redact: Redactor) -> PowerWatch | None:
+    """With a power URL: start sampling the devices' power and measure their idle baseline, before any
+    request is sent; a URL that gives no power reading is a usage error."""
+    if url is None:
         return None
-    url = opts.power_metrics_url
     power = PowerWatch(url, opts.power_interval, opts.idle_baseline, shown_url=redact(url))
     try:
         await power.start()
