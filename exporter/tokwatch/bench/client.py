@@ -262,3 +262,4 @@ def _fill_figures(
         record.fluidity_index = fluidity_index(
             record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s, deadlines.mode
         )
+

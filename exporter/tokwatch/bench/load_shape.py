@@ -90,11 +90,7 @@ def differences(a: LoadShape, b: LoadShape) -> list[str]:
     out = []
     # Rates are the options' own numbers (a sweep's values included), so they compare exactly.
     if (a.loop, a.concurrency, a.rate, a.arrivals, a.burstiness) != (
-        b.loop,
-        b.concurrency,
-        b.rate,
-        b.arrivals,
-        b.burstiness,
+        b.loop, b.concurrency, b.rate, b.arrivals, b.burstiness
     ):
         out.append(f"load: A {a.describe()}, B {b.describe()}")
     for attr, label in _FIELDS:
