@@ -1,10 +1,12 @@
-"""Dashboard 1, "tokwatch — Endpoints overview": tiles, trend with incidents, status, latency, reasoning."""
+"""Dashboard 1, "tokwatch — Endpoints overview": tiles, trend with incidents, status, latency, reasoning, cost
+and energy."""
 
 from __future__ import annotations
 
 from grafanalib import core as g
 
 from dashboards import common
+from dashboards.cost import cost_row
 from dashboards.panels import (
     AMBER,
     COUNT,
@@ -805,6 +807,7 @@ def build() -> g.Dashboard:
     _latency(grid)
     _network(grid)
     _reasoning(grid)
+    cost_row(grid)
     _inventory(grid)
     failed = wsel("tokwatch_probe_runs_total", 'status!="ok"')
     return common.dashboard(

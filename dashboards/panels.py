@@ -1,6 +1,7 @@
 """Panel builders on top of grafanalib: consistent units, datasources, thresholds and a grid layout.
 
-Only current (non-Angular) panel types are built here: timeseries, stat, table, bargauge, state-timeline.
+Only current (non-Angular) panel types are built here: timeseries, stat, table, bargauge, state-timeline,
+heatmap, barchart, xychart.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ REF_SELF_METRICS = DocRef("docs/metrics.md", "Exporter self-metrics")
 REF_SERVER = DocRef("docs/methodology.md", "Server counters")
 REF_NETWORK = DocRef("docs/methodology.md", "Network phases")
 REF_STORAGE = DocRef("docs/metrics.md", "Storage")
+REF_COST = DocRef("docs/methodology.md", "Cost and energy")
 
 GREEN, AMBER, RED = "green", "#EAB839", "red"
 
@@ -120,6 +122,19 @@ OLLAMA_RELOADED = Condition(
     "an Ollama endpoint had to reload its model in the time range",
     "sum(increase(tokwatch_server_model_reloads_total[$__range])) > 0",
 )
+PRICED = Condition(
+    "an endpoint has prices (its `pricing:`, `pricing.models`, a price table or an OpenRouter list)",
+    "count(tokwatch_pricing_info)",
+)
+PROBE_SPEND = Condition(
+    "a priced endpoint's probe runs cost something in the time range",
+    "sum(increase(tokwatch_probe_cost_total[$__range])) > 0",
+)
+POWERED = Condition(
+    "an endpoint has a `power_metrics_url` (a DCGM exporter or node_exporter /metrics) and its idle baseline "
+    "was measured",
+    "count(tokwatch_energy_idle_watts)",
+)
 CONDITIONS = (
     HISTOGRAMS,
     SCRAPE_FAILED,
@@ -128,6 +143,9 @@ CONDITIONS = (
     MIRRORED_GAUGES,
     OLLAMA,
     OLLAMA_RELOADED,
+    PRICED,
+    PROBE_SPEND,
+    POWERED,
 )
 
 
@@ -418,6 +436,79 @@ def stacked_bars(
         "unit": unit,
     }
     return BarChart(**fields)
+
+
+@attr.s
+class XYChart(g.Panel):
+    """Grafana's XY chart (core since 10.4, the 11.x model): one point per row of each frame, the field
+    named `x_field` on the x axis against the frame's other numeric field; one colour and legend entry per
+    frame."""
+
+    x_field: str = attr.ib(default="")
+    x_label: str = attr.ib(default="")
+    y_label: str = attr.ib(default="")
+    x_unit: str = attr.ib(default="")
+    y_unit: str = attr.ib(default="")
+
+    def to_json_data(self) -> dict[str, Any]:
+        """Panel JSON: auto series mapping on `x_field`, points only, axis labels and units per axis."""
+        axis = {"axisPlacement": "auto", "axisBorderShow": False, "scaleDistribution": {"type": "linear"}}
+        return self.panel_json(
+            {
+                "fieldConfig": {
+                    "defaults": {
+                        "color": {"mode": "palette-classic"},
+                        "custom": {**axis, "show": "points", "pointSize": {"fixed": 9}, "axisLabel": ""},
+                        "unit": self.y_unit,
+                    },
+                    "overrides": [
+                        {
+                            "matcher": {"id": "byName", "options": self.x_field},
+                            "properties": [
+                                {"id": "unit", "value": self.x_unit},
+                                {"id": "custom.axisLabel", "value": self.x_label},
+                            ],
+                        },
+                        {
+                            "matcher": {"id": "byType", "options": "number"},
+                            "properties": [{"id": "custom.axisLabel", "value": self.y_label}],
+                        },
+                    ],
+                },
+                "options": {
+                    "mapping": "auto",
+                    "series": [{"x": {"matcher": {"id": "byName", "options": self.x_field}}}],
+                    "legend": {"showLegend": True, "displayMode": "list", "placement": "right", "calcs": []},
+                    "tooltip": {"mode": "single", "sort": "none"},
+                },
+                "type": "xychart",
+            }
+        )
+
+
+def xy_chart(
+    title: str,
+    description: str,
+    targets: Sequence[g.Target],
+    transformations: list[dict[str, Any]],
+    x: tuple[str, str, str],
+    y: tuple[str, str],
+) -> XYChart:
+    """A scatter of instant figures: `x` = (field name, axis label, unit) of the transformed frames, `y` =
+    (axis label, unit) of their other numeric field."""
+    fields: dict[str, Any] = {  # a dict, as for BarChart: mypy's attrs plugin sees only the fields here
+        "title": title,
+        "description": description,
+        "dataSource": PROMETHEUS,
+        "targets": list(targets),
+        "transformations": transformations,
+        "x_field": x[0],
+        "x_label": x[1],
+        "x_unit": x[2],
+        "y_label": y[0],
+        "y_unit": y[1],
+    }
+    return XYChart(**fields)
 
 
 def value_mapping(options: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:

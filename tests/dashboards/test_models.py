@@ -25,6 +25,7 @@ MODERN_TYPES = {
     "state-timeline",
     "heatmap",
     "histogram",
+    "xychart",
 }
 # Keys only the legacy Angular heatmap model has (same `type`, different panel).
 LEGACY_HEATMAP_KEYS = {"cards", "dataFormat", "xBucketSize", "yBucketBound", "heatmap", "highlightCards"}
@@ -209,7 +210,10 @@ def test_per_endpoint_aggregations_keep_sites_and_workloads_apart() -> None:
                     if labels & {"le", "instance"}:
                         continue  # the heatmap sums buckets; health's own panels are per exporter
                     assert "site" in labels, f"{panel['title']}: by ({clause}) in {expr}"
-                    info = "kind" in labels or (keyword == "on" and labels == {"endpoint", "site"})
+                    # a join of an endpoint's info series (kind and model, or its prices' currency)
+                    info = bool(labels & {"kind", "currency"}) or (
+                        keyword == "on" and labels == {"endpoint", "site"}
+                    )
                     if re.search(r"tokwatch_(probe|window|fleet)_", expr) and not info:
                         assert "workload" in labels, f"{panel['title']}: by ({clause}) in {expr}"
                 if "{{endpoint}}" in legend:

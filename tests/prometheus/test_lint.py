@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.pki import make_pki, server_ssl
 from tests.support.tls_front import tls_front
+from tokwatch.settings.config import EndpointSettings
 
 EXPOSITION = """\
 # TYPE tokwatch_probe_runs counter
@@ -106,6 +107,23 @@ def test_lint_cli_exit_codes(kit: SimpleNamespace, tmp_path: Path) -> None:
     assert "Traceback" not in missing.stderr
 
 
+# The cost and energy series the price and energy alerts read (where the exporter has prices and power).
+COST_SERIES = ("tokwatch_cost_per_million_tokens{", "tokwatch_energy_joules_per_output_token{")
+
+
+def _priced_and_powered(st: Any) -> dict[str, object]:
+    """Self-hosted prices and the simulator's DCGM series for the `gpu` endpoint, where the exporter has
+    those settings (`pricing:`, `power_metrics_url`): the cost and energy alerts' series are then exposed.
+    Power is read every 250 ms so that idle readings fall between the 2-s probe rounds (the idle baseline)."""
+    if "pricing" not in EndpointSettings.model_fields:
+        return {}
+    return {
+        "pricing": {"gpu_hour": 2.0, "gpus": 1},
+        "power_metrics_url": f"{st.sim_url}/gpu/dcgm/metrics",
+        "power_scrape_interval": "250ms",
+    }
+
+
 async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
     lint: ModuleType, kit: SimpleNamespace, stack: Any, tmp_path: Path
 ) -> None:
@@ -118,7 +136,12 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
         "seed": 3,
         "servers": [
             {"name": "chat", "dialect": "openai", "models": [{"name": "m", "decode_tps": 500}]},
-            {"name": "gpu", "dialect": "vllm", "models": [{"name": "m", "decode_tps": 500}]},
+            {
+                "name": "gpu",
+                "dialect": "vllm",
+                "models": [{"name": "m", "decode_tps": 500}],
+                "gpu_power": {"gpus": 1, "idle_watts": 60.0, "watts_per_running": 40.0},
+            },
             {"name": "ollama", "dialect": "ollama", "models": [{"name": "llama3.2:3b", "decode_tps": 500}]},
         ],
     }
@@ -126,7 +149,13 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
         endpoints = [
             st.endpoint("chat", "chat", "openai", "m"),
             st.endpoint(
-                "gpu", "gpu", "vllm", "m", scrape_interval="1s", mirror_metrics=["vllm:num_preemptions_total"]
+                "gpu",
+                "gpu",
+                "vllm",
+                "m",
+                scrape_interval="1s",
+                mirror_metrics=["vllm:num_preemptions_total"],
+                **_priced_and_powered(st),
             ),
             st.endpoint("ollama", "ollama", "ollama", "llama3.2:3b", labels={"site": "lab"}),
             {
@@ -153,7 +182,10 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
                 "tokwatch_storage_up",
                 "tokwatch_probe_tls_earliest_cert_expiry_timestamp_seconds{",
             ),
-            f"http://127.0.0.1:{memory_port}": ("tokwatch_window_decode_tokens_per_second_cv_ratio{",),
+            f"http://127.0.0.1:{memory_port}": (
+                "tokwatch_window_decode_tokens_per_second_cv_ratio{",
+                *(COST_SERIES if _priced_and_powered(st) else ()),
+            ),
         }
         async with aiohttp.ClientSession() as session:
 
@@ -168,6 +200,8 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
                 await kit.wait_until(complete, 30, "server counters, storage and window figures")
             )
     bad = lint.unknown_uses(kit.rule_files, exposition)
+    if not _priced_and_powered(st):  # an exporter without prices or power: the cost alerts' series are absent
+        bad = [u for u in bad if f"{u.metric}{{" not in COST_SERIES]
     assert not bad, "rules read metrics tokwatch does not expose:\n" + "\n".join(
         f"{u.file}: {u.rule}: {u.metric}" for u in bad
     )

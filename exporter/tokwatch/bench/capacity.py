@@ -160,6 +160,7 @@ class Capacity:
     calibration: Calibration | None = None
     point_duration_s: float | None = None
     point_drain_timeout_s: float | None = None
+    cost: dict[str, Any] | None = None  # self-hosted $/Mtok at the result's rate (tokwatch.bench.costing)
 
     @property
     def lower_bound(self) -> bool:
@@ -193,6 +194,8 @@ class Capacity:
                 point_duration_s=self.point_duration_s,
                 point_drain_timeout_s=self.point_drain_timeout_s,
             )
+        if self.cost is not None:
+            out["cost"] = self.cost
         out.update(criterion=self.criterion, wall_time_s=self.wall_s, points=[asdict(p) for p in self.points])
         return out
 
@@ -423,6 +426,12 @@ def table_lines(cap: Capacity) -> list[str]:
             f"{start})"
         )
     return lines
+
+
+def result_tokens_per_s(cap: Capacity) -> float | None:
+    """Output tok/s achieved at the search's result rate (None for a sweep or a search without one)."""
+    at = next((p for p in cap.points if cap.mode != "sweep" and p.value == cap.result_rate), None)
+    return at.output_tokens_per_s if at is not None else None
 
 
 def render_report(cap: Capacity) -> str:

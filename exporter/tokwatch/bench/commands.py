@@ -35,6 +35,13 @@ from tokwatch.bench.compare import (
 )
 from tokwatch.bench.compare_store import load_runs
 from tokwatch.bench.config import BenchOptions, build_options, load_bench_file
+from tokwatch.bench.costing import (
+    bench_pricing,
+    capacity_cost,
+    capacity_cost_line,
+    compare_lines,
+    cost_and_energy_lines,
+)
 from tokwatch.bench.fluidity import FLUIDITY_MODES
 from tokwatch.bench.health import run_checks
 from tokwatch.bench.outcome import BenchOutcome, ExitCode
@@ -326,6 +333,31 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         ),
     ),
     (
+        "cost and energy (docs/bench.md, Cost and energy; prices over the --endpoint's pricing:)",
+        (
+            _flag("--price-input", type=float, help="hosted: price per million prompt tokens"),
+            _flag("--price-output", type=float, help="hosted: per million output tokens (reasoning too)"),
+            _flag(
+                "--price-cached-input",
+                type=float,
+                help="hosted: price per million cached prompt tokens (default: the input price)",
+            ),
+            _flag("--currency", help="ISO 4217 code of the prices (USD)"),
+            _flag("--gpu-hour", type=float, help="self-hosted: price of one GPU per hour"),
+            _flag("--gpus", type=int, help="self-hosted: GPUs behind the endpoint (1)"),
+            _flag("--node-hour", type=float, help="self-hosted: price of the whole node per hour"),
+            _flag("--price-kwh", type=float, help="electricity per kWh, for the run's measured energy"),
+            _flag("--price-blend", help="INPUT:OUTPUT parts of the blended price (3:1)"),
+            _flag(
+                "--power-metrics-url",
+                type=http_url,
+                help="DCGM exporter or node_exporter /metrics: the devices' power, sampled during the run",
+            ),
+            _flag("--power-interval", help="seconds between power readings (1s)"),
+            _flag("--idle-baseline", help="idle power measured this long before the load (5s; 0: none)"),
+        ),
+    ),
+    (
         "outputs",
         (
             _flag("--output-dir", help="run directory (./bench-results/<timestamp>-<model>)"),
@@ -520,9 +552,11 @@ def run_compare(
             "notes": notes,
             "rows": [r.to_dict() for r in rows],
             "regressions": [f"{r.figure}:{r.stat}" for r in regressions(rows)],
+            "cost_and_energy": {"a": a.cost_energy, "b": b.cost_energy},
         }
         return code, json.dumps(doc, indent=2)
-    return code, render_table(a, b, rows, threshold, differ)
+    table = render_table(a, b, rows, threshold, differ)
+    return code, "\n".join([table, *compare_lines(a.cost_energy, b.cost_energy)])
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -648,7 +682,13 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     """`--sweep`/`--search`: every point a full run in its own directory, then capacity.json/png and a table.
 
     Exit codes: 0 done (a search found a rate), 2 bad input, 3 interrupted, 4 no point passed (search)."""
-    from tokwatch.bench.capacity import parse_sweep, run_capacity, table_lines, write_capacity
+    from tokwatch.bench.capacity import (
+        parse_sweep,
+        result_tokens_per_s,
+        run_capacity,
+        table_lines,
+        write_capacity,
+    )
     from tokwatch.bench.outputs import default_output_dir
     from tokwatch.bench.plan import resolve_target
     from tokwatch.bench.session import run_bench
@@ -656,6 +696,7 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     if opts.sweep is not None:
         parse_sweep(opts.sweep)  # bad values are a usage error before anything is sent
     model = resolve_target(opts).target.model
+    pricing = bench_pricing(opts, model)  # a bad price file is a usage error before anything is sent
     out_dir = Path(opts.output_dir) if opts.output_dir else default_output_dir(model)
     outcomes: list[BenchOutcome] = []
 
@@ -674,9 +715,13 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     except asyncio.CancelledError:
         console.print(f"capacity run interrupted after {len(outcomes)} point(s); results in {out_dir}")
         return ExitCode.INCOMPLETE
+    if pricing is not None:
+        cap.cost = capacity_cost(pricing, cap.result_rate, result_tokens_per_s(cap))
     write_capacity(cap, out_dir, plots_enabled=opts.plots)
     for line in table_lines(cap):
         console.print(line, highlight=False, soft_wrap=True)
+    if cap.cost is not None:
+        console.print(capacity_cost_line(cap.cost), highlight=False, soft_wrap=True)
     console.print(f"capacity.json in {out_dir}", highlight=False)
     if store_config is not None:
         for outcome in outcomes:
@@ -810,6 +855,8 @@ def print_result(outcome: BenchOutcome, out_dir: str, console: Console) -> None:
         f"p99 {ms('tbt', 'p99')} | E2E p99 {ms('e2e', 'p99')}",
         highlight=False,
     )
+    for line in cost_and_energy_lines(s):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
     if outcome.slos:
         slo = outcome.slo_results()
         for r in slo["results"]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tokwatch.bench import arrays
+from tokwatch.bench.costing import headline_figures
 from tokwatch.bench.load_shape import LoadShape, cache_notes, differences, shape_of
 from tokwatch.figures.wording import counted
 
@@ -54,6 +55,8 @@ class Run:
     generated_tokens_per_s: float | None
     missing: tuple[str, ...] = ()  # figures the run's source does not hold (stored before they were)
     shape: LoadShape | None = None  # the load it ran under (None: its summary is not readable)
+    # cost and energy figures of its summary (tokwatch.bench.costing.HEADLINES), when it was priced or powered
+    cost_energy: dict[str, float] = field(default_factory=dict)
 
     def count(self) -> int:
         """Requests in the run's figures."""
@@ -135,7 +138,17 @@ def load_run(path: str | Path) -> Run:
         except (json.JSONDecodeError, AttributeError):
             raise CompareError(f"{thr_path}: not the JSON `tokwatch bench` writes") from None
     return Run(root.name, values, throughput if isinstance(throughput, int | float) else None,
-               shape=_shape(root / "summary.json"))  # fmt: skip
+               shape=_shape(root / "summary.json"),
+               cost_energy=_cost_energy(root / "summary.json"))  # fmt: skip
+
+
+def _cost_energy(path: Path) -> dict[str, float]:
+    """The run's cost and energy figures from its summary.json (none when absent or unreadable)."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return headline_figures(summary) if isinstance(summary, dict) else {}
 
 
 def _shape(path: Path) -> LoadShape | None:

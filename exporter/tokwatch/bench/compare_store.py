@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tokwatch.bench.compare import FIGURES, CompareError, Run, load_run
+from tokwatch.bench.costing import headline_figures
 from tokwatch.bench.load_shape import LoadShape, shape_of
 from tokwatch.settings.config import Config, load_config
 from tokwatch.settings.strict_yaml import ConfigError
@@ -67,7 +68,17 @@ def run_from_rows(run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> Run:
         run.generated_tokens_per_s,
         LATER_FIGURES if old_rows else (),
         _shape(run.summary),
+        _cost_energy(run.summary),
     )
+
+
+def _cost_energy(summary: str) -> dict[str, float]:
+    """The stored run's cost and energy figures from its summary.json text (none when unreadable)."""
+    try:
+        doc = json.loads(summary)
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return headline_figures(doc) if isinstance(doc, dict) else {}
 
 
 def _shape(summary: str) -> LoadShape | None:

@@ -24,6 +24,7 @@ from tokwatch.bench.slo import Slo, SloError, parse_slo, slo_from_mapping
 from tokwatch.bench.stop_policy import DEFAULT_MAX_ERROR_RATE, DEFAULT_UNRESPONSIVE_S
 from tokwatch.bench.wallclock import StartAtError, parse_start_at
 from tokwatch.bench.workload import LengthRange, WorkloadError
+from tokwatch.figures.cost import parse_blend
 from tokwatch.settings.access import check_base_url_parts
 from tokwatch.settings.kinds import Kind
 from tokwatch.settings.setting_values import check_http_url, duration_fields, parse_listen
@@ -142,6 +143,20 @@ class BenchOptions(StrictModel):
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
     # Seed 002's `session_generator: {type: lmeval, ...}`: lm-eval tasks as requests (tokwatch.bench.accuracy)
     session_generator: LmevalSessionGenerator | None = None
+    # cost and energy (tokwatch.bench.costing, tokwatch.bench.power_watch): prices over the --endpoint's
+    # `pricing:` field by field; power sampled from a DCGM exporter's or node_exporter's /metrics.
+    price_input: float | None = Field(None, ge=0, allow_inf_nan=False)  # per million prompt tokens
+    price_output: float | None = Field(None, ge=0, allow_inf_nan=False)  # per million output tokens
+    price_cached_input: float | None = Field(None, ge=0, allow_inf_nan=False)  # per million cached tokens
+    currency: str | None = None
+    gpu_hour: float | None = Field(None, ge=0, allow_inf_nan=False)
+    gpus: int | None = Field(None, ge=1, le=4096)
+    node_hour: float | None = Field(None, ge=0, allow_inf_nan=False)
+    price_kwh: float | None = Field(None, ge=0, allow_inf_nan=False)
+    price_blend: str | None = None  # INPUT:OUTPUT parts of the blended price (3:1)
+    power_metrics_url: str | None = None
+    power_interval: float = Field(1.0, gt=0)
+    idle_baseline: float = Field(5.0, ge=0)  # seconds of idle power measured before the load (0: none)
 
     _dur = duration_fields(
         "timeout",
@@ -152,6 +167,8 @@ class BenchOptions(StrictModel):
         "unresponsive_timeout",
         "drain_timeout",
         "start_delay",
+        "power_interval",
+        "idle_baseline",
     )
 
     @field_validator("segment", mode="before")
@@ -217,7 +234,7 @@ class BenchOptions(StrictModel):
             raise ValueError(str(exc).removeprefix("multi_turn_args: ")) from None
         return v
 
-    @field_validator("url", "metrics_url")
+    @field_validator("url", "metrics_url", "power_metrics_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         return v if v is None else check_http_url(v)
@@ -240,6 +257,20 @@ class BenchOptions(StrictModel):
                 raise ValueError(
                     f"{exc}; the bench takes them from an endpoint of --config FILE: --endpoint NAME"
                 ) from None
+        return v
+
+    @field_validator("price_blend")
+    @classmethod
+    def _blend(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_blend(v)
+        return v
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, v: str | None) -> str | None:
+        if v is not None and not (len(v) == 3 and v.isalpha() and v.isupper()):
+            raise ValueError("must be a three-letter ISO 4217 code such as USD or EUR")
         return v
 
     @field_validator("listen")
@@ -289,6 +320,10 @@ class BenchOptions(StrictModel):
                 )
             if self.search == "slo" and not self.slos and not self._evaluator_slos():
                 raise ValueError("search slo needs at least one slo")
+        if self.gpus is not None and self.gpu_hour is None:
+            raise ValueError("gpus needs gpu_hour (the price of one GPU per hour)")
+        if self.gpu_hour is not None and self.node_hour is not None:
+            raise ValueError("give gpu_hour (with gpus) or node_hour, not both")
         self._check_segment()
         return self
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from tokwatch.bench import conversations
 from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
+from tokwatch.bench.costing import BenchPricing, cost_figures
+from tokwatch.bench.power_watch import EnergyMeasure
 from tokwatch.bench.prompt_cache import cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
@@ -51,6 +53,8 @@ class BenchOutcome:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # key of the run in the store
     measure_start_s: float | None = None  # seconds after perf_t0 when the measured phase began
     max_error_rate: float | None = None  # --max-error-rate; None: failures never fail the run
+    pricing: BenchPricing | None = None  # prices the run is costed at (summary `cost`)
+    energy: EnergyMeasure | None = None  # the devices' energy over the run (summary `energy`)
 
     @property
     def failure_share(self) -> float | None:
@@ -116,6 +120,22 @@ class BenchOutcome:
         }
         if self.multi_turn:
             out["multi_turn"] = conversations.turn_summary(self.records)
+        out.update(self.cost_and_energy())
+        return out
+
+    def cost_and_energy(self) -> dict[str, Any]:
+        """summary.json `energy` (with --power-metrics-url) and `cost` (with prices): joules over the whole
+        run against every request's output tokens; cost from the measured requests' counted tokens or the
+        hardware's time at the measured output tok/s (docs/bench.md, "Cost and energy")."""
+        out: dict[str, Any] = {}
+        energy = None
+        if self.energy is not None:
+            energy = self.energy.figures(sum(r.generated_tokens for r in self.records))
+            out["energy"] = energy
+        if self.pricing is not None:
+            rate = throughput(self.records, self.wall_s)["overall"].get("generated_tokens_per_s")
+            joules = energy["joules"] if energy is not None else None
+            out["cost"] = cost_figures(self.pricing, self.measured, self.wall_s, rate, joules)
         return out
 
     def trace_summary(self) -> dict[str, Any]:

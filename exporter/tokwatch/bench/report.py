@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokwatch.bench.costing import cost_and_energy_lines
 from tokwatch.bench.health import Check
 
 _TIME_METRICS = ("ttft", "ttot", "tbt", "inter_chunk", "output_itl", "tpot", "e2e", "normalized_latency")
@@ -153,6 +154,8 @@ def render(
         ]
     else:
         out.append("none given")
+    if summary.get("cost") or summary.get("energy"):
+        out += ["", "## Cost and energy", "", *(f"- {line}" for line in cost_and_energy_lines(summary))]
     server = summary.get("server") or {}
     if server:
         out += ["", "## Server /metrics over the run", ""]

@@ -16,7 +16,8 @@ from typing import Any
 
 from tokwatch.bench.compare import CompareError
 from tokwatch.bench.compare_store import StoredRun, read_stored_run
-from tokwatch.bench.merge import SPLIT_KEY, merged_outcome, merged_summary
+from tokwatch.bench.costing import cost_and_energy_lines
+from tokwatch.bench.merge import SPLIT_KEY, is_split, merged_outcome, merged_summary
 from tokwatch.bench.outcome import ExitCode
 
 FIGURES = ("ttft", "tbt", "tpot", "e2e", "normalized_latency", "scheduling_lag", "queue_time")
@@ -134,8 +135,18 @@ def render_text(summary: dict[str, Any]) -> str:
     for r in (summary.get("slo_results") or {}).get("results", []):
         obs = "-" if r["observed_value"] is None else f"{r['observed_value']:.4g}"
         lines.append(f"SLO {r['name']}: {obs} {'met' if r['met'] else 'MISSED'}")
+    lines += cost_and_energy_lines(summary)
     lines.append(f"not merged (not stored per request): {', '.join(summary['not_merged'])}")
     return "\n".join(lines) + "\n"
+
+
+def stored_cost_and_energy(summary_text: str) -> dict[str, Any]:
+    """The `cost` and `energy` sections of a stored run's summary.json (none when it has neither)."""
+    try:
+        stored = json.loads(summary_text)
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return {k: stored[k] for k in ("cost", "energy") if isinstance(stored, dict) and stored.get(k)}
 
 
 def report(parts: StoredRun, as_json: bool) -> tuple[int, str]:
@@ -143,6 +154,8 @@ def report(parts: StoredRun, as_json: bool) -> tuple[int, str]:
     run, segments, requests = parts
     outcome = merged_outcome(run, segments, requests)
     summary = merged_summary(run, segments, requests, outcome)
+    if not is_split(run, segments):  # a split run's segments each measured their own, never summed here
+        summary.update(stored_cost_and_energy(run.summary))
     text = json.dumps(summary, indent=2, default=str) + "\n" if as_json else render_text(summary)
     return int(outcome.exit_code()), text
 

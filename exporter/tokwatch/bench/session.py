@@ -17,10 +17,12 @@ from rich.console import Console
 
 from tokwatch.bench.client import Target
 from tokwatch.bench.config import BenchOptions
+from tokwatch.bench.costing import BenchPricing, bench_pricing
 from tokwatch.bench.live import LiveStats, make_progress, serve_live_metrics
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.outputs import default_output_dir, write_run
 from tokwatch.bench.plan import Resolved, build_workload, local_options, resolve_target
+from tokwatch.bench.power_watch import PowerSourceError, PowerWatch, power_url
 from tokwatch.bench.prompt_salt import run_salt
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.runner import BenchRunner, RequestSource, RunState
@@ -32,6 +34,7 @@ from tokwatch.bench.workers import LiveTotals, effective_workers, run_workers
 from tokwatch.bench.workload import Conversation, RequestSpec
 from tokwatch.settings.redact import Redactor
 from tokwatch.settings.setting_values import parse_listen
+from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport import precise_timer
 from tokwatch.transport.http import HttpClient
 from tokwatch.transport.measurement import FREEZE_EVERY_S, loop_name
@@ -62,6 +65,8 @@ class _Plan:
     requests: RequestSource | None
     conversations: Sequence[Conversation] | None
     out_dir: Path
+    pricing: BenchPricing | None = None  # the prices the run is costed at (tokwatch.bench.costing)
+    power_url: str | None = None  # where the devices' power is read (tokwatch.bench.power_watch)
 
     @property
     def target(self) -> Target:
@@ -79,6 +84,8 @@ class _Measured:
     watch: ServerWatch | None
     worker_cpu: list[float]  # CPU seconds of each --workers process, in worker order
     setup: dict[str, Any]  # what ran beside the requests (_client_setup)
+    power: PowerWatch | None = None  # the devices' power around the run (--power-metrics-url)
+    monotonic_minus_perf: float = 0.0  # time.monotonic() - time.perf_counter(): the power trace's clock
 
 
 class _LiveView:
@@ -167,13 +174,15 @@ def _plan(opts: BenchOptions, out_dir: Path | None, given: list[RequestSpec] | N
     requests, conversations = (given, None) if given is not None else build_workload(opts)
     model = resolved.target.model
     out_dir = out_dir or (Path(opts.output_dir) if opts.output_dir else default_output_dir(model))
-    return _Plan(opts, run_id, resolved, slos, requests, conversations, out_dir)
+    pricing = bench_pricing(opts, model)
+    return _Plan(opts, run_id, resolved, slos, requests, conversations, out_dir, pricing, power_url(opts))
 
 
 async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
     """Send the run's requests, here or in --workers processes, with the live view and the server's counters
     around them; returns once every request has stopped."""
     opts, target = plan.opts, plan.target
+    power = await _power_before_load(plan.power_url, opts, target.redactor)
     watch: ServerWatch | None = None
     if opts.server_metrics and target.metrics_url:
         url, headers = target.metrics_request(target.metrics_url)
@@ -224,8 +233,29 @@ async def _measure(plan: _Plan, view: _LiveView, http: HttpClient) -> _Measured:
             await stop_task(h)
         if watch is not None:
             await asyncio.shield(watch.finish())
+        if power is not None:
+            await asyncio.shield(power.finish())
     view.close()
-    return _Measured(state, started_unix, interrupted, watch, worker_cpu, _client_setup(runner, http))
+    return _Measured(
+        state, started_unix, interrupted, watch, worker_cpu, _client_setup(runner, http),
+        power, time.monotonic() - time.perf_counter(),
+    )  # fmt: skip
+
+
+async def _power_before_load(url: str | None, opts: BenchOptions, redact: Redactor) -> PowerWatch | None:
+    """With a power URL: start sampling the devices' power and measure their idle baseline, before any
+    request is sent; a URL that gives no power reading is a usage error."""
+    if url is None:
+        return None
+    power = PowerWatch(url, opts.power_interval, opts.idle_baseline, shown_url=redact(url))
+    try:
+        await power.start()
+    except PowerSourceError as exc:
+        raise ConfigError(str(exc)) from None
+    except BaseException:  # interrupted during the idle baseline: stop the sampler, close its connection
+        await asyncio.shield(power.finish())
+        raise
+    return power
 
 
 async def _common_start(start_perf: float) -> float:
@@ -282,6 +312,11 @@ def _outcome(plan: _Plan, measured: _Measured) -> BenchOutcome:
     )
     outcome.client = _client_figures(measured, receive_stamps(opts, target.base_url))
     outcome.measure_start_s = state.measure_start
+    outcome.pricing = plan.pricing
+    if measured.power is not None:
+        # The whole run, warm-up included: its requests' output tokens are in the figure's denominator.
+        start = state.t0 + measured.monotonic_minus_perf
+        outcome.energy = measured.power.measure(start, start + state.end_s)
     return outcome
 
 
