@@ -25,6 +25,7 @@ from tokwatch.sim.generation import Chunk, Ping
 from tokwatch.sim.power import CONTENT_TYPE as POWER_CONTENT_TYPE
 from tokwatch.sim.profile import Limits
 from tokwatch.sim.runtime import ServerState, SimState
+from tokwatch.sim.text import PROMPT_TOKENS_PER_WORD
 
 log = logging.getLogger("tokwatch.sim")
 SIM_STATE = web.AppKey("sim_state", SimState)
@@ -191,7 +192,7 @@ async def _background_loop(state: SimState, server: ServerState) -> None:
     """Poisson arrivals of anonymous requests that share the engine (and its counters) with probes."""
     settings = server.settings
     rng = random.Random(f"{state.config.seed}:{settings.name}:background")
-    words = max(1, round(settings.background_prompt_tokens / 1.3))
+    words = max(1, round(settings.background_prompt_tokens / PROMPT_TOKENS_PER_WORD))
     prompt = " ".join(["background"] * words)
     inflight: set[asyncio.Task[None]] = set()
     try:
