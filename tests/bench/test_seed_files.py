@@ -36,23 +36,22 @@ SEED_FIELDS = {
 SEED_LINE = re.compile(
     r"^\[\d+\.\ds\] Completed: \d+ \| TTFC p99: (\d+ms|-) \| TBC p99: (\d+ms|-) \| Throughput: \d+ tok/s$"
 )
-# `exact` and `templated` count one token per common word, as a real tokenizer does for the bench's prompts
-# (the simulator's 1.3 tokens per word x 1/1.3); `longer` keeps the simulator's 1.3 per word.
+# `exact` and `templated` count one token per common word, as the simulator and a real tokenizer do for the
+# bench's prompts; `longer` counts 1.3 per word, as a tokenizer that splits the bench's words would.
 SIM = """
 servers:
   - name: exact
     dialect: openai
-    prompt_token_scale: 0.7692307692
     models:
       - {name: m, decode_tps: 400, prefill_tps: 100000}
   - name: templated
     dialect: openai
-    prompt_token_scale: 0.7692307692
     chat_template_tokens: 30
     models:
       - {name: m, decode_tps: 4000, prefill_tps: 100000}
   - name: longer
     dialect: openai
+    prompt_token_scale: 1.3
     models:
       - {name: m, decode_tps: 4000, prefill_tps: 100000}
 """
@@ -117,8 +116,8 @@ def test_the_seeds_evaluators_file_runs_as_written(sim_url: str, tmp_path: Path)
     # judged (PASS, or WARN on a loaded machine): the two connections of --concurrency 2 set apart
     lifecycle = r"^\[(PASS|WARN)\] lifecycle delays: send delay .* p99 [0-9.]+ ms \(limit 5 ms\); connect "
     assert re.search(lifecycle + r"time .* over 2 requests that opened a connection", health, re.M)
-    # this simulator counts 1.3 tokens per word, the bench builds one common word per token: 1.3 x, caught
-    assert re.search(r"^\[FAIL\] prompt length: .* median 1\.30 over 20 requests", health, re.M)
+    # the simulator counts one token per common word, as a real tokenizer does: the prompts are as asked
+    assert re.search(r"^\[PASS\] prompt length: .* median 1\.00 over 20 requests", health, re.M)
 
 
 def test_the_seeds_slo_list_runs_as_written(sim_url: str, tmp_path: Path) -> None:

@@ -42,17 +42,17 @@ async def test_a_repeated_prompt_is_prefilled_from_cache_and_reported(
         other = await _ask(http, sim.url, server, "fresh " + PROMPT)  # differs from its first token on
         cold, warm, fresh = (sim.truth(x["id"]) for x in (first, again, other))
     assert cold is not None and warm is not None and fresh is not None
-    assert cold.prompt_tokens == warm.prompt_tokens == 260 and cold.cached_tokens == 0 == fresh.cached_tokens
+    assert cold.prompt_tokens == warm.prompt_tokens == 200 and cold.cached_tokens == 0 == fresh.cached_tokens
     # llama.cpp and Ollama reuse all but the last prompt token, vLLM-style servers whole 16-token blocks.
-    assert warm.cached_tokens == (256 if server == "oa" else 259)
-    assert cold.prefill_seconds == pytest.approx(260 / 2000)
-    assert warm.prefill_seconds == pytest.approx((260 - warm.cached_tokens) / 2000)
+    assert warm.cached_tokens == (192 if server == "oa" else 199)
+    assert cold.prefill_seconds == pytest.approx(200 / 2000)
+    assert warm.prefill_seconds == pytest.approx((200 - warm.cached_tokens) / 2000)
     assert warm.emitted_at[0] - warm.arrival < cold.emitted_at[0] - cold.arrival - 0.05  # answered faster
     final = again["final"]
     if server == "oa":
-        assert final["usage"]["prompt_tokens_details"] == {"cached_tokens": 256}
+        assert final["usage"]["prompt_tokens_details"] == {"cached_tokens": 192}
     elif server == "lc":
-        assert final["usage"]["prompt_tokens_details"] == {"cached_tokens": 259}
-        assert (final["timings"]["cache_n"], final["timings"]["prompt_n"]) == (259, 1)
+        assert final["usage"]["prompt_tokens_details"] == {"cached_tokens": 199}
+        assert (final["timings"]["cache_n"], final["timings"]["prompt_n"]) == (199, 1)
     else:
         assert final["prompt_eval_count"] == 1  # Ollama counts only the tokens it evaluated

@@ -82,7 +82,7 @@ async def test_vllm_metrics_parse_and_move(http: aiohttp.ClientSession) -> None:
     assert after[("vllm:request_generation_tokens_count", lab)] == 1
     assert after[("vllm:inter_token_latency_seconds_count", lab)] == 6
     assert after[("vllm:time_per_output_token_seconds_count", lab)] == 6
-    assert after[("vllm:prompt_tokens_total", lab)] == 6
+    assert after[("vllm:prompt_tokens_total", lab)] == 5
     assert after[("vllm:num_requests_running", lab)] == 0
     assert truth is not None and truth.decode_seconds is not None
     # request_decode_time covers first to last token (n - 1 gaps).
@@ -102,13 +102,13 @@ async def test_vllm_metrics_parse_and_move(http: aiohttp.ClientSession) -> None:
 async def test_prefix_cache_counters(http: aiohttp.ClientSession) -> None:
     async with run_sim(sim_config(CFG)) as sim:
         body = chat_body(max_tokens=2, stream=False)
-        body["messages"][0]["content"] = " ".join(["word"] * 40)  # 52 prompt tokens
+        body["messages"][0]["content"] = " ".join(["word"] * 40)  # 40 prompt tokens
         for _ in range(2):
             async with http.post(f"{sim.url}/dp/v1/chat/completions", json=body) as resp:
                 assert resp.status == 200
         after, _ = await _scrape(http, f"{sim.url}/dp/metrics")
-    assert _sum(after, "vllm:prefix_cache_queries_total") == 104
-    assert _sum(after, "vllm:prefix_cache_hits_total") == 48  # three full 16-token blocks on the repeat
+    assert _sum(after, "vllm:prefix_cache_queries_total") == 80
+    assert _sum(after, "vllm:prefix_cache_hits_total") == 32  # two full 16-token blocks on the repeat
 
 
 async def test_a_conversations_next_turn_reuses_the_previous_prompt(http: aiohttp.ClientSession) -> None:
@@ -125,8 +125,8 @@ async def test_a_conversations_next_turn_reuses_the_previous_prompt(http: aiohtt
                 assert resp.status == 200
             after, _ = await _scrape(http, f"{sim.url}/dp/metrics")
             hits.append(_sum(after, "vllm:prefix_cache_hits_total"))
-    # turn 2 starts with turn 1's message: its 52 tokens are reused in full 16-token blocks (48)
-    assert hits == [0, 48, 48]
+    # turn 2 starts with turn 1's message: its 40 tokens are reused in full 16-token blocks (32)
+    assert hits == [0, 32, 32]
 
 
 async def test_preemption_under_kv_pressure(http: aiohttp.ClientSession) -> None:

@@ -139,7 +139,7 @@ class ServerSettings(StrictModel):
     background_prompt_tokens: int = Field(64, ge=1)
     background_max_tokens: int = Field(128, ge=1)
     # Prompt counting as a real server's: a chat template's tokens added to every prompt, and a tokenizer that
-    # counts the words x this factor more (or fewer) than the simulator's 1.3 tokens per word.
+    # counts the words x this factor more (or fewer) than the simulator's one token per word.
     chat_template_tokens: int = Field(0, ge=0, le=100_000)
     prompt_token_scale: float = Field(1.0, gt=0, le=100)
     legacy_names: bool = False

@@ -26,6 +26,7 @@ from tokwatch.sim.power import CONTENT_TYPE as POWER_CONTENT_TYPE
 from tokwatch.sim.profile import Limits
 from tokwatch.sim.runtime import ServerState, SimState
 from tokwatch.sim.spans import server_span
+from tokwatch.sim.text import PROMPT_TOKENS_PER_WORD
 from tokwatch.tracing.context import TRACEPARENT, parse_traceparent
 from tokwatch.tracing.otlp import SpanSink
 
@@ -213,7 +214,7 @@ async def _background_loop(state: SimState, server: ServerState) -> None:
     """Poisson arrivals of anonymous requests that share the engine (and its counters) with probes."""
     settings = server.settings
     rng = random.Random(f"{state.config.seed}:{settings.name}:background")
-    words = max(1, round(settings.background_prompt_tokens / 1.3))
+    words = max(1, round(settings.background_prompt_tokens / PROMPT_TOKENS_PER_WORD))
     prompt = " ".join(["background"] * words)
     inflight: set[asyncio.Task[None]] = set()
     try:

@@ -58,11 +58,14 @@ _WORDS = (
     "consequences",
 )
 _THINK_WORDS = ("let", "me", "think", "about", "this", "step", "by", "carefully", "first", "then", "check")
-PROMPT_TOKENS_PER_WORD = 1.3
+# One token per whitespace word: what a BPE tokenizer counts for the common English words tokwatch's prompts
+# are made of (SmolLM2's tokenizer, llama.cpp /tokenize: 1,024 bench words -> 1,024 tokens).
+PROMPT_TOKENS_PER_WORD = 1.0
 
 
 def count_prompt_tokens(texts: Iterable[str]) -> int:
-    """Whitespace-separated words of all texts x 1.3, rounded, at least 1 (see docs/simulator.md)."""
+    """Whitespace-separated words of all texts x PROMPT_TOKENS_PER_WORD, rounded, at least 1
+    (docs/simulator.md)."""
     words = sum(len(t.split()) for t in texts)
     return max(1, round(words * PROMPT_TOKENS_PER_WORD))
 
