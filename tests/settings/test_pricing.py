@@ -89,3 +89,59 @@ def test_the_pricing_block_checks_its_blend_and_self_hosted_fields() -> None:
         validate_yaml("models:\n  m:\n    gpus: 2\n", "t.yml", PricingSettings)
     with pytest.raises(ConfigError, match="three-letter"):
         validate_yaml("models:\n  m:\n    currency: dollars\n", "t.yml", PricingSettings)
+
+
+def _endpoint_config(extra: str, top: str = "") -> str:
+    return (
+        f"{top}endpoints:\n"
+        "  - name: a\n    kind: openai\n    base_url: http://127.0.0.1:1\n    model: m\n"
+        f"{extra}"
+    )
+
+
+def test_endpoint_pricing_and_power_settings_are_one_line_errors_naming_file_line_and_field() -> None:
+    from tokwatch.settings.config import load_config_text
+
+    cfg = load_config_text(
+        _endpoint_config(
+            "    pricing: {gpu_hour: 2.5, gpus: 2, kwh: 0.1}\n"
+            "    power_metrics_url: http://127.0.0.1:9400/metrics\n    power_scrape_interval: 200ms\n",
+            "pricing: {openrouter_url: 'http://127.0.0.1:8/api/v1/models', refresh: 6h, blend: '2:1'}\n",
+        ),
+        "t.yml",
+    )
+    ep = cfg.endpoints[0]
+    assert ep.pricing is not None and ep.pricing.hourly == 5.0 and ep.power_scrape_interval == 0.2
+    assert cfg.pricing.refresh == 6 * 3600 and cfg.pricing.blend_parts == (2.0, 1.0)
+    assert cfg.pricing.sources == ("openrouter",)
+    bad = {
+        "    power_metrics_url: 127.0.0.1:9400\n": r"^t.yml:6: endpoints\[0\].power_metrics_url: .*http://",
+        "    power_scrape_interval: 2m\n": r"^t.yml:6: endpoints\[0\].power_scrape_interval: .*between",
+        "    pricing: {gpus: 2}\n": r"^t.yml:6: endpoints\[0\].pricing: .*gpus needs gpu_hour",
+    }
+    for extra, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config_text(_endpoint_config(extra), "t.yml")
+    both = "pricing:\n  openrouter_file: m.json\n  openrouter_url: http://127.0.0.1:8/m\n"
+    with pytest.raises(ConfigError, match=r"^t.yml:1: pricing: .*not both"):
+        load_config_text(_endpoint_config("", both), "t.yml")
+    with pytest.raises(ConfigError, match=r"^t.yml:2: pricing.refresh: .*at least 1m"):
+        load_config_text(_endpoint_config("", "pricing:\n  refresh: 10s\n"), "t.yml")
+
+
+def test_a_missing_or_bad_price_file_stops_the_exporter_with_one_line_naming_it(tmp_path: Path) -> None:
+    from tokwatch.service.app import App
+    from tokwatch.settings.config import load_config_text
+
+    missing = tmp_path / "none.yml"
+    with pytest.raises(ConfigError, match=rf"^{missing}: no such file$"):
+        App(load_config_text(_endpoint_config("", f"pricing: {{table: '{missing}'}}\n")))
+    bad = tmp_path / "models.json"
+    bad.write_text("<html>", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{bad}: not JSON"):
+        App(load_config_text(_endpoint_config("", f"pricing: {{openrouter_file: '{bad}'}}\n")))
+    table = tmp_path / "prices.yml"
+    table.write_text("m:\n  input_per_mtok: 1\n  output_per_mtok: 2\n", encoding="utf-8")
+    app = App(load_config_text(_endpoint_config("", f"pricing: {{table: '{table}'}}\n")))
+    priced = app.probes.pricing("a")
+    assert priced is not None and priced[1] == "table" and priced[0].output_per_mtok == 2.0

@@ -24,19 +24,22 @@ from pathlib import Path
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 
 from tokwatch.counters import ServerCollector
+from tokwatch.counters.power_watch import PowerWatches
 from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.figures.result import Trigger
 from tokwatch.figures.wording import counted
+from tokwatch.metrics.cost import CostBook
 from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus, SchedulerStats
 from tokwatch.metrics.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics, SeriesOptions
 from tokwatch.metrics.window import WindowCollector
 from tokwatch.probes.keys import Keys
+from tokwatch.service.price_sources import PriceSources, SourceState
 from tokwatch.service.probe_service import ProbeService
 from tokwatch.service.runner import ProbeOutcome
 from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler
 from tokwatch.service.shard import FleetDuty, Shard
-from tokwatch.settings.config import Config, load_config, server_key
+from tokwatch.settings.config import Config, EndpointSettings, load_config, server_key
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage import (
     RunStore,
@@ -86,6 +89,11 @@ class App:
         self.watchers = ServerWatchers(
             self.server_collector, lambda name: self.keys.headers(name), lambda: self.keys.redactor
         )
+        # Cost and energy (docs/methodology.md, "Cost and energy"): the price sources, the power sources
+        # sampled on this loop, the per-series figures.
+        self.prices = PriceSources()
+        self.power = PowerWatches()
+        self.cost_book = CostBook()
         self.probes = ProbeService(
             config,
             self.keys,
@@ -93,6 +101,9 @@ class App:
             windows=self.windows,
             watchers=self.watchers,
             instance=self.instance,
+            power=self.power,
+            prices=self.prices,
+            cost_book=self.cost_book,
         )
         self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
         # Fleet-wide figures: one replica exports them (docs/scaling.md, "Sharding").
@@ -111,6 +122,7 @@ class App:
         )
         self.exposition.register(self.window_collector)
         self.exposition.register(self.server_collector)
+        self.exposition.register(self.cost_book)
         self.store: RunStore | None = None
         self.writer: RunWriter | None = None
         self._state_lock: StateLock | None = None
@@ -122,7 +134,7 @@ class App:
         self._schedulers: dict[tuple[float, float], tuple[Scheduler, asyncio.Task[None]]] = {}
         self._slots = ProbeSlots(config.schedule.parallelism, config.schedule.per_server)
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
-        self._apply(config)
+        self._apply(config, self.prices.load(config.pricing))
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -135,6 +147,8 @@ class App:
             await self._open_storage()
         await self.probes.start()
         await self.watchers.start(self.config.enabled_endpoints)
+        await self.power.sync(self.config.enabled_endpoints)
+        await self.prices.start()
         # Everything loaded so far (modules, config, clients) lives as long as the process: moving it out
         # of the collector's sight makes full collections scan only newer objects. A full collection
         # stops every thread, the measurement thread included (tens of ms with all of it in view).
@@ -249,6 +263,8 @@ class App:
         self._tasks.clear()
         await self.probes.stop()
         await self.watchers.close()
+        await self.power.close()
+        await self.prices.close()
         if self._window_cache is not None:
             await self._window_cache.close()
         if self.writer is not None:
@@ -271,7 +287,8 @@ class App:
         """The replica that probes a configured endpoint (None when the fleet has no such endpoint)."""
         return self.shard.owner(name) if self.full_config.endpoint(name) is not None else None
 
-    def _apply(self, config: Config) -> None:
+    def _apply(self, config: Config, price_states: dict[str, SourceState]) -> None:
+        self.prices.apply(config.pricing, price_states)
         self.probes.configure(config, self.keys)
         self.config = config
         self._slots.configure(config.schedule.parallelism, config.schedule.per_server)
@@ -300,6 +317,21 @@ class App:
                 windows_s=schedule.windows,
             )
         self.status.interval_s = config.schedule.interval
+        self._configure_costs(config)
+
+    def _configure_costs(self, config: Config) -> None:
+        """Each endpoint's prices now (a refreshed list may have changed them) for the cost figures."""
+        self.cost_book.configure(
+            config.endpoints,
+            _workload_names(config),
+            self.probes.pricing,
+            [ep.name for ep in config.endpoints if _priceable(ep, config)],
+            blend=config.pricing.blend_parts,
+            window_s=config.schedule.window,
+            site=config.site_name,
+            idle_watts=lambda name: w.idle_watts if (w := self.power.for_endpoint(name)) else None,
+            sources=lambda: {k: (s.last_refresh, s.failures) for k, s in self.prices.states.items()},
+        )
 
     async def reload(self) -> tuple[bool, str]:
         """Re-read the config file (SIGHUP, POST /-/reload); keeps the old config on error. (ok, message)."""
@@ -316,6 +348,7 @@ class App:
             config = self.shard_config(full)
             keys = Keys(config)
             self.probes.check(config)  # endpoints' tokenizer.json files load
+            price_states = self.prices.load(config.pricing)  # the price table and list files read
         except ConfigError as exc:
             self.status.reload_ok = False
             log.error("config reload failed, keeping the previous config:\n%s", exc)
@@ -327,8 +360,9 @@ class App:
         self.keys = keys
         self._config_digest = digest
         self.full_config = full
-        self._apply(config)
+        self._apply(config, price_states)
         await self.watchers.sync(config.enabled_endpoints)
+        await self.power.sync(config.enabled_endpoints)
         self.status.reload_ok = True
         self.status.reload_success_ts = time.time()
         if self._scheduler is not None:
@@ -440,6 +474,11 @@ class App:
         replicas of another site probe the same endpoints for themselves: docs/scaling.md)."""
         assert self.store is not None
         return {key.endpoint for key in await self.store.last_runs(t, site=self.config.site_name)}
+
+
+def _priceable(ep: EndpointSettings, config: Config) -> bool:
+    """Whether an endpoint can have prices: its own, a per-model default, or a price source to look in."""
+    return ep.pricing is not None or ep.model in config.pricing.models or bool(config.pricing.sources)
 
 
 def _workload_names(config: Config) -> dict[str, list[str]]:
