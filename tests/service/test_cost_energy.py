@@ -9,13 +9,17 @@ import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
+import jsonschema
 import pytest
 from aiohttp import web
 
+from tests.statuspage.test_pages import _stored, serving
 from tests.support.sim import StartSim
 from tests.support.waiting import wait_until
 from tokwatch.figures.cost import JOULES_PER_KWH
+from tokwatch.serve.status_api_schema import SCHEMA
 from tokwatch.service.app import App
 from tokwatch.service.costing import run_interval
 from tokwatch.settings.config import load_config_text
@@ -214,3 +218,68 @@ endpoints:
         assert app.probes.pricing("hosted") is not None
     finally:
         await app.stop()
+
+
+async def test_the_status_api_shows_cost_and_energy_from_the_store(
+    start_sim: StartSim, tmp_path: Path
+) -> None:
+    sim = await start_sim(SIM, {**SIM, "name": "api", "dialect": "openai", "gpu_power": None})
+    cfg = f"""
+probe: {{max_tokens: 40, warmup: false}}
+storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox.jsonl'}}
+schedule: {{interval: 1h, run_on_start: false}}
+pricing: {{models: {{m: {{input_per_mtok: 2.5, output_per_mtok: 10.0, cached_input_per_mtok: 1.25}}}}}}
+endpoints:
+  - name: own
+    kind: vllm
+    base_url: '{sim.url}/gpu/v1'
+    model: m
+    pricing: {{node_hour: 3.6, currency: EUR}}  # its own currency: pricing.models' USD is not mixed in
+    power_metrics_url: '{sim.url}/gpu/dcgm/metrics'
+    power_scrape_interval: 50ms
+  - {{name: hosted, kind: openai, base_url: '{sim.url}/api/v1', model: m}}
+  - {{name: plain, kind: openai, base_url: '{sim.url}/api/v1', model: other}}
+"""
+    async with serving(cfg) as (app, url, session):
+        watch = app.power.for_endpoint("own")
+        assert watch is not None
+        await wait_until(lambda: watch.idle_watts is not None, 10.0, "an idle baseline", interval=0.02)
+        own = [(await app.probe("own")).result for _ in range(2)]
+        hosted = (await app.probe("hosted")).result
+        await app.probe("plain")
+        await _stored(app, 4)
+        async with session.get(url + "/api/v1/status") as resp:
+            doc = await resp.json()
+        jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+        series = {s["endpoint"]: s for s in doc["series"]}
+        assert series["plain"]["cost"] is None and series["plain"]["energy"] is None
+
+        cost = series["hosted"]["cost"]
+        assert hosted.prompt_tokens is not None and hosted.cached_tokens is not None
+        share = hosted.cached_tokens / hosted.prompt_tokens
+        assert cost == {
+            "currency": "USD", "source": "config", "input_per_mtok": 2.5, "output_per_mtok": 10.0,
+            "cached_input_per_mtok": 1.25, "blended_per_mtok": 4.375,
+            "effective_per_mtok": pytest.approx((3 * ((1 - share) * 2.5 + share * 1.25) + 10) / 4),
+            "prompt_per_mtok": 2.5, "generation_per_mtok": 10.0, "allocation_method": "list_price",
+            "last_run_cost": pytest.approx(hosted.cost), "cache_hit_share": pytest.approx(share),
+        }
+        assert series["hosted"]["energy"] is None
+
+        newest = own[-1]
+        assert series["own"]["cost"]["allocation_method"] == "compute_time"
+        assert series["own"]["cost"]["currency"] == "EUR"
+        assert series["own"]["cost"]["generation_per_mtok"] == pytest.approx(newest.cost_generation_per_mtok)
+        assert series["own"]["cost"]["last_run_cost"] == pytest.approx(newest.cost)
+        per_token = sorted(r.energy_net_j / ((r.output_tokens or 0) + (r.think_tokens or 0)) for r in own
+                           if r.energy_net_j is not None)
+        assert len(per_token) == 2
+        energy = series["own"]["energy"]
+        assert energy["joules_per_output_token"] == pytest.approx(sum(per_token) / 2)
+        assert energy["idle_watts"] == pytest.approx(120.0)
+        assert energy["joules_last_run"] == pytest.approx(newest.energy_j)
+
+        async with session.get(url + "/api/v1/endpoints/own") as resp:
+            view = await resp.json()
+        jsonschema.validate(view, SCHEMA, cls=jsonschema.Draft202012Validator)
+        assert view["series"][0]["energy"] == energy and view["series"][0]["cost"] == series["own"]["cost"]

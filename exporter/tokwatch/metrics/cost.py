@@ -19,14 +19,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tokwatch.figures.cost import DEFAULT_BLEND, blended_price, effective_blended_price, effective_input_price
+from tokwatch.figures.cost_window import CostedRun, cache_hit_share, median_joules_per_output_token
 from tokwatch.figures.result import RunResult
 from tokwatch.figures.series import NO_SITE
-from tokwatch.figures.stats import median
 from tokwatch.metrics.probe import LabelSet
 from tokwatch.settings.config import EndpointSettings
 from tokwatch.settings.pricing import Pricing
@@ -145,51 +146,16 @@ class CostBook(Collector):
         priced = self._pricing(name) if name in self._priceable else None
         if priced is None or state is None:
             return None
-        pricing, source = priced
-        price = pricing.token_price()
-        last = state.last_priced
-        share = _cache_share(state.runs)
-        if price is not None:
-            effective = None if share is None else effective_blended_price(price, share, self._blend)
-            return CostFigures(
-                currency=pricing.currency,
-                source=source,
-                input_per_mtok=price.input_per_mtok,
-                output_per_mtok=price.output_per_mtok,
-                cached_input_per_mtok=price.cached_input_per_mtok,
-                blended_per_mtok=blended_price(price, self._blend),
-                effective_per_mtok=effective,
-                prompt_per_mtok=price.input_per_mtok,
-                generation_per_mtok=price.output_per_mtok,
-                allocation_method="list_price",
-                last_run_cost=last.cost if last is not None else None,
-                cache_hit_share=share,
-                effective_prompt_per_mtok=None if share is None else effective_input_price(price, share),
-            )
-        return CostFigures(
-            currency=pricing.currency,
-            source=source,
-            input_per_mtok=None,
-            output_per_mtok=None,
-            cached_input_per_mtok=None,
-            blended_per_mtok=last.cost_blended_per_mtok if last is not None else None,
-            effective_per_mtok=None,
-            prompt_per_mtok=last.cost_prompt_per_mtok if last is not None else None,
-            generation_per_mtok=last.cost_generation_per_mtok if last is not None else None,
-            allocation_method="compute_time",
-            last_run_cost=last.cost if last is not None else None,
-            cache_hit_share=share,
-        )
+        return cost_figures(priced, state.runs, state.last_priced, self._blend)
 
     def energy(self, name: str, workload: str) -> EnergyFigures | None:
         """The series' energy figures; None when the endpoint has no power source."""
         state = self._states.get((name, workload))
         if name not in self._powered or state is None:
             return None
-        per_token = [v for r in state.runs if (v := joules_per_output_token(r)) is not None]
         last = state.last_energy
         return EnergyFigures(
-            joules_per_output_token=median(per_token) if per_token else None,
+            joules_per_output_token=median_joules_per_output_token(state.runs),
             idle_watts=self._idle(name),
             joules_last_run=last.energy_j if last is not None else None,
         )
@@ -251,22 +217,61 @@ class CostBook(Collector):
         yield from _source_families(self._sources())
 
 
-def joules_per_output_token(result: RunResult) -> float | None:
-    """A run's energy above the idle baseline per output token (reasoning included); None without both."""
-    tokens = (result.output_tokens or 0) + (result.think_tokens or 0)
-    if result.energy_net_j is None or tokens <= 0:
-        return None
-    return result.energy_net_j / tokens
+class PricedRun(CostedRun, Protocol):
+    """The fields of a priced run the cost figures read."""
+
+    @property
+    def cost(self) -> float | None: ...
+    @property
+    def cost_prompt_per_mtok(self) -> float | None: ...
+    @property
+    def cost_generation_per_mtok(self) -> float | None: ...
+    @property
+    def cost_blended_per_mtok(self) -> float | None: ...
 
 
-def _cache_share(runs: Iterable[RunResult]) -> float | None:
-    """Cached prompt tokens over prompt tokens of the window's runs that counted both; None without."""
-    prompt = cached = 0
-    for r in runs:
-        if r.prompt_tokens and r.cached_tokens is not None:
-            prompt += r.prompt_tokens
-            cached += min(r.cached_tokens, r.prompt_tokens)
-    return cached / prompt if prompt else None
+def cost_figures(
+    priced: tuple[Pricing, str],
+    runs: Iterable[CostedRun],
+    last: PricedRun | None,
+    blend: tuple[float, float] = DEFAULT_BLEND,
+) -> CostFigures:
+    """A series' cost figures from its prices and where they came from, its window's runs (the cache-hit
+    share) and its last priced run (the run's cost; a self-hosted series' compute-time prices)."""
+    pricing, source = priced
+    price = pricing.token_price()
+    share = cache_hit_share(runs)
+    last_cost = last.cost if last is not None else None
+    if price is not None:
+        return CostFigures(
+            currency=pricing.currency,
+            source=source,
+            input_per_mtok=price.input_per_mtok,
+            output_per_mtok=price.output_per_mtok,
+            cached_input_per_mtok=price.cached_input_per_mtok,
+            blended_per_mtok=blended_price(price, blend),
+            effective_per_mtok=None if share is None else effective_blended_price(price, share, blend),
+            prompt_per_mtok=price.input_per_mtok,
+            generation_per_mtok=price.output_per_mtok,
+            allocation_method="list_price",
+            last_run_cost=last_cost,
+            cache_hit_share=share,
+            effective_prompt_per_mtok=None if share is None else effective_input_price(price, share),
+        )
+    return CostFigures(
+        currency=pricing.currency,
+        source=source,
+        input_per_mtok=None,
+        output_per_mtok=None,
+        cached_input_per_mtok=None,
+        blended_per_mtok=last.cost_blended_per_mtok if last is not None else None,
+        effective_per_mtok=None,
+        prompt_per_mtok=last.cost_prompt_per_mtok if last is not None else None,
+        generation_per_mtok=last.cost_generation_per_mtok if last is not None else None,
+        allocation_method="compute_time",
+        last_run_cost=last_cost,
+        cache_hit_share=share,
+    )
 
 
 def _per_mtok_series(cost: CostFigures) -> Iterator[tuple[str, str, float]]:

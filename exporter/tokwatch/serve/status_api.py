@@ -13,6 +13,7 @@ set of aggregate queries per `max_age_s`, not one per request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,9 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from tokwatch.figures.cost_window import median_joules_per_output_token
 from tokwatch.figures.series import SeriesKey
+from tokwatch.metrics.cost import CostFigures, EnergyFigures, cost_figures
 from tokwatch.serve.status_api_schema import SCHEMA_VERSION
 from tokwatch.settings.config import Config, EndpointSettings
+from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import series_of
 from tokwatch.storage.base import LastRun, RunStore
@@ -65,8 +69,10 @@ class StatusApi:
         config: Callable[[], Config],
         clock: Callable[[], float] = time.time,
         max_age_s: float = MAX_AGE_S,
+        pricing: Callable[[str], tuple[Pricing, str] | None] | None = None,
     ) -> None:
         self._store = store
+        self._pricing = pricing or (lambda _: None)
         self._config = config
         self._clock = clock
         self._max_age_s = max_age_s
@@ -139,7 +145,7 @@ class StatusApi:
             if done is not None and done.config is config and now - done.at < self._max_age_s:
                 return done
             try:
-                series = await build_series(store, config, now)
+                series = await build_series(store, config, now, self._pricing)
             except StorageError as exc:
                 message = redact(str(exc))
                 log.warning("status API: store unavailable: %s", message)
@@ -168,7 +174,12 @@ def endpoint_path(name: str) -> str:
     return f"/api/v1/endpoints/{quote(name, safe='')}"
 
 
-async def build_series(store: RunStore, config: Config, now: float) -> list[dict[str, Any]]:
+async def build_series(
+    store: RunStore,
+    config: Config,
+    now: float,
+    pricing: Callable[[str], tuple[Pricing, str] | None] = lambda _: None,
+) -> list[dict[str, Any]]:
     """One document per series the status page shows (tokwatch.statuspage.model.series_of)."""
     rule = WindowRule.of(config.schedule.window_includes)
     lengths = api_windows(config)
@@ -179,10 +190,67 @@ async def build_series(store: RunStore, config: Config, now: float) -> list[dict
     last = await store.last_runs(0.0)
     endpoints = {e.name: e for e in config.endpoints}
     labels = [window_label(s) for s in lengths]
+    costs = await costs_of(store, config, now, pricing)
     return [
-        _series_doc(endpoints[key.endpoint], key, last.get(key), [f.get(key) for f in figures], labels)
+        {
+            **_series_doc(endpoints[key.endpoint], key, last.get(key), [f.get(key) for f in figures], labels),
+            **costs.get(key, _no_cost(endpoints[key.endpoint], pricing, config)),
+        }
         for key in series_of(config, list(last))
     ]
+
+
+async def costs_of(
+    store: RunStore,
+    config: Config,
+    now: float,
+    pricing: Callable[[str], tuple[Pricing, str] | None],
+) -> dict[SeriesKey, dict[str, Any]]:
+    """`cost` and `energy` of each series of the endpoints with prices or a power source, from their counted
+    runs of the last 24 h (docs/methodology.md, "Cost and energy")."""
+    rule = WindowRule.of(config.schedule.window_includes)
+    blend = config.pricing.blend_parts
+    out: dict[SeriesKey, dict[str, Any]] = {}
+    for ep in config.endpoints:
+        priced = pricing(ep.name)
+        if priced is None and not ep.power_metrics_url:
+            continue
+        runs = await store.recent_runs(now - WINDOW_S, None, endpoint=ep.name, rule=rule)
+        for key, rs in runs.items():  # newest first
+            last_priced = next((r for r in rs if r.cost is not None), None)
+            metered = next((r for r in rs if r.energy_j is not None), None)
+            cost = None if priced is None else cost_figures(priced, rs, last_priced, blend)
+            energy = None
+            if ep.power_metrics_url:
+                energy = EnergyFigures(
+                    joules_per_output_token=median_joules_per_output_token(rs),
+                    idle_watts=metered.energy_idle_watts if metered is not None else None,
+                    joules_last_run=metered.energy_j if metered is not None else None,
+                )
+            out[key] = {"cost": _cost_doc(cost), "energy": _energy_doc(energy)}
+    return out
+
+
+def _no_cost(
+    ep: EndpointSettings, pricing: Callable[[str], tuple[Pricing, str] | None], config: Config
+) -> dict[str, Any]:
+    """A series without runs in the last 24 h: its prices alone, no energy figures."""
+    priced = pricing(ep.name)
+    cost = None if priced is None else cost_figures(priced, (), None, config.pricing.blend_parts)
+    empty = EnergyFigures(None, None, None) if ep.power_metrics_url else None
+    return {"cost": _cost_doc(cost), "energy": _energy_doc(empty)}
+
+
+def _cost_doc(cost: CostFigures | None) -> dict[str, Any] | None:
+    if cost is None:
+        return None
+    doc = dataclasses.asdict(cost)
+    doc.pop("effective_prompt_per_mtok")
+    return doc
+
+
+def _energy_doc(energy: EnergyFigures | None) -> dict[str, Any] | None:
+    return None if energy is None else dataclasses.asdict(energy)
 
 
 def _series_doc(

@@ -40,6 +40,7 @@ from tokwatch.service.runner import ProbeOutcome
 from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler
 from tokwatch.service.shard import FleetDuty, Shard
 from tokwatch.settings.config import Config, EndpointSettings, load_config, server_key
+from tokwatch.settings.pricing import PriceSource, Pricing
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage import (
     RunStore,
@@ -318,6 +319,12 @@ class App:
             )
         self.status.interval_s = config.schedule.interval
         self._configure_costs(config)
+
+    def fleet_pricing(self, name: str) -> tuple[Pricing, PriceSource] | None:
+        """Any endpoint of the fleet's prices and where they came from (the status API shows every
+        endpoint, this replica's or not)."""
+        ep = self.full_config.endpoint(name)
+        return None if ep is None else self.prices.pricing(ep, self.full_config)
 
     def _configure_costs(self, config: Config) -> None:
         """Each endpoint's prices now (a refreshed list may have changed them) for the cost figures."""
