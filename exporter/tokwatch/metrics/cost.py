@@ -19,48 +19,20 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tokwatch.figures.cost import DEFAULT_BLEND, blended_price, effective_blended_price, effective_input_price
-from tokwatch.figures.cost_window import CostedRun, cache_hit_share, median_joules_per_output_token
+from tokwatch.figures.cost import DEFAULT_BLEND
+from tokwatch.figures.cost_window import median_joules_per_output_token
 from tokwatch.figures.result import RunResult
 from tokwatch.figures.series import NO_SITE
 from tokwatch.metrics.probe import LabelSet
 from tokwatch.settings.config import EndpointSettings
 from tokwatch.settings.pricing import Pricing
+from tokwatch.windows.cost import CostFigures, EnergyFigures, cost_figures
 
 PHASES = ("prompt", "generation", "blended")
-
-
-@dataclass(frozen=True, slots=True)
-class CostFigures:
-    """One series' cost figures now (the status API's `cost`); a field is None when not known."""
-
-    currency: str
-    source: str
-    input_per_mtok: float | None
-    output_per_mtok: float | None
-    cached_input_per_mtok: float | None
-    blended_per_mtok: float | None
-    effective_per_mtok: float | None
-    prompt_per_mtok: float | None
-    generation_per_mtok: float | None
-    allocation_method: str | None
-    last_run_cost: float | None
-    cache_hit_share: float | None
-    effective_prompt_per_mtok: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EnergyFigures:
-    """One series' energy figures now (the status API's `energy`)."""
-
-    joules_per_output_token: float | None
-    idle_watts: float | None
-    joules_last_run: float | None
 
 
 @dataclass
@@ -215,63 +187,6 @@ class CostBook(Collector):
             if fam.samples:
                 yield fam
         yield from _source_families(self._sources())
-
-
-class PricedRun(CostedRun, Protocol):
-    """The fields of a priced run the cost figures read."""
-
-    @property
-    def cost(self) -> float | None: ...
-    @property
-    def cost_prompt_per_mtok(self) -> float | None: ...
-    @property
-    def cost_generation_per_mtok(self) -> float | None: ...
-    @property
-    def cost_blended_per_mtok(self) -> float | None: ...
-
-
-def cost_figures(
-    priced: tuple[Pricing, str],
-    runs: Iterable[CostedRun],
-    last: PricedRun | None,
-    blend: tuple[float, float] = DEFAULT_BLEND,
-) -> CostFigures:
-    """A series' cost figures from its prices and where they came from, its window's runs (the cache-hit
-    share) and its last priced run (the run's cost; a self-hosted series' compute-time prices)."""
-    pricing, source = priced
-    price = pricing.token_price()
-    share = cache_hit_share(runs)
-    last_cost = last.cost if last is not None else None
-    if price is not None:
-        return CostFigures(
-            currency=pricing.currency,
-            source=source,
-            input_per_mtok=price.input_per_mtok,
-            output_per_mtok=price.output_per_mtok,
-            cached_input_per_mtok=price.cached_input_per_mtok,
-            blended_per_mtok=blended_price(price, blend),
-            effective_per_mtok=None if share is None else effective_blended_price(price, share, blend),
-            prompt_per_mtok=price.input_per_mtok,
-            generation_per_mtok=price.output_per_mtok,
-            allocation_method="list_price",
-            last_run_cost=last_cost,
-            cache_hit_share=share,
-            effective_prompt_per_mtok=None if share is None else effective_input_price(price, share),
-        )
-    return CostFigures(
-        currency=pricing.currency,
-        source=source,
-        input_per_mtok=None,
-        output_per_mtok=None,
-        cached_input_per_mtok=None,
-        blended_per_mtok=last.cost_blended_per_mtok if last is not None else None,
-        effective_per_mtok=None,
-        prompt_per_mtok=last.cost_prompt_per_mtok if last is not None else None,
-        generation_per_mtok=last.cost_generation_per_mtok if last is not None else None,
-        allocation_method="compute_time",
-        last_run_cost=last_cost,
-        cache_hit_share=share,
-    )
 
 
 def _per_mtok_series(cost: CostFigures) -> Iterator[tuple[str, str, float]]:

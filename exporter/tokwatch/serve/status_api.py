@@ -21,18 +21,18 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from tokwatch.figures.cost_window import median_joules_per_output_token
 from tokwatch.figures.series import SeriesKey
-from tokwatch.metrics.cost import CostFigures, EnergyFigures, cost_figures
 from tokwatch.serve.status_api_schema import SCHEMA_VERSION
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import series_of
 from tokwatch.storage.base import LastRun, RunStore
+from tokwatch.storage.cost_figures import priced_only, series_costs
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.network_time import network_time
 from tokwatch.storage.window import WINDOW_S, window_figures
+from tokwatch.windows.cost import CostFigures, EnergyFigures
 from tokwatch.windows.window import WindowFigures, window_label, window_lengths
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles, percentile_label
 from tokwatch.windows.window_rule import WindowRule
@@ -190,55 +190,14 @@ async def build_series(
     last = await store.last_runs(0.0)
     endpoints = {e.name: e for e in config.endpoints}
     labels = [window_label(s) for s in lengths]
-    costs = await costs_of(store, config, now, pricing)
-    return [
-        {
-            **_series_doc(endpoints[key.endpoint], key, last.get(key), [f.get(key) for f in figures], labels),
-            **costs.get(key, _no_cost(endpoints[key.endpoint], pricing, config)),
-        }
-        for key in series_of(config, list(last))
-    ]
-
-
-async def costs_of(
-    store: RunStore,
-    config: Config,
-    now: float,
-    pricing: Callable[[str], tuple[Pricing, str] | None],
-) -> dict[SeriesKey, dict[str, Any]]:
-    """`cost` and `energy` of each series of the endpoints with prices or a power source, from their counted
-    runs of the last 24 h (docs/methodology.md, "Cost and energy")."""
-    rule = WindowRule.of(config.schedule.window_includes)
-    blend = config.pricing.blend_parts
-    out: dict[SeriesKey, dict[str, Any]] = {}
-    for ep in config.endpoints:
-        priced = pricing(ep.name)
-        if priced is None and not ep.power_metrics_url:
-            continue
-        runs = await store.recent_runs(now - WINDOW_S, None, endpoint=ep.name, rule=rule)
-        for key, rs in runs.items():  # newest first
-            last_priced = next((r for r in rs if r.cost is not None), None)
-            metered = next((r for r in rs if r.energy_j is not None), None)
-            cost = None if priced is None else cost_figures(priced, rs, last_priced, blend)
-            energy = None
-            if ep.power_metrics_url:
-                energy = EnergyFigures(
-                    joules_per_output_token=median_joules_per_output_token(rs),
-                    idle_watts=metered.energy_idle_watts if metered is not None else None,
-                    joules_last_run=metered.energy_j if metered is not None else None,
-                )
-            out[key] = {"cost": _cost_doc(cost), "energy": _energy_doc(energy)}
+    costs = await series_costs(store, config, now, pricing)
+    out = []
+    for key in series_of(config, list(last)):
+        ep = endpoints[key.endpoint]
+        cost, energy = costs.get(key) or priced_only(ep, config, pricing)
+        doc = _series_doc(ep, key, last.get(key), [f.get(key) for f in figures], labels)
+        out.append({**doc, "cost": _cost_doc(cost), "energy": _energy_doc(energy)})
     return out
-
-
-def _no_cost(
-    ep: EndpointSettings, pricing: Callable[[str], tuple[Pricing, str] | None], config: Config
-) -> dict[str, Any]:
-    """A series without runs in the last 24 h: its prices alone, no energy figures."""
-    priced = pricing(ep.name)
-    cost = None if priced is None else cost_figures(priced, (), None, config.pricing.blend_parts)
-    empty = EnergyFigures(None, None, None) if ep.power_metrics_url else None
-    return {"cost": _cost_doc(cost), "energy": _energy_doc(empty)}
 
 
 def _cost_doc(cost: CostFigures | None) -> dict[str, Any] | None:

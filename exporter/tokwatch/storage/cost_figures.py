@@ -1,0 +1,54 @@
+"""Each series' cost and energy from its counted runs of the last 24 h in the store (docs/methodology.md,
+"Cost and energy"): what the status API, the endpoint view and the comparison page show."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tokwatch.figures.cost_window import median_joules_per_output_token
+from tokwatch.figures.series import SeriesKey
+from tokwatch.settings.config import Config, EndpointSettings
+from tokwatch.settings.pricing import Pricing
+from tokwatch.storage.base import RunStore
+from tokwatch.storage.window import WINDOW_S
+from tokwatch.windows.cost import CostFigures, EnergyFigures, cost_figures
+from tokwatch.windows.window_rule import WindowRule
+
+Pricer = Callable[[str], tuple[Pricing, str] | None]
+SeriesCost = tuple[CostFigures | None, EnergyFigures | None]
+
+
+async def series_costs(
+    store: RunStore, config: Config, now: float, pricing: Pricer
+) -> dict[SeriesKey, SeriesCost]:
+    """(cost, energy) of each series of the endpoints with prices or a power source, over their counted runs
+    of the last 24 h: the prices now, the cache-hit share and the newest priced run; the median J/output
+    token and the newest metered run's baseline and energy."""
+    rule = WindowRule.of(config.schedule.window_includes)
+    blend = config.pricing.blend_parts
+    out: dict[SeriesKey, SeriesCost] = {}
+    for ep in config.endpoints:
+        priced = pricing(ep.name)
+        if priced is None and not ep.power_metrics_url:
+            continue
+        runs = await store.recent_runs(now - WINDOW_S, None, endpoint=ep.name, rule=rule)
+        for key, rs in runs.items():  # newest first
+            last_priced = next((r for r in rs if r.cost is not None), None)
+            metered = next((r for r in rs if r.energy_j is not None), None)
+            cost = None if priced is None else cost_figures(priced, rs, last_priced, blend)
+            energy = None
+            if ep.power_metrics_url:
+                energy = EnergyFigures(
+                    joules_per_output_token=median_joules_per_output_token(rs),
+                    idle_watts=metered.energy_idle_watts if metered is not None else None,
+                    joules_last_run=metered.energy_j if metered is not None else None,
+                )
+            out[key] = (cost, energy)
+    return out
+
+
+def priced_only(ep: EndpointSettings, config: Config, pricing: Pricer) -> SeriesCost:
+    """A series without runs in the last 24 h: its prices alone, energy figures unknown."""
+    priced = pricing(ep.name)
+    cost = None if priced is None else cost_figures(priced, (), None, config.pricing.blend_parts)
+    return cost, EnergyFigures(None, None, None) if ep.power_metrics_url else None
