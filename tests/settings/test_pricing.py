@@ -145,3 +145,15 @@ def test_a_missing_or_bad_price_file_stops_the_exporter_with_one_line_naming_it(
     app = App(load_config_text(_endpoint_config("", f"pricing: {{table: '{table}'}}\n")))
     priced = app.probes.pricing("a")
     assert priced is not None and priced[1] == "table" and priced[0].output_per_mtok == 2.0
+
+
+def test_an_endpoint_priced_by_the_hour_first_takes_no_per_token_price_from_below() -> None:
+    from tokwatch.settings.pricing import resolve_priced
+
+    settings = PricingSettings.model_validate({"models": {"m": {"input_per_mtok": 2, "output_per_mtok": 8}}})
+    own = Pricing(gpu_hour=2.0, gpus=4)
+    priced = resolve_priced(own, "m", settings, {"m": Pricing(kwh=0.1)}, {})
+    assert priced is not None and priced[1] == "config"
+    assert priced[0].token_price() is None and priced[0].hourly == 8.0 and priced[0].kwh == 0.1
+    hosted = resolve_priced(None, "m", settings, {}, {})
+    assert hosted is not None and hosted[0].token_price() is not None

@@ -241,13 +241,24 @@ def resolve_priced(
     openrouter: Mapping[str, Pricing],
 ) -> tuple[Pricing, PriceSource] | None:
     """`resolve_pricing` with the source of the prices: the first layer that priced the endpoint
-    (`config` for its own `pricing:` or `pricing.models`, then `table`, then `openrouter`)."""
+    (`config` for its own `pricing:` or `pricing.models`, then `table`, then `openrouter`). A first layer
+    with an hourly price and no per-token one makes the endpoint self-hosted: per-token prices of the layers
+    below are not taken."""
     layers: tuple[tuple[PriceSource, Pricing | None], ...] = (
         ("config", own),
         ("config", settings.models.get(model)),
         ("table", table.get(model)),
         ("openrouter", openrouter.get(model)),
     )
-    source = next((name for name, p in layers if p is not None and p.fields_set()), None)
+    first = next(((name, p) for name, p in layers if p is not None and p.fields_set()), None)
     found = resolve_pricing(own, model, settings, table, openrouter)
-    return None if found is None or source is None else (found, source)
+    if found is None or first is None:
+        return None
+    source, top = first
+    if top.hourly is not None and top.token_price() is None:
+        # Priced as self-hosted first: a per-token price further down (the model's hosted price elsewhere)
+        # is not this endpoint's.
+        found = found.model_copy(
+            update={"input_per_mtok": None, "output_per_mtok": None, "cached_input_per_mtok": None}
+        )
+    return found, source

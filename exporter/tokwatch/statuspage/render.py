@@ -25,6 +25,7 @@ from tokwatch.statuspage.model import (
     fleet_workloads,
 )
 from tokwatch.storage.base import RunPoint
+from tokwatch.storage.cost_figures import SeriesCost
 from tokwatch.storage.network_time import NetworkTime
 from tokwatch.windows.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles
@@ -657,6 +658,39 @@ def _cmp_cell(f: WindowFigures | None, key: str, workload: str) -> str:
     return f'<td class="num" data-{key}="{v:.4f}">{text[key]}</td>'
 
 
+# The comparison table's cost columns, shown when some endpoint of the workload has prices or a power source.
+COST_COLUMNS = ("Blended /Mtok", "Effective /Mtok", "J/out tok")
+
+
+def _row_cost(cmp: Comparison, endpoint: str, site: str) -> SeriesCost:
+    """An endpoint's cost at `site`, else at any site (prices do not depend on where they were probed)."""
+    found = cmp.costs.get(SeriesKey(endpoint, cmp.workload, site))
+    if found is None:
+        found = next((c for k, c in cmp.costs.items() if k.endpoint == endpoint), None)
+    return found or (None, None)
+
+
+def _cost_cells(cost: SeriesCost) -> str:
+    money, energy = cost
+    cells = []
+    for key, v in (
+        ("blended", money.blended_per_mtok if money else None),
+        ("effective", money.effective_per_mtok if money else None),
+    ):
+        if v is None or money is None:
+            cells.append(f'<td class="num cost" data-{key}="">—</td>')
+        else:
+            how = "list price" if money.allocation_method == "list_price" else "compute time"
+            cells.append(
+                f'<td class="num cost" data-{key}="{v:.6g}" title="{_e(how)}, source {_e(money.source)}">'
+                f"{v:,.3f} {_e(money.currency)}</td>"
+            )
+    jpt = energy.joules_per_output_token if energy else None
+    none = '<td class="num cost">—</td>'
+    cells.append(none if jpt is None else f'<td class="num cost" data-jpt="{jpt:.6g}">{jpt:.3f}</td>')
+    return "".join(cells)
+
+
 def render_comparison(
     cmp: Comparison, config: Config, sort: str = "decode", site: str | None = None, order: str | None = None
 ) -> str:
@@ -679,18 +713,22 @@ def render_comparison(
             f"{arrow}</a></th>"
         )
 
+    priced = bool(cmp.costs)
+    price_head = "".join(f'<th rowspan="2" class="num cost">{_e(t)}</th>' for t in COST_COLUMNS) * priced
     top = "".join(f'<th colspan="{len(SORTS)}" class="site">{_e(site_name[s])}</th>' for s in cmp.sites)
+    top += price_head
     sub = "".join(head_link(k, title, s) for s in cmp.sites for k, title, _, _ in SORTS)
     body = []
+    span = 1 + len(SORTS) * len(cmp.sites) + len(COST_COLUMNS) * priced
     for model, rows in sort_rows(cmp.rows, sort, chosen, descending):
-        body.append(
-            f'<tr class="model"><th colspan="{1 + len(SORTS) * len(cmp.sites)}">{_e(model)}</th></tr>'
-        )
+        body.append(f'<tr class="model"><th colspan="{span}">{_e(model)}</th></tr>')
         for row in rows:
             key = SeriesKey(row.endpoint.name, cmp.workload, chosen)
             cells = "".join(
                 _cmp_cell(row.by_site.get(s), k, cmp.workload) for s in cmp.sites for k, _, _, _ in SORTS
             )
+            if priced:
+                cells += _cost_cells(_row_cost(cmp, row.endpoint.name, chosen))
             body.append(
                 f'<tr data-endpoint="{_e(row.endpoint.name)}" data-model="{_e(model)}">'
                 f'<td><a href="{series_href(key, config)}">{_e(row.endpoint.name)}</a></td>{cells}</tr>'
@@ -724,6 +762,24 @@ def render_comparison(
         and f.decode_percentiles.p50 is not None
     ]
     nav = _compare_nav(cmp.workloads, cmp.workload)
+    price_chart = ""
+    if priced:
+        price_points = [
+            (r.endpoint.name + (f" @ {s}" if s else ""), price, f.decode_percentiles.p50, cost.currency)
+            for r in cmp.rows
+            for s in cmp.sites
+            if (f := r.by_site.get(s)) is not None
+            and f.decode_percentiles.p50 is not None
+            and (cost := _row_cost(cmp, r.endpoint.name, s)[0]) is not None
+            and (price := cost.blended_per_mtok) is not None
+        ]
+        price_chart = (
+            f"<h2>Decode tok/s against blended price · {_e(cmp.workload)}</h2>"
+            f'<p class="muted">Blended: {_e(config.pricing.blend)} input:output tokens at list price '
+            "(hosted) or the newest run's compute-time price (self-hosted); docs/methodology.md, Cost and "
+            "energy.</p>"
+            f"{svg.decode_vs_price(price_points)}"
+        )
     body_html = (
         '<p><a href="/">← all endpoints</a></p>'
         f'<header><h1 data-workload="{_e(cmp.workload)}">Comparison · workload {_e(cmp.workload)}</h1>'
@@ -732,6 +788,7 @@ def render_comparison(
         f"{nav}</header>{table}"
         f"<h2>TTFT p50 by prompt size (workloads, input tokens)</h2>{svg.ttft_by_prompt(labels, lines)}"
         f"<h2>Decode tok/s against TTFT · {_e(cmp.workload)}</h2>{svg.decode_vs_ttft(points)}"
+        f"{price_chart}"
     )
     return _page(f"tokwatch · compare {cmp.workload}", body_html + methodology(config), cmp.generated_at)
 
