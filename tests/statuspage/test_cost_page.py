@@ -1,10 +1,11 @@
 """Cost on the status page, in headless Chromium: the comparison's speed vs price chart (decode tok/s
-against blended $/Mtok, as the leaderboards plot it) and its cost columns, from stored runs; the page still
-fits a phone."""
+against blended $/Mtok, as the leaderboards plot it) and its cost columns, and the endpoint view's cost
+and energy, from stored runs; the pages still fit a phone."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from pathlib import Path
@@ -61,7 +62,16 @@ async def test_the_comparison_plots_speed_against_price_with_cost_columns_in_chr
         page = f"{url}/compare?workload=seed000"
         done = await asyncio.to_thread(_chromium, browser, "--dump-dom", page)
         assert done.returncode == 0, done.stderr
-        measured = await asyncio.to_thread(measure_layout, browser, [page])
+        view = f"{url}/endpoints/own"
+        endpoint_dom = await asyncio.to_thread(_chromium, browser, "--dump-dom", view)
+        assert endpoint_dom.returncode == 0, endpoint_dom.stderr
+        measured = await asyncio.to_thread(measure_layout, browser, [page, view])
+    # The endpoint view: its prices by compute time and its energy over the last 24 h.
+    row = r'<tr data-cost="([a-z-]+)"><th>[^<]*</th><td class="num">([^<]*)</td>'
+    shown = dict(re.findall(row, endpoint_dom.stdout))
+    assert shown["generation"] == "4.000 USD/Mtok" and shown["blended"] == "1.375 USD/Mtok"
+    assert shown["jpt"] == "0.300" and shown["idle"] == "120 W" and shown["joules"] == "400 J"
+    assert shown["run-cost"] == "0.001200 USD" and shown["source"] == "config"
     dom = Elements(done.stdout)
     points = {a["data-series"]: (a["data-price"], a["data-decode"]) for t, a in dom.found
               if t == "circle" and a.get("data-series")}  # fmt: skip
@@ -79,5 +89,5 @@ async def test_the_comparison_plots_speed_against_price_with_cost_columns_in_chr
     assert cells["effective"] == ["", "2.9375", ""]
     assert cells["jpt"] == ["0.3"]  # 60 J above idle over 200 output tokens
     assert "1.375 USD" in done.stdout and "Effective /Mtok" in done.stdout
-    (phone,) = measured
-    assert phone["scroll_width"] <= PHONE[0] and phone["overflowing"] == [], phone
+    for phone in measured:
+        assert phone["scroll_width"] <= PHONE[0] and phone["overflowing"] == [], phone

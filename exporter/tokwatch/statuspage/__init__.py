@@ -97,7 +97,9 @@ class StatusPages:
         if store is None:
             return Page(200, render_message(ep.name, _NO_STORE, now, config))
         try:
-            page = await build_endpoint_page(store, config, ep, now, workload=workload, site=site)
+            page = await build_endpoint_page(
+                store, config, ep, now, workload=workload, site=site, pricing=self._pricing
+            )
         except StorageError as exc:
             return Page(503, render_message(ep.name, f"Store unavailable ({redact(str(exc))}).", now, config))
         return Page(200, render_endpoint(page, config))

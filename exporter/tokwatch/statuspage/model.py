@@ -19,7 +19,7 @@ from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.figures.stats import median
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.storage.base import LastRun, RunPoint, RunStore
-from tokwatch.storage.cost_figures import Pricer, SeriesCost, priced_only, series_costs
+from tokwatch.storage.cost_figures import Pricer, SeriesCost, priced_only, series_cost, series_costs
 from tokwatch.storage.network_time import NetworkTime, network_time
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
 from tokwatch.windows.window import (
@@ -120,6 +120,8 @@ class EndpointPage:
     windows: Mapping[SeriesKey, Sequence[WindowFigures]] = field(default_factory=dict)
     # The shown series' network vs server time over its last 24 h of counted runs (None without one).
     network: NetworkTime | None = None
+    # The shown series' cost and energy over the same runs (storage.cost_figures; None, None: neither).
+    cost: SeriesCost = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +221,7 @@ async def build_endpoint_page(
     *,
     workload: str | None = None,
     site: str | None = None,
+    pricing: Pricer = lambda _: None,
 ) -> EndpointPage:
     """Daily figures over HISTORY_DAYS, the last LAST_RUNS runs and the incidents of one endpoint's series:
     `workload` (its first when None) from `site` (the exporter's own when None)."""
@@ -256,6 +259,12 @@ async def build_endpoint_page(
         series,
         windows,
         network_time(day_runs),
+        series_cost(
+            day_runs[::-1],
+            pricing(endpoint.name),
+            bool(endpoint.power_metrics_url),
+            config.pricing.blend_parts,
+        ),
     )
 
 

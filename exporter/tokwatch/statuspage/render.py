@@ -593,7 +593,7 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
         f'data-site="{_e(page.site)}">{_e(ep.name)} {_pill(status)}</h1>{chips}{formerly}'
         f"{_series_links(page, config)}</header>{_percentile_tables(page)}"
         f"<h2>Network vs server time · {_e(series_name(SeriesKey(ep.name, page.workload, page.site)))}</h2>"
-        f"{_network(page.network)}"
+        f"{_network(page.network)}{_cost_section(page.cost)}"
         f"<h2>Daily median tok/s · {HISTORY_DAYS} days (UTC)</h2>{svg.daily_medians(page.days)}"
         f"<h2>Daily uptime</h2>{svg.daily_uptime(page.days)}"
         f"<h2>Incidents</h2>{_incidents(page.incidents, page.generated_at)}"
@@ -606,6 +606,44 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
     if not page.runs:
         body += '<p class="muted">No runs stored yet.</p>'
     return _page(f"tokwatch · {ep.name}", body + methodology(config), page.generated_at)
+
+
+def _cost_section(cost: SeriesCost) -> str:
+    """The shown series' prices and energy over its last 24 h (docs/methodology.md, Cost and energy); nothing
+    for an endpoint without prices or a power source."""
+    money, energy = cost
+    if money is None and energy is None:
+        return ""
+    rows: list[tuple[str, str, str]] = []  # (key, label, value)
+    if money is not None:
+        unit = f"{money.currency}/Mtok"
+        how = "list price" if money.allocation_method == "list_price" else "compute time, newest run"
+
+        def price(v: float | None) -> str:
+            return "—" if v is None else f"{v:,.3f} {unit}"
+
+        share, run_cost = money.cache_hit_share, money.last_run_cost
+        rows += [
+            ("prompt", f"Prompt ({how})", price(money.prompt_per_mtok)),
+            ("generation", f"Generation ({how})", price(money.generation_per_mtok)),
+            ("blended", "Blended", price(money.blended_per_mtok)),
+            ("effective", "Effective at the cache-hit share", price(money.effective_per_mtok)),
+            ("share", "Cache-hit share", "—" if share is None else f"{share:.1%}"),
+            ("run-cost", "Newest priced run cost", "—" if run_cost is None else f"{run_cost:.6f} {unit[:3]}"),
+            ("source", "Prices from", money.source),
+        ]
+    if energy is not None:
+        jpt, idle, joules = energy.joules_per_output_token, energy.idle_watts, energy.joules_last_run
+        rows += [
+            ("jpt", "J / output token (median, above idle)", "—" if jpt is None else f"{jpt:.3f}"),
+            ("idle", "Idle baseline", "—" if idle is None else f"{idle:,.0f} W"),
+            ("joules", "Newest run's energy", "—" if joules is None else f"{joules:,.0f} J"),
+        ]
+    cells = "".join(
+        f'<tr data-cost="{_e(k)}"><th>{_e(label)}</th><td class="num">{_e(v)}</td></tr>'
+        for k, label, v in rows
+    )
+    return f'<h2>Cost and energy · last 24 h</h2><div class="scroll"><table id="cost">{cells}</table></div>'
 
 
 # The comparison's sortable columns: (key, heading, what it reads, larger is better).

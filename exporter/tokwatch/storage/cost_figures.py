@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tokwatch.figures.cost_window import median_joules_per_output_token
 from tokwatch.figures.series import SeriesKey
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.settings.pricing import Pricing
-from tokwatch.storage.base import RunStore
+from tokwatch.storage.base import RunPoint, RunStore
 from tokwatch.storage.window import WINDOW_S
 from tokwatch.windows.cost import CostFigures, EnergyFigures, cost_figures
 from tokwatch.windows.window_rule import WindowRule
@@ -32,19 +32,31 @@ async def series_costs(
         if priced is None and not ep.power_metrics_url:
             continue
         runs = await store.recent_runs(now - WINDOW_S, None, endpoint=ep.name, rule=rule)
-        for key, rs in runs.items():  # newest first
-            last_priced = next((r for r in rs if r.cost is not None), None)
-            metered = next((r for r in rs if r.energy_j is not None), None)
-            cost = None if priced is None else cost_figures(priced, rs, last_priced, blend)
-            energy = None
-            if ep.power_metrics_url:
-                energy = EnergyFigures(
-                    joules_per_output_token=median_joules_per_output_token(rs),
-                    idle_watts=metered.energy_idle_watts if metered is not None else None,
-                    joules_last_run=metered.energy_j if metered is not None else None,
-                )
-            out[key] = (cost, energy)
+        for key, rs in runs.items():
+            out[key] = series_cost(rs, priced, bool(ep.power_metrics_url), blend)
     return out
+
+
+def series_cost(
+    runs_newest_first: Sequence[RunPoint],
+    priced: tuple[Pricing, str] | None,
+    metered: bool,
+    blend: tuple[float, float],
+) -> SeriesCost:
+    """(cost, energy) of one series from its counted runs, newest first: the cache-hit share and the newest
+    priced run; the median J/output token and the newest metered run's baseline and energy."""
+    rs = runs_newest_first
+    last_priced = next((r for r in rs if r.cost is not None), None)
+    newest_metered = next((r for r in rs if r.energy_j is not None), None)
+    cost = None if priced is None else cost_figures(priced, rs, last_priced, blend)
+    energy = None
+    if metered:
+        energy = EnergyFigures(
+            joules_per_output_token=median_joules_per_output_token(rs),
+            idle_watts=newest_metered.energy_idle_watts if newest_metered is not None else None,
+            joules_last_run=newest_metered.energy_j if newest_metered is not None else None,
+        )
+    return cost, energy
 
 
 def priced_only(ep: EndpointSettings, config: Config, pricing: Pricer) -> SeriesCost:
