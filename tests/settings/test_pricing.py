@@ -157,3 +157,17 @@ def test_an_endpoint_priced_by_the_hour_first_takes_no_per_token_price_from_belo
     assert priced[0].token_price() is None and priced[0].hourly == 8.0 and priced[0].kwh == 0.1
     hosted = resolve_priced(None, "m", settings, {}, {})
     assert hosted is not None and hosted[0].token_price() is not None
+
+
+def test_check_config_reads_the_price_files_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tokwatch.cli import main
+
+    table = tmp_path / "prices.yml"
+    table.write_text("m:\n  input_per_mtok: 1\n  output_per_mtok: -2\n", encoding="utf-8")
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(_endpoint_config("", f"pricing: {{table: '{table}'}}\n"), encoding="utf-8")
+    assert main(["check-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"{table}:3: m.output_per_mtok:" in err and "Traceback" not in err
+    table.write_text("m:\n  input_per_mtok: 1\n  output_per_mtok: 2\n", encoding="utf-8")
+    assert main(["check-config", str(cfg)]) == 0

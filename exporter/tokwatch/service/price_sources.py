@@ -20,6 +20,7 @@ from tokwatch.settings.pricing import (
     read_price_table,
     resolve_priced,
 )
+from tokwatch.settings.redact import redact
 from tokwatch.settings.strict_yaml import ConfigError, read_config_file
 from tokwatch.transport.http import HttpClient, HttpStatusError, TransportError
 
@@ -135,5 +136,6 @@ class PriceSources:
 
 
 def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    """The error's first line, secrets in the URL (a key in its query) masked."""
+    return redact(str(exc).splitlines()[0][:200]) if str(exc) else type(exc).__name__
 
