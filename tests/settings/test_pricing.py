@@ -116,7 +116,7 @@ def test_endpoint_pricing_and_power_settings_are_one_line_errors_naming_file_lin
     assert cfg.pricing.sources == ("openrouter",)
     bad = {
         "    power_metrics_url: 127.0.0.1:9400\n": r"^t.yml:6: endpoints\[0\].power_metrics_url: .*http://",
-        "    power_scrape_interval: 2m\n": r"^t.yml:6: endpoints\[0\].power_scrape_interval: .*between",
+        "    power_scrape_interval: 11s\n": r"^t.yml:6: endpoints\[0\].power_scrape_interval: .*between",
         "    pricing: {gpus: 2}\n": r"^t.yml:6: endpoints\[0\].pricing: .*gpus needs gpu_hour",
     }
     for extra, message in bad.items():

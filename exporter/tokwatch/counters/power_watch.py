@@ -17,6 +17,7 @@ from tokwatch.counters.power import PowerTrace, sample_power
 from tokwatch.figures.stats import median
 from tokwatch.settings.config import EndpointSettings
 from tokwatch.settings.reach import Reach
+from tokwatch.settings.redact import redact
 from tokwatch.transport.http import HttpClient
 
 log = logging.getLogger("tokwatch")
@@ -72,9 +73,14 @@ class PowerWatch:
         while True:
             sent = time.monotonic()
             before = (len(self.trace.samples), len(self.trace.energy))
-            await sample_power(
-                http, self.url, self.interval_s, self.trace, once, timeout_s=self._timeout, reach=self.reach
-            )
+            try:
+                await sample_power(
+                    http, self.url, self.interval_s, self.trace, once, timeout_s=self._timeout,
+                    reach=self.reach,
+                )  # fmt: skip
+            except (OSError, ValueError) as exc:  # a route that cannot be built (a TLS file gone): try again
+                self.trace.failures += 1
+                log.warning("power source %s: %s", redact(self.url), redact(str(exc)))
             self._take_idle(sent, before)
             self._trim(time.monotonic() - KEEP_S)
             self._new_reading.set()

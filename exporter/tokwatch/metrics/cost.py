@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -35,13 +36,30 @@ from tokwatch.windows.cost import CostFigures, EnergyFigures, cost_figures
 PHASES = ("prompt", "generation", "blended")
 
 
+class WindowRun(NamedTuple):
+    """What the window figures need of a run (a RunResult keeps its token gaps: far more than this)."""
+
+    started_at: float
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+    think_tokens: int | None
+    energy_net_j: float | None
+
+    @classmethod
+    def of(cls, r: RunResult) -> WindowRun:
+        """From a recorded run."""
+        tokens = (r.prompt_tokens, r.cached_tokens, r.output_tokens, r.think_tokens)
+        return cls(r.started_at, *tokens, r.energy_net_j)
+
+
 @dataclass
 class CostState:
     """What the cost collector knows of one endpoint's runs of one workload."""
 
     settings: EndpointSettings
     workload: str
-    runs: deque[RunResult] = field(default_factory=deque)  # the window's priced or metered runs
+    runs: deque[WindowRun] = field(default_factory=deque)  # the window's priced or metered runs
     cost_total: float = 0.0
     last_priced: RunResult | None = None
     last_energy: RunResult | None = None
@@ -107,7 +125,7 @@ class CostBook(Collector):
         if result.energy_j is not None:
             state.last_energy = result
         if result.cost is not None or result.energy_j is not None or result.prompt_tokens is not None:
-            state.runs.append(result)
+            state.runs.append(WindowRun.of(result))
         horizon = result.started_at - self._window_s
         while state.runs and state.runs[0].started_at < horizon:
             state.runs.popleft()

@@ -340,8 +340,11 @@ class EndpointSettings(StrictModel):
     @field_validator("power_scrape_interval")
     @classmethod
     def _power_interval(cls, v: float) -> float:
-        if not 0.05 <= v <= 60.0:
-            raise ValueError("must be between 50ms and 1m: the energy of a run is integrated between samples")
+        if not 0.05 <= v <= 10.0:
+            raise ValueError(
+                "must be between 50ms and 10s: a run's energy needs the reading after its end, and its "
+                "record waits for it"
+            )
         return v
 
     @field_validator("base_url", "metrics_url", "power_metrics_url")
