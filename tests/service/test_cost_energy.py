@@ -15,10 +15,13 @@ import jsonschema
 import pytest
 from aiohttp import web
 
+from tests.bench.processes import tokwatch_cli
 from tests.statuspage.test_pages import _stored, serving
 from tests.support.sim import StartSim
 from tests.support.waiting import wait_until
+from tokwatch.bench.outcome import ExitCode
 from tokwatch.figures.cost import JOULES_PER_KWH
+from tokwatch.serve.status_api import build_series
 from tokwatch.serve.status_api_schema import SCHEMA
 from tokwatch.service.app import App
 from tokwatch.service.costing import run_interval
@@ -263,6 +266,7 @@ endpoints:
             "effective_per_mtok": pytest.approx((3 * ((1 - share) * 2.5 + share * 1.25) + 10) / 4),
             "prompt_per_mtok": 2.5, "generation_per_mtok": 10.0, "allocation_method": "list_price",
             "last_run_cost": pytest.approx(hosted.cost), "cache_hit_share": pytest.approx(share),
+            "capacity_per_mtok": None, "capacity": None,  # hosted: no capacity basis
         }
         assert series["hosted"]["energy"] is None
 
@@ -283,3 +287,55 @@ endpoints:
             view = await resp.json()
         jsonschema.validate(view, SCHEMA, cls=jsonschema.Draft202012Validator)
         assert view["series"][0]["energy"] == energy and view["series"][0]["cost"] == series["own"]["cost"]
+
+
+@pytest.mark.slow
+async def test_a_stored_capacity_search_prices_self_hosted_tokens_at_capacity(
+    start_sim: StartSim, tmp_path: Path
+) -> None:
+    sim = await start_sim({**SIM, "gpu_power": None, "max_running": 8})
+    config = tmp_path / "tokwatch.yml"
+    config.write_text(f"""
+storage: {{sqlite_path: '{tmp_path}/tw.db', outbox_path: '{tmp_path}/outbox.jsonl'}}
+schedule: {{interval: 1h, run_on_start: false}}
+endpoints:
+  - {{name: own, kind: vllm, base_url: '{sim.url}/gpu/v1', model: m, pricing: {{gpu_hour: 2.0, gpus: 2}}}}
+""", encoding="utf-8")
+    out = tmp_path / "search"
+    code, _, err = await tokwatch_cli(
+        "bench", "--config", str(config), "--endpoint", "own", "--output-tokens", "8",
+        "--input-tokens", "16", "--duration", "1s", "--warmup", "0", "--no-server-metrics",
+        "--output-dir", str(out), "--search", "slo", "--slo", "ttft:p90<=500ms", "--search-start", "4",
+        "--search-max-points", "3", limit_s=150,
+    )  # fmt: skip
+    assert code == ExitCode.OK, err[-3000:]
+    assert "stored: slo capacity of own" in err
+    found = json.loads((out / "capacity.json").read_text())
+    tokens_per_s = found["slo_capacity_tokens_per_s"]
+    assert tokens_per_s > 0
+
+    app = App(load_config_text(config.read_text(encoding="utf-8"), str(config)))
+    await app.start(schedule=False)  # reads the latest stored capacity search
+    try:
+        labels = {"endpoint": "own", "workload": "seed000", "phase": "generation",
+                  "allocation_method": "capacity"}  # fmt: skip
+        # $4/h over the output tokens/s the search measured at the rate it found.
+        expected = 4.0 / (tokens_per_s * 3600) * 1e6
+        assert app.exposition.get_sample_value("tokwatch_cost_per_million_tokens", labels) == (
+            pytest.approx(expected)
+        )
+        assert app.store is not None
+        doc = {s["endpoint"]: s for s in await build_series(app.store, app.full_config, time.time(),
+                                                             app.fleet_pricing)}  # fmt: skip
+        cost = doc["own"]["cost"]
+        assert cost["capacity_per_mtok"] == pytest.approx(expected)
+        assert cost["capacity"]["mode"] == "slo" and cost["capacity"]["rate"] == found["slo_capacity_rate"]
+        assert cost["capacity"]["output_tokens_per_s"] == pytest.approx(tokens_per_s)
+        jsonschema.validate(
+            {"schema_version": 1, "kind": "status", "generated_at": 0.0, "site": "", "primary_window": "24h",
+             "windows": ["24h"], "min_samples": {"p50": 1, "p90": 10, "p99": 100},
+             "series": list(doc.values())},
+            SCHEMA, cls=jsonschema.Draft202012Validator,
+        )  # fmt: skip
+    finally:
+        await app.stop()

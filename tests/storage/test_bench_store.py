@@ -204,6 +204,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         assert n == (9,) and kind == ("object",)
         # Back to schema 2 (what the previous tokwatch left), with the probe data still there.
         conn.execute("DROP TABLE bench_segments; DROP TABLE bench_requests; DROP TABLE bench_runs")
+        conn.execute("DROP TABLE bench_capacity")
         later = ("triggered_by", "timing_disturbed", "max_stall_s", "merged_reads", "send_delay_s")
         later += ("duration_s",)
         later += ("tps_error_ratio", "ttft_error_s", "itl_error_s", "tpot_error_s", "ttot_error_s")

@@ -12,6 +12,8 @@ import pytest
 
 from tokwatch.figures.result import RunResult, Status
 from tokwatch.storage.base import RunStore
+from tokwatch.storage.bench_rows import CAPACITY_COLUMNS, CapacityRow
+from tokwatch.storage.factory import bench_store
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import migrations_for
 from tokwatch.storage.sqlite import SQLiteStore
@@ -57,8 +59,29 @@ async def test_cost_and_energy_are_stored_as_measured_by_both_write_paths(
     assert rows == [(*(None,) * len(COST_COLUMNS), plain.run_id), (*figures, "p1"), (*figures, "p2")]
 
 
-def test_the_migration_is_the_newest_of_both_families_and_adds_every_column() -> None:
+def test_the_migrations_are_the_newest_of_both_families_and_add_every_column() -> None:
     for family in ("sqlite", "postgres"):
-        newest = migrations_for(family)[-1]
-        assert newest.name == "run_cost_energy"
-        assert all(f"ADD COLUMN {c} " in newest.sql for c in COST_COLUMNS), family
+        *_, cost, capacity = migrations_for(family)
+        assert (cost.name, capacity.name) == ("run_cost_energy", "bench_capacity")
+        assert all(f"ADD COLUMN {c} " in cost.sql for c in COST_COLUMNS), family
+        assert all(f"    {c} " in capacity.sql for c in CAPACITY_COLUMNS), family
+
+
+async def test_the_latest_capacity_search_of_an_endpoint_is_read_back(store: RunStore) -> None:
+    bench = bench_store(store)
+    now = time.time()
+
+    def row(i: str, at: float, endpoint: str = "own", rate: float | None = 4.0) -> CapacityRow:
+        return CapacityRow(id=i, finished_at=at, endpoint=endpoint, model="m", mode="slo", result_rate=rate,
+                           output_tokens_per_s=None if rate is None else rate * 200, lower_bound=i == "new",
+                           summary='{"mode": "slo"}', instance="lab")  # fmt: skip
+
+    assert await bench.latest_capacity("own") is None
+    assert await bench.write_capacity(row("old", now - 3600, rate=2.0))
+    assert await bench.write_capacity(row("new", now - 60))
+    assert await bench.write_capacity(row("failed", now - 10, rate=None))  # found no rate: not a basis
+    assert await bench.write_capacity(row("other", now, endpoint="else"))
+    assert not await bench.write_capacity(row("new", now))  # an id already stored is left as is
+    latest = await bench.latest_capacity("own")
+    assert latest is not None and latest.id == "new" and latest.lower_bound is True
+    assert latest.finished_at == pytest.approx(now - 60) and latest.output_tokens_per_s == 800.0

@@ -31,7 +31,7 @@ from tokwatch.figures.series import NO_SITE
 from tokwatch.metrics.probe import LabelSet
 from tokwatch.settings.config import EndpointSettings
 from tokwatch.settings.pricing import Pricing
-from tokwatch.windows.cost import CostFigures, EnergyFigures, cost_figures
+from tokwatch.windows.cost import CapacityBasis, CostFigures, EnergyFigures, cost_figures
 
 PHASES = ("prompt", "generation", "blended")
 
@@ -79,6 +79,11 @@ class CostBook(Collector):
         self._window_s = 86400.0
         self._idle: Callable[[str], float | None] = lambda _: None
         self._sources: Callable[[], Mapping[str, tuple[float | None, int]]] = dict
+        self._capacity: dict[str, CapacityBasis] = {}
+
+    def set_capacities(self, capacities: Mapping[str, CapacityBasis]) -> None:
+        """The latest stored capacity search of each self-hosted endpoint that has one."""
+        self._capacity = dict(capacities)
 
     def configure(
         self,
@@ -136,7 +141,7 @@ class CostBook(Collector):
         priced = self._pricing(name) if name in self._priceable else None
         if priced is None or state is None:
             return None
-        return cost_figures(priced, state.runs, state.last_priced, self._blend)
+        return cost_figures(priced, state.runs, state.last_priced, self._blend, self._capacity.get(name))
 
     def energy(self, name: str, workload: str) -> EnergyFigures | None:
         """The series' energy figures; None when the endpoint has no power source."""
@@ -219,6 +224,8 @@ def _per_mtok_series(cost: CostFigures) -> Iterator[tuple[str, str, float]]:
         yield "effective", "prompt", cost.effective_prompt_per_mtok
     if cost.effective_per_mtok is not None:
         yield "effective", "blended", cost.effective_per_mtok
+    if cost.capacity_per_mtok is not None:
+        yield "capacity", "generation", cost.capacity_per_mtok
 
 
 def _source_families(sources: Mapping[str, tuple[float | None, int]]) -> Iterator[Metric]:

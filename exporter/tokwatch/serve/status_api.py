@@ -190,11 +190,11 @@ async def build_series(
     last = await store.last_runs(0.0)
     endpoints = {e.name: e for e in config.endpoints}
     labels = [window_label(s) for s in lengths]
-    costs = await series_costs(store, config, now, pricing)
+    costs, capacities = await series_costs(store, config, now, pricing)
     out = []
     for key in series_of(config, list(last)):
         ep = endpoints[key.endpoint]
-        cost, energy = costs.get(key) or priced_only(ep, config, pricing)
+        cost, energy = costs.get(key) or priced_only(ep, config, pricing, capacities.get(ep.name))
         doc = _series_doc(ep, key, last.get(key), [f.get(key) for f in figures], labels)
         out.append({**doc, "cost": _cost_doc(cost), "energy": _energy_doc(energy)})
     return out

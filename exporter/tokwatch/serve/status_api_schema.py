@@ -144,7 +144,7 @@ SCHEMA: dict[str, Any] = {
             "required": [
                 "currency", "source", "input_per_mtok", "output_per_mtok", "cached_input_per_mtok",
                 "blended_per_mtok", "effective_per_mtok", "prompt_per_mtok", "generation_per_mtok",
-                "allocation_method", "last_run_cost", "cache_hit_share",
+                "allocation_method", "last_run_cost", "cache_hit_share", "capacity_per_mtok", "capacity",
             ],
             "additionalProperties": False,
             "properties": {
@@ -160,6 +160,25 @@ SCHEMA: dict[str, Any] = {
                 "allocation_method": {"enum": ["list_price", "compute_time"]},
                 "last_run_cost": _NUMBER_OR_NULL,
                 "cache_hit_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                "capacity_per_mtok": _NUMBER_OR_NULL,
+                "capacity": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/capacity"}]},
+            },
+        },
+        "capacity": {
+            "description": (
+                "Self-hosted: the latest stored capacity search of the endpoint (tokwatch bench --search "
+                "fluid|slo) that capacity_per_mtok is priced at: the hourly price over output_tokens_per_s "
+                "(the output tokens/s measured at the rate found); lower_bound when no rate failed."
+            ),
+            "type": "object",
+            "required": ["mode", "rate", "output_tokens_per_s", "measured_at", "lower_bound"],
+            "additionalProperties": False,
+            "properties": {
+                "mode": {"enum": ["fluid", "slo"]},
+                "rate": {"type": "number"},
+                "output_tokens_per_s": {"type": "number"},
+                "measured_at": {"type": "number"},
+                "lower_bound": {"type": "boolean"},
             },
         },
         "energy": {

@@ -50,6 +50,8 @@ from tokwatch.storage import (
     make_writer,
     open_store,
 )
+from tokwatch.storage.cost_figures import capacity_of
+from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import resolve_dsn, state_lock
 from tokwatch.storage.state_lock import StateLock
 from tokwatch.storage.writer import resume_bound
@@ -59,6 +61,7 @@ from tokwatch.windows.window_rule import WindowRule
 log = logging.getLogger("tokwatch")
 PRERENDER_INTERVAL_S = 1.0  # changed /metrics parts are rendered this often in the background
 FLEET_DUTY_CHECK_S = 30.0  # a sharded replica checks this often which replica exports the fleet figures
+CAPACITY_READ_S = 300.0  # how often the latest stored capacity searches are read (a search takes minutes)
 # A schedule: the main one (None), or a workload's own (interval, offset).
 ScheduleKey = tuple[float, float] | None
 
@@ -254,6 +257,12 @@ class App:
         )
         await self._window_cache.start()
         self._window_snapshot = self._window_cache.snapshot
+        # Self-hosted $/Mtok at capacity: the latest stored capacity search of each such endpoint.
+        try:
+            await self.read_capacities()
+        except StorageError as exc:
+            log.warning("reading capacity searches failed (tried again in %.0fs): %s", CAPACITY_READ_S, exc)
+        self._every(CAPACITY_READ_S, self.read_capacities, "reading capacity searches")
 
     async def stop(self) -> None:
         """Cancel the scheduler and the probes in flight, then close every part (SIGTERM path)."""
@@ -319,6 +328,20 @@ class App:
             )
         self.status.interval_s = config.schedule.interval
         self._configure_costs(config)
+
+    async def read_capacities(self) -> None:
+        """The latest stored capacity search of each self-hosted priced endpoint, for the capacity basis
+        (a store that fails is logged by the loop that calls this; the figures read before stay)."""
+        if self.store is None:
+            return
+        found = {}
+        for ep in self.config.endpoints:
+            priced = self.probes.pricing(ep.name)
+            if priced is None or priced[0].token_price() is not None or priced[0].hourly is None:
+                continue
+            if (capacity := await capacity_of(self.store, ep.name)) is not None:
+                found[ep.name] = capacity
+        self.cost_book.set_capacities(found)
 
     def fleet_pricing(self, name: str) -> tuple[Pricing, PriceSource] | None:
         """Any endpoint of the fleet's prices and where they came from (the status API shows every

@@ -308,10 +308,11 @@ async def build_comparison(
         for w in config.workloads_for(ep):
             sizes.setdefault(w.name, w.input_tokens)
     wanted = set(keys)
-    costs = await series_costs(store, config, now, pricing)
+    costs, capacities = await series_costs(store, config, now, pricing)
     for row in rows:  # a priced endpoint without runs in 24 h still shows its prices
         key = SeriesKey(row.endpoint.name, workload, config.site_name)
-        if key not in costs and (only := priced_only(row.endpoint, config, pricing)) != (None, None):
+        only = priced_only(row.endpoint, config, pricing, capacities.get(row.endpoint.name))
+        if key not in costs and only != (None, None):
             costs[key] = only
     return Comparison(
         now,

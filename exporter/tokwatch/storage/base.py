@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
-from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
+from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow, CapacityRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
 from tokwatch.windows.window_percentiles import NO_PERCENTILES, Percentiles
@@ -297,6 +297,14 @@ class BenchStore(ABC):
 
         Returns True when the run was new. Bench rows never go to the probe `runs` table.
         """
+
+    @abstractmethod
+    async def write_capacity(self, row: CapacityRow) -> bool:
+        """Store a capacity search's result; an id already stored is left as is. True when it was new."""
+
+    @abstractmethod
+    async def latest_capacity(self, endpoint: str) -> CapacityRow | None:
+        """The newest stored capacity search of `endpoint` that found a rate; None without one."""
 
     @abstractmethod
     async def bench_runs(self, since: float) -> list[BenchRunRow]:

@@ -8,9 +8,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokwatch.figures.cost import DEFAULT_BLEND, blended_price, effective_blended_price, effective_input_price
+from tokwatch.figures.cost import (
+    DEFAULT_BLEND,
+    blended_price,
+    effective_blended_price,
+    effective_input_price,
+    per_mtok_at_rate,
+)
 from tokwatch.figures.cost_window import CostedRun, cache_hit_share
 from tokwatch.settings.pricing import Pricing
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityBasis:
+    """The latest stored capacity search of an endpoint (`tokwatch bench --search fluid|slo`): the rate it
+    found and the output tokens/s measured at it."""
+
+    mode: str  # "fluid" or "slo"
+    rate: float  # requests/s
+    output_tokens_per_s: float
+    measured_at: float  # unix seconds the search finished
+    lower_bound: bool  # no rate failed: the capacity is at least this
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +48,9 @@ class CostFigures:
     last_run_cost: float | None
     cache_hit_share: float | None
     effective_prompt_per_mtok: float | None = None
+    # Self-hosted: the hourly price over the output tokens/s of the latest stored capacity search.
+    capacity_per_mtok: float | None = None
+    capacity: CapacityBasis | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +80,7 @@ def cost_figures(
     runs: Iterable[CostedRun],
     last: PricedRun | None,
     blend: tuple[float, float] = DEFAULT_BLEND,
+    capacity: CapacityBasis | None = None,
 ) -> CostFigures:
     """A series' cost figures from its prices and where they came from, its window's runs (the cache-hit
     share) and its last priced run (the run's cost; a self-hosted series' compute-time prices)."""
@@ -82,6 +104,10 @@ def cost_figures(
             cache_hit_share=share,
             effective_prompt_per_mtok=None if share is None else effective_input_price(price, share),
         )
+    hourly = pricing.hourly
+    at_capacity = None
+    if capacity is not None and hourly is not None:
+        at_capacity = per_mtok_at_rate(hourly, capacity.output_tokens_per_s)
     return CostFigures(
         currency=pricing.currency,
         source=source,
@@ -95,4 +121,6 @@ def cost_figures(
         allocation_method="compute_time",
         last_run_cost=last_cost,
         cache_hit_share=share,
+        capacity_per_mtok=at_capacity,
+        capacity=capacity if at_capacity is not None else None,
     )
