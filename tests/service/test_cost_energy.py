@@ -100,7 +100,10 @@ async def test_a_self_hosted_runs_energy_matches_the_simulators_truth_within_one
     assert r.ok, r.error_class
     interval = run_interval(r)
     assert interval is not None and r.energy_j is not None
-    assert r.energy_j == pytest.approx(truth(*interval), rel=0.01)
+    truth_j = truth(*interval)
+    print(f"run energy {r.energy_j:.2f} J, truth {truth_j:.2f} J ({r.energy_j / truth_j - 1:+.3%}), "
+          f"{interval[1] - interval[0]:.2f} s, net {r.energy_net_j} J, cost {r.cost}")  # fmt: skip
+    assert r.energy_j == pytest.approx(truth_j, rel=0.01)
     assert r.energy_idle_watts == pytest.approx(120.0)
     assert r.energy_net_j == pytest.approx(r.energy_j - 120.0 * (interval[1] - interval[0]))
     # One request ran through most of the run: 45 W above idle for about its duration.
