@@ -171,3 +171,27 @@ def test_check_config_reads_the_price_files_too(tmp_path: Path, capsys: pytest.C
     assert f"{table}:3: m.output_per_mtok:" in err and "Traceback" not in err
     table.write_text("m:\n  input_per_mtok: 1\n  output_per_mtok: 2\n", encoding="utf-8")
     assert main(["check-config", str(cfg)]) == 0
+
+
+async def test_a_reload_reads_the_prices_again_and_keeps_them_on_a_bad_table(tmp_path: Path) -> None:
+    from tokwatch.service.app import App
+    from tokwatch.settings.config import load_config
+
+    table = tmp_path / "prices.yml"
+    table.write_text("m:\n  input_per_mtok: 1\n  output_per_mtok: 2\n", encoding="utf-8")
+    cfg = tmp_path / "tokwatch.yml"
+    cfg.write_text(_endpoint_config("", f"storage: {{enabled: false}}\npricing: {{table: '{table}'}}\n"))
+    app = App(load_config(cfg), str(cfg))
+    first = app.probes.pricing("a")
+    assert first is not None and first[0].output_per_mtok == 2.0
+    table.write_text("m:\n  input_per_mtok: 1\n  output_per_mtok: 3\n", encoding="utf-8")
+    cfg.write_text(cfg.read_text() + "\n# edited\n")  # a reload re-reads a changed config file
+    assert (await app.reload())[0] is True
+    priced = app.probes.pricing("a")
+    assert priced is not None and priced[0].output_per_mtok == 3.0
+    table.write_text("m:\n  output_per_mtok: nope\n", encoding="utf-8")
+    cfg.write_text(cfg.read_text() + "# again\n")
+    ok, message = await app.reload()
+    assert not ok and f"{table}:2: m.output_per_mtok:" in message
+    kept = app.probes.pricing("a")
+    assert kept is not None and kept[0].output_per_mtok == 3.0  # the previous prices stay
