@@ -1,5 +1,6 @@
 """Series per endpoint-workload on /metrics at fleet size: 20 endpoints x 3 workloads with a site, against
-the simulator, with the default settings and with every series knob opted in (issue 36).
+the simulator, with the default settings, with every series knob opted in (issue 36), and with every endpoint
+priced (issue 34: the cost families only an endpoint with prices has).
 
 One exporter (the real `App` with SQLite storage and its HTTP server on 127.0.0.1, as `tokwatch serve`
 runs it) probes `--endpoints` endpoints on a simulator in another process (half of them kind vllm, so their
@@ -42,6 +43,12 @@ WORKLOADS = (
     "{name: long, input_tokens: 1500, output_tokens: 24}",
 )
 OPTED_IN = "metrics: {windows: [30m, 24h, 72h, 7d], histograms: true, diagnostics: true}"
+PRICE = "{input_per_mtok: 1.0, output_per_mtok: 4.0, cached_input_per_mtok: 0.5}"
+
+
+def priced(endpoints: int) -> str:
+    """Default settings with every endpoint priced at list price (docs/metrics.md, "Cost and energy")."""
+    return "pricing: {models: {" + ", ".join(f"m{i}: {PRICE}" for i in range(endpoints)) + "}}"
 
 
 def sim_config(endpoints: int) -> str:
@@ -153,6 +160,8 @@ async def main(args: argparse.Namespace) -> None:
         counts = [await measure(base, args.endpoints, args.rounds, args.fill, "", "default")]
         if not args.default_only:
             counts.append(await measure(base, args.endpoints, args.rounds, args.fill, OPTED_IN, "opted-in"))
+            extra = priced(args.endpoints)
+            counts.append(await measure(base, args.endpoints, args.rounds, args.fill, extra, "priced"))
     print(
         f"{args.endpoints} endpoints x {len(WORKLOADS)} workloads, site bench-a, {args.rounds} rounds "
         f"+ {args.fill} stored copies of the last "

@@ -131,6 +131,8 @@ async def test_default_series_fit_the_budget_and_the_opt_ins_add_theirs(start_si
     assert "tokwatch_ttft_seconds" not in families and "tokwatch_inter_token_latency_seconds" not in families
     assert families["tokwatch_probe_runs_total"] == cells  # status="ok" only: no zeros for other statuses
     assert families["tokwatch_probe_status"] == cells
+    # Cost and energy exist only for endpoints with prices or a power source: none by default.
+    assert not [n for n in families if n.startswith(("tokwatch_cost", "tokwatch_energy", "tokwatch_pricing"))]
 
     async with _exporter(start_sim, OPTED_IN) as opted:
         await _fill(opted)
@@ -154,3 +156,22 @@ async def test_no_series_churns_over_ten_rounds(start_sim: StartSim) -> None:
             rankings.add(tuple(sorted((lb, v) for (n, lb), v in live.items() if n == "tokwatch_fleet_rank")))
     assert len(rankings) > 1  # the ranking did change: the labels had the chance to churn
     assert len(seen) <= 1.05 * len(live), sorted(seen - live.keys())[:20]
+
+
+# Every endpoint priced at list price (a per-model default).
+PRICE = "{input_per_mtok: 1.0, output_per_mtok: 4.0, cached_input_per_mtok: 0.5}"
+PRICED = "pricing: {models: {" + ", ".join(f"m{i}: {PRICE}" for i in range(ENDPOINTS)) + "}}"
+
+
+async def test_prices_add_the_documented_series_per_endpoint_workload(start_sim: StartSim) -> None:
+    async with _exporter(start_sim, PRICED) as priced:
+        await _round(priced)
+        families = _per_endpoint_workload(_series(priced))
+    cells = ENDPOINTS * len(WORKLOADS)
+    # docs/metrics.md, "Cost and energy": list price by phase (3) and the probe runs' cost (1) per
+    # endpoint-workload; effective prices (2 more) only where the server counts cached tokens (not vLLM's
+    # usage here); one info series per endpoint.
+    assert families["tokwatch_cost_per_million_tokens"] == cells * 3
+    assert families["tokwatch_probe_cost_total"] == cells
+    assert families["tokwatch_pricing_info"] == ENDPOINTS
+    assert "tokwatch_energy_joules_per_output_token" not in families  # no power source configured

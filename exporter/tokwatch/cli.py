@@ -22,6 +22,7 @@ from tokwatch.logs.log_format import LOG_FORMATS, LogFormat, formatter, structur
 from tokwatch.logs.log_throttle import RepeatThrottle
 from tokwatch.probes.keys import Keys
 from tokwatch.service.app import App
+from tokwatch.service.price_sources import PriceSources
 from tokwatch.service.probe_service import prompt_sizers
 from tokwatch.service.shard import Shard, ShardError, parse_shard, shard_from_env
 from tokwatch.settings.argtypes import OneLineErrorParser, listen_address
@@ -195,6 +196,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
     Keys(config)  # env vars and key files must resolve too
     prompt_sizers(config)  # and endpoints' tokenizer.json files load
+    PriceSources().load(config.pricing)  # and the price table and OpenRouter list files read
     endpoints = counted(len(config.endpoints), "endpoint")
     print(f"{args.file}: ok ({endpoints}, {len(config.enabled_endpoints)} enabled)")
     return EXIT_OK

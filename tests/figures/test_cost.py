@@ -80,3 +80,42 @@ def test_the_methodology_worked_example() -> None:
     assert split.prompt_per_mtok == pytest.approx(0.185185, rel=1e-5)
     assert split.generation_per_mtok == pytest.approx(13.888889, rel=1e-6)
     assert energy_cost(1500.0, 0.15) == pytest.approx(0.0000625)
+
+
+def test_the_per_run_worked_example() -> None:
+    """docs/methodology.md, "Cost and energy", "Per probe run": the self-hosted worked example."""
+    from tokwatch.figures.cost_window import joules_per_output_token
+    from tokwatch.figures.energy import run_energy
+    from tokwatch.figures.result import RunResult, Status
+    from tokwatch.figures.run_cost import self_hosted_run_cost
+
+    cost = self_hosted_run_cost(
+        3.6, TokenCounts(prompt=1000, cached=0, output=200), 0.5, 2.0, energy_j=900.0, per_kwh=0.15
+    )
+    assert cost is not None and cost.method == "compute_time" and cost.includes_energy
+    assert cost.cost == pytest.approx(0.0025375)
+    assert cost.prompt_per_mtok == pytest.approx(0.5075)
+    assert cost.generation_per_mtok == pytest.approx(10.15)
+    assert cost.blended_per_mtok == pytest.approx(2.918125)
+    energy = run_energy(900.0, 120.0, 2.5)
+    assert energy.net_j == pytest.approx(600.0)
+    run = RunResult(endpoint="a", started_at=0.0, status=Status.OK, output_tokens=200, think_tokens=0)
+    run.energy_net_j = energy.net_j
+    assert joules_per_output_token(run) == pytest.approx(3.0)
+
+
+def test_a_run_is_priced_from_the_servers_counts_with_reasoning_as_output() -> None:
+    from tokwatch.figures.result import RunResult, Status
+    from tokwatch.figures.run_cost import counted_tokens, hosted_run_cost, phase_times
+
+    run = RunResult(endpoint="a", started_at=0.0, status=Status.OK, prompt_tokens=1200, cached_tokens=800,
+                    output_tokens=200, think_tokens=100, tokens_source="usage", ttft_s=0.2,
+                    e2e_s=3.95)  # fmt: skip
+    tokens = counted_tokens(run)
+    assert tokens == TokenCounts(prompt=1200, cached=800, output=300)
+    assert phase_times(run) == (0.2, pytest.approx(3.75))
+    hosted = hosted_run_cost(TokenPrice(2.5, 10.0, 1.25), tokens)
+    assert hosted.cost == pytest.approx(0.005) and hosted.blended_per_mtok == pytest.approx(4.375)
+    assert (hosted.prompt_per_mtok, hosted.generation_per_mtok, hosted.method) == (2.5, 10.0, "list_price")
+    run.tokens_source = "client_estimate"  # counted by the client only: not priced
+    assert counted_tokens(run) is None

@@ -204,6 +204,7 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         assert n == (9,) and kind == ("object",)
         # Back to schema 2 (what the previous tokwatch left), with the probe data still there.
         conn.execute("DROP TABLE bench_segments; DROP TABLE bench_requests; DROP TABLE bench_runs")
+        conn.execute("DROP TABLE bench_capacity")
         later = ("triggered_by", "timing_disturbed", "max_stall_s", "merged_reads", "send_delay_s")
         later += ("duration_s",)
         later += ("tps_error_ratio", "ttft_error_s", "itl_error_s", "tpot_error_s", "ttot_error_s")
@@ -214,6 +215,8 @@ async def test_postgres_bench_roundtrip_and_migration_from_2(pg_dsn: str) -> Non
         later += ("phase_resolve_s", "phase_connect_s", "phase_tls_s", "phase_processing_s")
         later += ("network_rtt_s", "connection_reused")
         later += ("phase_proxy_connect_s",)
+        later += ("cost", "cost_currency", "cost_method", "cost_prompt_per_mtok", "cost_generation_per_mtok")
+        later += ("cost_blended_per_mtok", "energy_j", "energy_net_j", "energy_idle_watts")
         for column in later:
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         conn.execute("DROP TABLE run_series")

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.storage.test_cost_store import COST_COLUMNS
 from tokwatch.figures.result import RunResult, Status
 from tokwatch.storage.base import RunStore
 from tokwatch.storage.rows import RunRow
@@ -79,19 +80,22 @@ async def test_runs_stored_before_the_migration_keep_their_data(
     now = time.time()
     await store.write_runs([RunRow(run_id="old", time=now - 5, endpoint="a", status="ok", ttft_s=0.2)])
     family = "sqlite" if isinstance(store, SQLiteStore) else "postgres"
-    *_, phases, proxy = migrations_for(family)
+    *_, phases, proxy, cost, capacity = migrations_for(family)
     # Rolling back is only possible for the newest migrations (a later one may change what one added).
-    assert (phases.name, proxy.name) == ("network_phases", "proxy_connect"), (
+    names = (phases.name, proxy.name, cost.name, capacity.name)
+    assert names == ("network_phases", "proxy_connect", "run_cost_energy", "bench_capacity"), (
         "a newer migration: roll it back too"
     )
     # Back to the schema before, from another connection: the columns and the version rows gone, the run kept.
     for sql in (
         *(f"ALTER TABLE runs DROP COLUMN {c}" for c in (*PHASE_COLUMNS, "phase_proxy_connect_s")),
+        *(f"ALTER TABLE runs DROP COLUMN {c}" for c in COST_COLUMNS),
+        "DROP TABLE bench_capacity",
         f"DELETE FROM tokwatch_schema WHERE version >= {phases.version}",
     ):
         _query(store, request, sql, fetch=False)
     assert (await store.schema_status()).current == phases.version - 1
-    assert await store.migrate() == [phases.version, proxy.version]
+    assert await store.migrate() == [phases.version, proxy.version, cost.version, capacity.version]
     await store.write_runs([_measured("new", now)])
     cols = "phase_connect_s, connection_reused, phase_proxy_connect_s, ttft_s, run_id"
     sql = f"SELECT {cols} FROM runs ORDER BY time"

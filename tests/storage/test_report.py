@@ -75,3 +75,37 @@ async def test_report_shows_network_vs_server_time_and_no_column_twice(tmp_path:
     data = json.loads(render_json(week))["endpoints"][0]["network_24h"]
     assert data["server_seconds"] == 0.48 and data["measured_runs"] == 2 and data["tls_seconds"] == 0.03
     assert data["network_share"] == 0.02 / 0.5
+
+
+async def test_report_shows_cost_and_energy_columns_only_where_runs_were_priced_or_metered(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "tw.db")
+    now = time.time()
+    priced = {"cost_currency": "EUR", "cost_method": "compute_time", "cost_blended_per_mtok": 3.5}
+    rows = [
+        RunRow(run_id=f"a{i}", time=now - 300 - i * 600, endpoint="a", status="ok", tokens_per_second=100.0,
+               output_tokens=100, think_tokens=0, cost=0.002, energy_j=500.0, energy_net_j=net,
+               energy_idle_watts=120.0, **priced)
+        for i, net in enumerate([40.0, 60.0, 80.0])
+    ]  # fmt: skip
+    rows.append(RunRow(run_id="b", time=now - 100, endpoint="b", status="ok", tokens_per_second=50.0))
+    try:
+        await store.write_runs(rows[-1:])
+        plain = await build_report(store, now, 86400, rule=WindowRule())
+        await store.write_runs(rows[:-1])
+        report = await build_report(store, now, 86400, rule=WindowRule())
+    finally:
+        await store.close()
+    assert "probe cost 24h" not in render_table(plain) and plain.endpoints[0].cost_24h is None
+    by = {r.endpoint: r for r in report.endpoints}
+    cost = by["a"].cost_24h
+    assert cost is not None and by["b"].cost_24h is None
+    assert cost.runs_cost == 0.006 and cost.currency == "EUR" and cost.blended_per_mtok == 3.5
+    assert cost.joules_per_output_token == 0.6 and cost.idle_watts == 120.0  # median of 0.4, 0.6, 0.8
+    head, _, line_a, line_b = render_table(report).splitlines()[:4]
+    assert " ".join(head.split()[-10:]) == "probe cost 24h $/Mtok blended J/out tok 24h idle W"
+    assert "0.0060 EUR" in line_a and "3.500 (compute)" in line_a and "0.600" in line_a
+    assert line_b.split()[-4:] == ["-", "-", "-", "-"]
+    data = json.loads(render_json(report))["endpoints"]
+    assert data[0]["cost_24h"]["joules_per_output_token"] == 0.6 and data[1]["cost_24h"] is None

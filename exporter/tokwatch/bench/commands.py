@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 
@@ -56,6 +56,9 @@ from tokwatch.settings.argtypes import http_url, listen_address
 from tokwatch.settings.config import Config, load_config
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.measurement import new_loop
+
+if TYPE_CHECKING:
+    from tokwatch.bench.capacity import Capacity
 
 T = TypeVar("T")
 
@@ -726,6 +729,8 @@ def _capacity(opts: BenchOptions, console: Console, store_config: Config | None)
     if store_config is not None:
         for outcome in outcomes:
             _store(outcome, store_config, opts, console)
+        if cap.mode != "sweep" and outcomes:  # the search's result, for the exporter's $/Mtok at capacity
+            _store_capacity(cap, outcomes[-1].options, store_config, opts, console)
     if cap.mode != "sweep" and cap.result_rate is None:
         return ExitCode.FAILED
     return ExitCode.OK
@@ -808,6 +813,21 @@ def _store(outcome: BenchOutcome, config: Config, opts: BenchOptions, console: C
     except (StorageError, OSError) as exc:
         warning = f"  warning: run not stored: {exc} (result files are kept)"
         console.print(warning, highlight=False, soft_wrap=True)
+        return
+    console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _store_capacity(
+    cap: Capacity, options: dict[str, Any], config: Config, opts: BenchOptions, console: Console
+) -> None:
+    """Write a search's result to the store; a failure is one warning line (the files are kept)."""
+    from tokwatch.bench.storing import store_capacity
+    from tokwatch.storage.errors import StorageError
+
+    try:
+        line = asyncio.run(store_capacity(cap, options, config, secrets=_secrets(opts, config)))
+    except (StorageError, OSError) as exc:
+        console.print(f"  warning: capacity not stored: {exc} (capacity.json is kept)", highlight=False)
         return
     console.print(f"  {line}", highlight=False, soft_wrap=True)
 

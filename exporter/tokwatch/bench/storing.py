@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import math
 import socket
+import time
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from tokwatch.bench.capacity import Capacity
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.figures.stats import percentile
 from tokwatch.figures.wording import counted
 from tokwatch.settings.config import Config
 from tokwatch.settings.redact import Redactor
-from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow
+from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, CapacityRow
 from tokwatch.storage.factory import bench_store, open_store
 from tokwatch.storage.rows import ERROR_CLASS_MAX
 
@@ -201,3 +204,40 @@ async def store_outcome(outcome: BenchOutcome, config: Config, *, secrets: Itera
     what = "stored" if new else "already stored"
     size = counted(len(requests), "request")
     return f"{what}: bench run {run.id} ({size}) in {store.backend} {store.location}"
+
+
+def capacity_row(
+    cap: Capacity, options: dict[str, Any], *, finished_at: float, instance: str, redactor: Redactor
+) -> CapacityRow:
+    """A capacity search's result as its `bench_capacity` row; `options` are one of its points' (the same
+    endpoint and model for every point)."""
+    doc = cap.to_json()
+    fluid = cap.mode == "fluid"
+    tokens_key = "fluid_token_generation_rate_tokens_per_s" if fluid else "slo_capacity_tokens_per_s"
+    return CapacityRow(
+        id=uuid.uuid4().hex,
+        finished_at=finished_at,
+        endpoint=_endpoint(options, redactor),
+        model=str(options.get("model") or ""),
+        mode=cap.mode,
+        result_rate=_num(cap.result_rate),
+        output_tokens_per_s=_num(doc.get(tokens_key)),
+        lower_bound=cap.lower_bound,
+        summary=summary_text(doc, redactor),
+        instance=instance,
+    )
+
+
+async def store_capacity(
+    cap: Capacity, options: dict[str, Any], config: Config, *, secrets: Iterable[str | None] = ()
+) -> str:
+    """Write a search's result (not a sweep's: it has none); returns a one-line confirmation. Raises
+    StorageError (message already redacted) when the store cannot take it."""
+    instance = instance_name(config)
+    row = capacity_row(cap, options, finished_at=time.time(), instance=instance, redactor=Redactor(secrets))
+    store = await open_store(config.storage, instance=instance)
+    try:
+        await bench_store(store).write_capacity(row)
+    finally:
+        await store.close()
+    return f"stored: {cap.mode} capacity of {row.endpoint} in {store.backend} {store.location}"

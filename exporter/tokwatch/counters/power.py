@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tokwatch.counters.parse import MetricsParseError, MetricsSnapshot, parse_metrics
 from tokwatch.figures.energy import PowerSample, counter_energy, integrate_power
 from tokwatch.transport.http import HttpClient, HttpStatusError, TransportError
+from tokwatch.transport.http_route import RouteSource
 
 DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"
 DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
@@ -95,6 +96,7 @@ async def sample_power(
     *,
     timeout_s: float = 2.0,
     max_bytes: int = 1024 * 1024,
+    reach: RouteSource | None = None,
 ) -> None:
     """Scrape `url` every `interval_s` into `trace` until `stop` is set, then once more (so the trace ends
     after the interval it measures). Each reading is stamped halfway between sending and receiving."""
@@ -102,7 +104,7 @@ async def sample_power(
         last = stop.is_set()
         sent = time.monotonic()
         try:
-            text = await http.get_text(url, timeout=timeout_s, max_bytes=max_bytes)
+            text = await http.get_text(url, timeout=timeout_s, max_bytes=max_bytes, reach=reach)
             reading = read_power(parse_metrics(text, max_chars=max_bytes))
         except (TransportError, HttpStatusError, MetricsParseError):
             reading = None

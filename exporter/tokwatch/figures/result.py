@@ -164,6 +164,19 @@ class RunResult:
     # kept on the result only until then).
     tls_cert_expiry_s: float | None = None
     tls_earliest_cert_expiry_s: float | None = None
+    # Cost and energy (docs/methodology.md, "Cost and energy"), set after the run when the endpoint has
+    # prices or a power source: what the run cost in `cost_currency` by `cost_method` (`list_price` hosted,
+    # `compute_time` self-hosted), its prices per Mtok by phase; the energy its server's devices drew over
+    # the timed run, the part above the idle baseline, and that baseline.
+    cost: float | None = None
+    cost_currency: str | None = None
+    cost_method: str | None = None
+    cost_prompt_per_mtok: float | None = None
+    cost_generation_per_mtok: float | None = None
+    cost_blended_per_mtok: float | None = None
+    energy_j: float | None = None
+    energy_net_j: float | None = None
+    energy_idle_watts: float | None = None
     peer_chain: tuple[bytes, ...] = field(default=(), repr=False)
 
     @property

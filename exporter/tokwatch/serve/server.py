@@ -203,8 +203,8 @@ def build_web_app(app: App, web_config: WebConfig | None = None) -> web.Applicat
     """The aiohttp application serving `app`; `web_config` adds basic auth and headers to every route."""
     web_app = web.Application(middlewares=[webconfig.middleware(web_config)] if web_config else [])
     web_app[APP_KEY] = app
-    web_app[PAGES_KEY] = StatusPages(lambda: app.store, lambda: app.full_config)
-    web_app[API_KEY] = StatusApi(lambda: app.store, lambda: app.full_config)
+    web_app[PAGES_KEY] = StatusPages(lambda: app.store, lambda: app.full_config, pricing=app.fleet_pricing)
+    web_app[API_KEY] = StatusApi(lambda: app.store, lambda: app.full_config, pricing=app.fleet_pricing)
     web_app.add_routes(
         [
             web.get("/", index),

@@ -13,6 +13,7 @@ set of aggregate queries per `max_age_s`, not one per request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -23,12 +24,15 @@ from urllib.parse import quote
 from tokwatch.figures.series import SeriesKey
 from tokwatch.serve.status_api_schema import SCHEMA_VERSION
 from tokwatch.settings.config import Config, EndpointSettings
+from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.redact import redact
 from tokwatch.statuspage.model import series_of
 from tokwatch.storage.base import LastRun, RunStore
+from tokwatch.storage.cost_figures import priced_only, series_costs
 from tokwatch.storage.errors import StorageError
 from tokwatch.storage.network_time import network_time
 from tokwatch.storage.window import WINDOW_S, window_figures
+from tokwatch.windows.cost import CostFigures, EnergyFigures
 from tokwatch.windows.window import WindowFigures, window_label, window_lengths
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles, percentile_label
 from tokwatch.windows.window_rule import WindowRule
@@ -65,8 +69,10 @@ class StatusApi:
         config: Callable[[], Config],
         clock: Callable[[], float] = time.time,
         max_age_s: float = MAX_AGE_S,
+        pricing: Callable[[str], tuple[Pricing, str] | None] | None = None,
     ) -> None:
         self._store = store
+        self._pricing = pricing or (lambda _: None)
         self._config = config
         self._clock = clock
         self._max_age_s = max_age_s
@@ -139,7 +145,7 @@ class StatusApi:
             if done is not None and done.config is config and now - done.at < self._max_age_s:
                 return done
             try:
-                series = await build_series(store, config, now)
+                series = await build_series(store, config, now, self._pricing)
             except StorageError as exc:
                 message = redact(str(exc))
                 log.warning("status API: store unavailable: %s", message)
@@ -168,7 +174,12 @@ def endpoint_path(name: str) -> str:
     return f"/api/v1/endpoints/{quote(name, safe='')}"
 
 
-async def build_series(store: RunStore, config: Config, now: float) -> list[dict[str, Any]]:
+async def build_series(
+    store: RunStore,
+    config: Config,
+    now: float,
+    pricing: Callable[[str], tuple[Pricing, str] | None] = lambda _: None,
+) -> list[dict[str, Any]]:
     """One document per series the status page shows (tokwatch.statuspage.model.series_of)."""
     rule = WindowRule.of(config.schedule.window_includes)
     lengths = api_windows(config)
@@ -179,10 +190,26 @@ async def build_series(store: RunStore, config: Config, now: float) -> list[dict
     last = await store.last_runs(0.0)
     endpoints = {e.name: e for e in config.endpoints}
     labels = [window_label(s) for s in lengths]
-    return [
-        _series_doc(endpoints[key.endpoint], key, last.get(key), [f.get(key) for f in figures], labels)
-        for key in series_of(config, list(last))
-    ]
+    costs, capacities = await series_costs(store, config, now, pricing)
+    out = []
+    for key in series_of(config, list(last)):
+        ep = endpoints[key.endpoint]
+        cost, energy = costs.get(key) or priced_only(ep, config, pricing, capacities.get(ep.name))
+        doc = _series_doc(ep, key, last.get(key), [f.get(key) for f in figures], labels)
+        out.append({**doc, "cost": _cost_doc(cost), "energy": _energy_doc(energy)})
+    return out
+
+
+def _cost_doc(cost: CostFigures | None) -> dict[str, Any] | None:
+    if cost is None:
+        return None
+    doc = dataclasses.asdict(cost)
+    doc.pop("effective_prompt_per_mtok")
+    return doc
+
+
+def _energy_doc(energy: EnergyFigures | None) -> dict[str, Any] | None:
+    return None if energy is None else dataclasses.asdict(energy)
 
 
 def _series_doc(

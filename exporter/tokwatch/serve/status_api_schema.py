@@ -79,7 +79,10 @@ SCHEMA: dict[str, Any] = {
         "series": {
             "description": "One endpoint's runs of one workload from one site.",
             "type": "object",
-            "required": ["endpoint", "workload", "site", "model", "labels", "status", "last_run", "windows"],
+            "required": [
+                "endpoint", "workload", "site", "model", "labels", "status", "last_run", "windows", "cost",
+                "energy",
+            ],
             "additionalProperties": False,
             "properties": {
                 "endpoint": {"type": "string"},
@@ -98,6 +101,8 @@ SCHEMA: dict[str, Any] = {
                     "propertyNames": {"$ref": "#/$defs/window_label"},
                     "additionalProperties": {"$ref": "#/$defs/window"},
                 },
+                "cost": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/cost"}]},
+                "energy": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/energy"}]},
             },
         },
         "endpoint_series": {
@@ -105,6 +110,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": [
                 "endpoint", "workload", "site", "model", "labels", "status", "last_run", "windows", "network",
+                "cost", "energy",
             ],
             "additionalProperties": False,
             "properties": {
@@ -121,6 +127,74 @@ SCHEMA: dict[str, Any] = {
                     "additionalProperties": {"$ref": "#/$defs/window"},
                 },
                 "network": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/network"}]},
+                "cost": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/cost"}]},
+                "energy": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/energy"}]},
+            },
+        },
+        "cost": {
+            "description": (
+                "The series' prices per million tokens in `currency` (docs/methodology.md, Cost and "
+                "energy); null for an endpoint without prices. Hosted (allocation_method list_price): the "
+                "prices now from `source` (config, table, openrouter), the blend, the effective price at "
+                "the cache-hit share of the counted runs of the last 24 h. Self-hosted (compute_time): "
+                "prompt, generation and blended from the newest priced run of the last 24 h. last_run_cost: "
+                "what that run cost."
+            ),
+            "type": "object",
+            "required": [
+                "currency", "source", "input_per_mtok", "output_per_mtok", "cached_input_per_mtok",
+                "blended_per_mtok", "effective_per_mtok", "prompt_per_mtok", "generation_per_mtok",
+                "allocation_method", "last_run_cost", "cache_hit_share", "capacity_per_mtok", "capacity",
+            ],
+            "additionalProperties": False,
+            "properties": {
+                "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "source": {"enum": ["config", "table", "openrouter"]},
+                "input_per_mtok": _NUMBER_OR_NULL,
+                "output_per_mtok": _NUMBER_OR_NULL,
+                "cached_input_per_mtok": _NUMBER_OR_NULL,
+                "blended_per_mtok": _NUMBER_OR_NULL,
+                "effective_per_mtok": _NUMBER_OR_NULL,
+                "prompt_per_mtok": _NUMBER_OR_NULL,
+                "generation_per_mtok": _NUMBER_OR_NULL,
+                "allocation_method": {"enum": ["list_price", "compute_time"]},
+                "last_run_cost": _NUMBER_OR_NULL,
+                "cache_hit_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                "capacity_per_mtok": _NUMBER_OR_NULL,
+                "capacity": {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/capacity"}]},
+            },
+        },
+        "capacity": {
+            "description": (
+                "Self-hosted: the latest stored capacity search of the endpoint (tokwatch bench --search "
+                "fluid|slo) that capacity_per_mtok is priced at: the hourly price over output_tokens_per_s "
+                "(the output tokens/s measured at the rate found); lower_bound when no rate failed."
+            ),
+            "type": "object",
+            "required": ["mode", "rate", "output_tokens_per_s", "measured_at", "lower_bound"],
+            "additionalProperties": False,
+            "properties": {
+                "mode": {"enum": ["fluid", "slo"]},
+                "rate": {"type": "number"},
+                "output_tokens_per_s": {"type": "number"},
+                "measured_at": {"type": "number"},
+                "lower_bound": {"type": "boolean"},
+            },
+        },
+        "energy": {
+            "description": (
+                "The series' energy (docs/methodology.md, Cost and energy); null for an endpoint without "
+                "power_metrics_url. joules_per_output_token: median over the counted runs of the last 24 h "
+                "of the energy above the idle baseline per output token; idle_watts: the baseline the "
+                "newest metered run was measured against; joules_last_run: that run's total energy."
+            ),
+            "type": "object",
+            "required": ["joules_per_output_token", "idle_watts", "joules_last_run"],
+            "additionalProperties": False,
+            "properties": {
+                "joules_per_output_token": _NUMBER_OR_NULL,
+                "idle_watts": _NUMBER_OR_NULL,
+                "joules_last_run": _NUMBER_OR_NULL,
             },
         },
         "network": {

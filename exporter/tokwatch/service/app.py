@@ -24,19 +24,23 @@ from pathlib import Path
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 
 from tokwatch.counters import ServerCollector
+from tokwatch.counters.power_watch import PowerWatches
 from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.figures.result import Trigger
 from tokwatch.figures.wording import counted
+from tokwatch.metrics.cost import CostBook
 from tokwatch.metrics.exporter import ExporterCollector, ExporterStatus, SchedulerStats
 from tokwatch.metrics.exposition import Exposition
 from tokwatch.metrics.probe import ProbeMetrics, SeriesOptions
 from tokwatch.metrics.window import WindowCollector
 from tokwatch.probes.keys import Keys
+from tokwatch.service.price_sources import PriceSources, SourceState
 from tokwatch.service.probe_service import ProbeService
 from tokwatch.service.runner import ProbeOutcome
 from tokwatch.service.scheduler import ProbeSlots, RoundPlan, Scheduler
 from tokwatch.service.shard import FleetDuty, Shard
-from tokwatch.settings.config import Config, load_config, server_key
+from tokwatch.settings.config import Config, EndpointSettings, load_config, server_key
+from tokwatch.settings.pricing import PriceSource, Pricing
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.storage import (
     RunStore,
@@ -46,6 +50,8 @@ from tokwatch.storage import (
     make_writer,
     open_store,
 )
+from tokwatch.storage.cost_figures import capacity_of
+from tokwatch.storage.errors import StorageError
 from tokwatch.storage.factory import resolve_dsn, state_lock
 from tokwatch.storage.state_lock import StateLock
 from tokwatch.storage.writer import resume_bound
@@ -55,6 +61,7 @@ from tokwatch.windows.window_rule import WindowRule
 log = logging.getLogger("tokwatch")
 PRERENDER_INTERVAL_S = 1.0  # changed /metrics parts are rendered this often in the background
 FLEET_DUTY_CHECK_S = 30.0  # a sharded replica checks this often which replica exports the fleet figures
+CAPACITY_READ_S = 300.0  # how often the latest stored capacity searches are read (a search takes minutes)
 # A schedule: the main one (None), or a workload's own (interval, offset).
 ScheduleKey = tuple[float, float] | None
 
@@ -86,6 +93,11 @@ class App:
         self.watchers = ServerWatchers(
             self.server_collector, lambda name: self.keys.headers(name), lambda: self.keys.redactor
         )
+        # Cost and energy (docs/methodology.md, "Cost and energy"): the price sources, the power sources
+        # sampled on this loop, the per-series figures.
+        self.prices = PriceSources()
+        self.power = PowerWatches()
+        self.cost_book = CostBook()
         self.probes = ProbeService(
             config,
             self.keys,
@@ -93,6 +105,9 @@ class App:
             windows=self.windows,
             watchers=self.watchers,
             instance=self.instance,
+            power=self.power,
+            prices=self.prices,
+            cost_book=self.cost_book,
         )
         self.status = ExporterStatus(reload_ok=True, reload_success_ts=time.time())
         # Fleet-wide figures: one replica exports them (docs/scaling.md, "Sharding").
@@ -111,6 +126,7 @@ class App:
         )
         self.exposition.register(self.window_collector)
         self.exposition.register(self.server_collector)
+        self.exposition.register(self.cost_book)
         self.store: RunStore | None = None
         self.writer: RunWriter | None = None
         self._state_lock: StateLock | None = None
@@ -122,7 +138,7 @@ class App:
         self._schedulers: dict[tuple[float, float], tuple[Scheduler, asyncio.Task[None]]] = {}
         self._slots = ProbeSlots(config.schedule.parallelism, config.schedule.per_server)
         self.after_round: Callable[[], None] | None = None  # e.g. the demo's table printer
-        self._apply(config)
+        self._apply(config, self.prices.load(config.pricing))
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -135,6 +151,8 @@ class App:
             await self._open_storage()
         await self.probes.start()
         await self.watchers.start(self.config.enabled_endpoints)
+        await self.power.sync(self.config.enabled_endpoints)
+        await self.prices.start()
         # Everything loaded so far (modules, config, clients) lives as long as the process: moving it out
         # of the collector's sight makes full collections scan only newer objects. A full collection
         # stops every thread, the measurement thread included (tens of ms with all of it in view).
@@ -239,6 +257,12 @@ class App:
         )
         await self._window_cache.start()
         self._window_snapshot = self._window_cache.snapshot
+        # Self-hosted $/Mtok at capacity: the latest stored capacity search of each such endpoint.
+        try:
+            await self.read_capacities()
+        except StorageError as exc:
+            log.warning("reading capacity searches failed (tried again in %.0fs): %s", CAPACITY_READ_S, exc)
+        self._every(CAPACITY_READ_S, self.read_capacities, "reading capacity searches")
 
     async def stop(self) -> None:
         """Cancel the scheduler and the probes in flight, then close every part (SIGTERM path)."""
@@ -249,6 +273,8 @@ class App:
         self._tasks.clear()
         await self.probes.stop()
         await self.watchers.close()
+        await self.power.close()
+        await self.prices.close()
         if self._window_cache is not None:
             await self._window_cache.close()
         if self.writer is not None:
@@ -271,7 +297,8 @@ class App:
         """The replica that probes a configured endpoint (None when the fleet has no such endpoint)."""
         return self.shard.owner(name) if self.full_config.endpoint(name) is not None else None
 
-    def _apply(self, config: Config) -> None:
+    def _apply(self, config: Config, price_states: dict[str, SourceState]) -> None:
+        self.prices.apply(config.pricing, price_states)
         self.probes.configure(config, self.keys)
         self.config = config
         self._slots.configure(config.schedule.parallelism, config.schedule.per_server)
@@ -300,6 +327,41 @@ class App:
                 windows_s=schedule.windows,
             )
         self.status.interval_s = config.schedule.interval
+        self._configure_costs(config)
+
+    async def read_capacities(self) -> None:
+        """The latest stored capacity search of each self-hosted priced endpoint, for the capacity basis
+        (a store that fails is logged by the loop that calls this; the figures read before stay)."""
+        if self.store is None:
+            return
+        found = {}
+        for ep in self.config.endpoints:
+            priced = self.probes.pricing(ep.name)
+            if priced is None or priced[0].token_price() is not None or priced[0].hourly is None:
+                continue
+            if (capacity := await capacity_of(self.store, ep.name)) is not None:
+                found[ep.name] = capacity
+        self.cost_book.set_capacities(found)
+
+    def fleet_pricing(self, name: str) -> tuple[Pricing, PriceSource] | None:
+        """Any endpoint of the fleet's prices and where they came from (the status API shows every
+        endpoint, this replica's or not)."""
+        ep = self.full_config.endpoint(name)
+        return None if ep is None else self.prices.pricing(ep, self.full_config)
+
+    def _configure_costs(self, config: Config) -> None:
+        """Each endpoint's prices now (a refreshed list may have changed them) for the cost figures."""
+        self.cost_book.configure(
+            config.endpoints,
+            _workload_names(config),
+            self.probes.pricing,
+            [ep.name for ep in config.endpoints if _priceable(ep, config)],
+            blend=config.pricing.blend_parts,
+            window_s=config.schedule.window,
+            site=config.site_name,
+            idle_watts=lambda name: w.idle_watts if (w := self.power.for_endpoint(name)) else None,
+            sources=lambda: {k: (s.last_refresh, s.failures) for k, s in self.prices.states.items()},
+        )
 
     async def reload(self) -> tuple[bool, str]:
         """Re-read the config file (SIGHUP, POST /-/reload); keeps the old config on error. (ok, message)."""
@@ -316,6 +378,7 @@ class App:
             config = self.shard_config(full)
             keys = Keys(config)
             self.probes.check(config)  # endpoints' tokenizer.json files load
+            price_states = self.prices.load(config.pricing)  # the price table and list files read
         except ConfigError as exc:
             self.status.reload_ok = False
             log.error("config reload failed, keeping the previous config:\n%s", exc)
@@ -329,8 +392,9 @@ class App:
         self.keys = keys
         self._config_digest = digest
         self.full_config = full
-        self._apply(config)
+        self._apply(config, price_states)
         await self.watchers.sync(config.enabled_endpoints)
+        await self.power.sync(config.enabled_endpoints)
         self.status.reload_ok = True
         self.status.reload_success_ts = time.time()
         if self._scheduler is not None:
@@ -442,6 +506,11 @@ class App:
         replicas of another site probe the same endpoints for themselves: docs/scaling.md)."""
         assert self.store is not None
         return {key.endpoint for key in await self.store.last_runs(t, site=self.config.site_name)}
+
+
+def _priceable(ep: EndpointSettings, config: Config) -> bool:
+    """Whether an endpoint can have prices: its own, a per-model default, or a price source to look in."""
+    return ep.pricing is not None or ep.model in config.pricing.models or bool(config.pricing.sources)
 
 
 def _workload_names(config: Config) -> dict[str, list[str]]:

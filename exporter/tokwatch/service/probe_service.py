@@ -13,14 +13,17 @@ shifts its stamps; the result comes back to the main loop, where every sink take
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
 
+from tokwatch.counters.power_watch import PowerWatches
 from tokwatch.counters.watchers import ServerWatchers
 from tokwatch.figures.result import RunResult, Trigger
 from tokwatch.figures.tokens import WorkloadError
 from tokwatch.logs.round_log import RoundTally
+from tokwatch.metrics.cost import CostBook
 from tokwatch.metrics.probe import ProbeMetrics
 from tokwatch.probes import get_probe, probe_class
 from tokwatch.probes.base import (
@@ -33,8 +36,11 @@ from tokwatch.probes.base import (
 )
 from tokwatch.probes.keys import Keys
 from tokwatch.probes.prompts import PromptSizer, RecentStarts
+from tokwatch.service.costing import measure_energy, price_run
+from tokwatch.service.price_sources import PriceSources
 from tokwatch.service.runner import ProbeOutcome, ProbeRunner
 from tokwatch.settings.config import Config, ConfigError, EndpointSettings
+from tokwatch.settings.pricing import PriceSource, Pricing
 from tokwatch.settings.reach import Reach, warn_insecure
 from tokwatch.settings.workloads import Workload
 from tokwatch.storage.writer import RunWriter
@@ -63,8 +69,12 @@ class ProbeService:
         windows: MemoryWindows,
         watchers: ServerWatchers,
         instance: str,
+        power: PowerWatches | None = None,
+        prices: PriceSources | None = None,
+        cost_book: CostBook | None = None,
     ) -> None:
         self._config, self._keys = config, keys
+        self._power, self._prices, self._cost_book = power, prices, cost_book
         self._metrics = metrics
         self._windows = windows
         self._watchers = watchers
@@ -180,10 +190,25 @@ class ProbeService:
         except TimeoutError:
             return None
 
+    def pricing(self, name: str) -> tuple[Pricing, PriceSource] | None:
+        """An endpoint's prices now and where they came from; None when nothing prices it."""
+        ep = self._config.endpoint(name)
+        if ep is None or self._prices is None:
+            return None
+        return self._prices.pricing(ep, self._config)
+
     async def _probe_and_record(self, key: Target, trigger: Trigger) -> ProbeOutcome:
         ctx = self._context(*key)
-        result = await self.measurement.call(_measured(ctx))
+        watch = self._power.for_endpoint(key[0]) if self._power is not None else None
+        # The power source's readings while a probe runs are not idle; the run's energy is read from the
+        # readings around it once the next one is in, here on the main loop, after the run.
+        with watch.busy() if watch is not None else contextlib.nullcontext():
+            result = await self.measurement.call(_measured(ctx))
+            if watch is not None:
+                await measure_energy(result, watch)
         result.trigger = trigger
+        if (priced := self.pricing(key[0])) is not None:
+            price_run(result, priced[0], self._config.pricing.blend_parts)
         if self._spans is not None and ctx.trace is not None:  # built here, off the measurement loop
             self._spans.emit(_span(ctx, ctx.trace, result, self._spans))
         self.record(result)
@@ -222,6 +247,8 @@ class ProbeService:
         log summary (`tally`)."""
         self.tally.add(result)
         self._metrics.record(result)
+        if self._cost_book is not None:
+            self._cost_book.record(result)
         if self.writer is not None:
             self.writer.submit(result)  # never waits on the database
         else:

@@ -30,6 +30,7 @@ from tokwatch.settings.access import (
     text_fields,
 )
 from tokwatch.settings.kinds import Kind
+from tokwatch.settings.pricing import Pricing, PricingSettings
 from tokwatch.settings.reach import (
     NoProxy,
     ProxyPasswordFile,
@@ -321,7 +322,14 @@ class EndpointSettings(StrictModel):
     proxy_password_file: ProxyPasswordFile | None = None
     proxy_from_environment: bool | None = None
     no_proxy: NoProxy | None = None
-    _durations = positive_duration_fields("timeout", "scrape_interval")
+    # What its tokens cost (tokwatch.settings.pricing; docs/configuration.md, "Pricing"): over
+    # pricing.models, the price table and OpenRouter's list, field by field.
+    pricing: Pricing | None = None
+    # A DCGM exporter's or node_exporter's /metrics that shows the power of the server's GPUs (or CPUs),
+    # sampled every `power_scrape_interval` apart from the probes (docs/methodology.md, "Cost and energy").
+    power_metrics_url: str | None = None
+    power_scrape_interval: float = 1.0
+    _durations = positive_duration_fields("timeout", "scrape_interval", "power_scrape_interval")
     _headers = headers_fields("headers")
     _texts = text_fields("headers", "query")
     _path = path_fields("path")
@@ -346,7 +354,17 @@ class EndpointSettings(StrictModel):
             raise ValueError("must be 1-100 characters of letters, digits, '.', '_' or '-'")
         return v
 
-    @field_validator("base_url", "metrics_url")
+    @field_validator("power_scrape_interval")
+    @classmethod
+    def _power_interval(cls, v: float) -> float:
+        if not 0.05 <= v <= 10.0:
+            raise ValueError(
+                "must be between 50ms and 10s: a run's energy needs the reading after its end, and its "
+                "record waits for it"
+            )
+        return v
+
+    @field_validator("base_url", "metrics_url", "power_metrics_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         return v if v is None else check_http_url(v).rstrip("/")
@@ -424,6 +442,7 @@ class Config(StrictModel):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)  # type: ignore[arg-type]
     otlp: OtlpSettings = Field(default_factory=OtlpSettings)  # type: ignore[arg-type]
     endpoints: tuple[EndpointSettings, ...] = ()
+    pricing: PricingSettings = Field(default_factory=PricingSettings)
 
     @model_validator(mode="after")
     def _check(self) -> Config:

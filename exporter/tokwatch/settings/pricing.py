@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from tokwatch.figures.cost import DEFAULT_BLEND, TokenPrice, parse_blend
+from tokwatch.settings.setting_values import check_http_url, positive_duration_fields
 from tokwatch.settings.strict_yaml import ConfigError, StrictModel, format_validation_error, parse_yaml_doc
 
 _PRICE_FIELDS = (
@@ -118,12 +119,45 @@ class PricingSettings(StrictModel):
     models: dict[str, Pricing] = Field(default_factory=dict)
     table: str | None = None  # a YAML/JSON file: {model: {input_per_mtok: ..., ...}}
     openrouter_file: str | None = None  # OpenRouter's models list, saved locally
+    # OpenRouter's models list fetched over HTTP (its /api/v1/models, or a mirror), every `refresh`;
+    # nothing is fetched unless this is set.
+    openrouter_url: str | None = None
+    refresh: float = 86400.0
+    _refresh = positive_duration_fields("refresh")
 
     @field_validator("blend")
     @classmethod
     def _blend(cls, v: str) -> str:
         parse_blend(v)
         return v
+
+    @field_validator("openrouter_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return v if v is None else check_http_url(v)
+
+    @field_validator("refresh")
+    @classmethod
+    def _refresh_floor(cls, v: float) -> float:
+        if v < 60.0:
+            raise ValueError("must be at least 1m: a price list changes far less often")
+        return v
+
+    @model_validator(mode="after")
+    def _one_list(self) -> PricingSettings:
+        if self.openrouter_file is not None and self.openrouter_url is not None:
+            raise ValueError("set openrouter_file or openrouter_url, not both")
+        return self
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The price sources this block configures, by their `source` label (`table`, `openrouter`)."""
+        return (*(("table",) if self.table else ()), *(("openrouter",) if self.openrouter_list else ()))
+
+    @property
+    def openrouter_list(self) -> str | None:
+        """Where OpenRouter's list comes from: the file or the URL, None when neither is set."""
+        return self.openrouter_file or self.openrouter_url
 
     @property
     def blend_parts(self) -> tuple[float, float]:
@@ -194,3 +228,37 @@ def resolve_pricing(
         if prices is not None:
             found = prices if found is None else found.over(prices)
     return found if found is not None and found.fields_set() else None
+
+
+PriceSource = Literal["config", "table", "openrouter"]
+
+
+def resolve_priced(
+    own: Pricing | None,
+    model: str,
+    settings: PricingSettings,
+    table: Mapping[str, Pricing],
+    openrouter: Mapping[str, Pricing],
+) -> tuple[Pricing, PriceSource] | None:
+    """`resolve_pricing` with the source of the prices: the first layer that priced the endpoint
+    (`config` for its own `pricing:` or `pricing.models`, then `table`, then `openrouter`). A first layer
+    with an hourly price and no per-token one makes the endpoint self-hosted: per-token prices of the layers
+    below are not taken."""
+    layers: tuple[tuple[PriceSource, Pricing | None], ...] = (
+        ("config", own),
+        ("config", settings.models.get(model)),
+        ("table", table.get(model)),
+        ("openrouter", openrouter.get(model)),
+    )
+    first = next(((name, p) for name, p in layers if p is not None and p.fields_set()), None)
+    found = resolve_pricing(own, model, settings, table, openrouter)
+    if found is None or first is None:
+        return None
+    source, top = first
+    if top.hourly is not None and top.token_price() is None:
+        # Priced as self-hosted first: a per-token price further down (the model's hosted price elsewhere)
+        # is not this endpoint's.
+        found = found.model_copy(
+            update={"input_per_mtok": None, "output_per_mtok": None, "cached_input_per_mtok": None}
+        )
+    return found, source

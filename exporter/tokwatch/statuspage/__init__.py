@@ -26,6 +26,7 @@ from tokwatch.statuspage.render import (
     render_overview,
 )
 from tokwatch.storage.base import RunStore
+from tokwatch.storage.cost_figures import Pricer
 from tokwatch.storage.errors import StorageError
 from tokwatch.windows.window import FleetRanking
 
@@ -51,8 +52,10 @@ class StatusPages:
         store: Callable[[], RunStore | None],
         config: Callable[[], Config],
         clock: Callable[[], float] = time.time,
+        pricing: Pricer | None = None,
     ) -> None:
         self._store = store
+        self._pricing: Pricer = pricing or (lambda _: None)
         self._config = config
         self._clock = clock
         self._last_good: Overview | None = None
@@ -94,7 +97,9 @@ class StatusPages:
         if store is None:
             return Page(200, render_message(ep.name, _NO_STORE, now, config))
         try:
-            page = await build_endpoint_page(store, config, ep, now, workload=workload, site=site)
+            page = await build_endpoint_page(
+                store, config, ep, now, workload=workload, site=site, pricing=self._pricing
+            )
         except StorageError as exc:
             return Page(503, render_message(ep.name, f"Store unavailable ({redact(str(exc))}).", now, config))
         return Page(200, render_endpoint(page, config))
@@ -114,7 +119,7 @@ class StatusPages:
         if store is None:
             return Page(200, render_message(f"Compare {workload}", _NO_STORE, now, config))
         try:
-            cmp = await build_comparison(store, config, workload, now)
+            cmp = await build_comparison(store, config, workload, now, self._pricing)
         except StorageError as exc:
             return Page(
                 503, render_message("Compare", f"Store unavailable ({redact(str(exc))}).", now, config)

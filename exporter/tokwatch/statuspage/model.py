@@ -19,6 +19,7 @@ from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
 from tokwatch.figures.stats import median
 from tokwatch.settings.config import Config, EndpointSettings
 from tokwatch.storage.base import LastRun, RunPoint, RunStore
+from tokwatch.storage.cost_figures import Pricer, SeriesCost, priced_only, series_cost, series_costs
 from tokwatch.storage.network_time import NetworkTime, network_time
 from tokwatch.storage.window import DAY_S, FLEET_WINDOW_S, WINDOW_S, window_figures
 from tokwatch.windows.window import (
@@ -119,6 +120,8 @@ class EndpointPage:
     windows: Mapping[SeriesKey, Sequence[WindowFigures]] = field(default_factory=dict)
     # The shown series' network vs server time over its last 24 h of counted runs (None without one).
     network: NetworkTime | None = None
+    # The shown series' cost and energy over the same runs (storage.cost_figures; None, None: neither).
+    cost: SeriesCost = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,8 @@ class Comparison:
     rows: Sequence[ComparisonRow]  # endpoints that run the workload, config order
     every_workload: Mapping[SeriesKey, WindowFigures]
     input_tokens: Mapping[str, int | None]  # workload -> its prompt size (None: seed000's configured prompt)
+    # The workload's priced or metered series: cost and energy over their last 24 h (storage.cost_figures).
+    costs: Mapping[SeriesKey, SeriesCost] = field(default_factory=dict)
 
 
 def series_of(config: Config, seen: Sequence[SeriesKey] = ()) -> list[SeriesKey]:
@@ -216,6 +221,7 @@ async def build_endpoint_page(
     *,
     workload: str | None = None,
     site: str | None = None,
+    pricing: Pricer = lambda _: None,
 ) -> EndpointPage:
     """Daily figures over HISTORY_DAYS, the last LAST_RUNS runs and the incidents of one endpoint's series:
     `workload` (its first when None) from `site` (the exporter's own when None)."""
@@ -253,6 +259,12 @@ async def build_endpoint_page(
         series,
         windows,
         network_time(day_runs),
+        series_cost(
+            day_runs[::-1],
+            pricing(endpoint.name),
+            bool(endpoint.power_metrics_url),
+            config.pricing.blend_parts,
+        ),
     )
 
 
@@ -266,7 +278,11 @@ def fleet_workloads(config: Config) -> list[str]:
 
 
 async def build_comparison(
-    store: RunStore, config: Config, workload: str, now: float | None = None
+    store: RunStore,
+    config: Config,
+    workload: str,
+    now: float | None = None,
+    pricing: Pricer = lambda _: None,
 ) -> Comparison:
     """One workload's endpoints over the fleet window from every site, and every workload's figures."""
     now = time.time() if now is None else now
@@ -292,6 +308,12 @@ async def build_comparison(
         for w in config.workloads_for(ep):
             sizes.setdefault(w.name, w.input_tokens)
     wanted = set(keys)
+    costs, capacities = await series_costs(store, config, now, pricing)
+    for row in rows:  # a priced endpoint without runs in 24 h still shows its prices
+        key = SeriesKey(row.endpoint.name, workload, config.site_name)
+        only = priced_only(row.endpoint, config, pricing, capacities.get(row.endpoint.name))
+        if key not in costs and only != (None, None):
+            costs[key] = only
     return Comparison(
         now,
         workload,
@@ -301,6 +323,7 @@ async def build_comparison(
         rows,
         {k: f for k, f in week.items() if k in wanted},
         sizes,
+        {k: c for k, c in costs.items() if k.workload == workload},
     )
 
 

@@ -25,6 +25,7 @@ from tokwatch.statuspage.model import (
     fleet_workloads,
 )
 from tokwatch.storage.base import RunPoint
+from tokwatch.storage.cost_figures import SeriesCost
 from tokwatch.storage.network_time import NetworkTime
 from tokwatch.windows.window import CV_TIGHT, CV_TYPICAL, FleetRanking, WindowFigures, cv_band, window_label
 from tokwatch.windows.window_percentiles import MIN_SAMPLES, Percentiles
@@ -592,7 +593,7 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
         f'data-site="{_e(page.site)}">{_e(ep.name)} {_pill(status)}</h1>{chips}{formerly}'
         f"{_series_links(page, config)}</header>{_percentile_tables(page)}"
         f"<h2>Network vs server time · {_e(series_name(SeriesKey(ep.name, page.workload, page.site)))}</h2>"
-        f"{_network(page.network)}"
+        f"{_network(page.network)}{_cost_section(page.cost)}"
         f"<h2>Daily median tok/s · {HISTORY_DAYS} days (UTC)</h2>{svg.daily_medians(page.days)}"
         f"<h2>Daily uptime</h2>{svg.daily_uptime(page.days)}"
         f"<h2>Incidents</h2>{_incidents(page.incidents, page.generated_at)}"
@@ -605,6 +606,44 @@ def render_endpoint(page: EndpointPage, config: Config) -> str:
     if not page.runs:
         body += '<p class="muted">No runs stored yet.</p>'
     return _page(f"tokwatch · {ep.name}", body + methodology(config), page.generated_at)
+
+
+def _cost_section(cost: SeriesCost) -> str:
+    """The shown series' prices and energy over its last 24 h (docs/methodology.md, Cost and energy); nothing
+    for an endpoint without prices or a power source."""
+    money, energy = cost
+    if money is None and energy is None:
+        return ""
+    rows: list[tuple[str, str, str]] = []  # (key, label, value)
+    if money is not None:
+        unit = f"{money.currency}/Mtok"
+        how = "list price" if money.allocation_method == "list_price" else "compute time, newest run"
+
+        def price(v: float | None) -> str:
+            return "—" if v is None else f"{v:,.3f} {unit}"
+
+        share, run_cost = money.cache_hit_share, money.last_run_cost
+        rows += [
+            ("prompt", f"Prompt ({how})", price(money.prompt_per_mtok)),
+            ("generation", f"Generation ({how})", price(money.generation_per_mtok)),
+            ("blended", "Blended", price(money.blended_per_mtok)),
+            ("effective", "Effective at the cache-hit share", price(money.effective_per_mtok)),
+            ("share", "Cache-hit share", "—" if share is None else f"{share:.1%}"),
+            ("run-cost", "Newest priced run cost", "—" if run_cost is None else f"{run_cost:.6f} {unit[:3]}"),
+            ("source", "Prices from", money.source),
+        ]
+    if energy is not None:
+        jpt, idle, joules = energy.joules_per_output_token, energy.idle_watts, energy.joules_last_run
+        rows += [
+            ("jpt", "J / output token (median, above idle)", "—" if jpt is None else f"{jpt:.3f}"),
+            ("idle", "Idle baseline", "—" if idle is None else f"{idle:,.0f} W"),
+            ("joules", "Newest run's energy", "—" if joules is None else f"{joules:,.0f} J"),
+        ]
+    cells = "".join(
+        f'<tr data-cost="{_e(k)}"><th>{_e(label)}</th><td class="num">{_e(v)}</td></tr>'
+        for k, label, v in rows
+    )
+    return f'<h2>Cost and energy · last 24 h</h2><div class="scroll"><table id="cost">{cells}</table></div>'
 
 
 # The comparison's sortable columns: (key, heading, what it reads, larger is better).
@@ -657,6 +696,39 @@ def _cmp_cell(f: WindowFigures | None, key: str, workload: str) -> str:
     return f'<td class="num" data-{key}="{v:.4f}">{text[key]}</td>'
 
 
+# The comparison table's cost columns, shown when some endpoint of the workload has prices or a power source.
+COST_COLUMNS = ("Blended /Mtok", "Effective /Mtok", "J/out tok")
+
+
+def _row_cost(cmp: Comparison, endpoint: str, site: str) -> SeriesCost:
+    """An endpoint's cost at `site`, else at any site (prices do not depend on where they were probed)."""
+    found = cmp.costs.get(SeriesKey(endpoint, cmp.workload, site))
+    if found is None:
+        found = next((c for k, c in cmp.costs.items() if k.endpoint == endpoint), None)
+    return found or (None, None)
+
+
+def _cost_cells(cost: SeriesCost) -> str:
+    money, energy = cost
+    cells = []
+    for key, v in (
+        ("blended", money.blended_per_mtok if money else None),
+        ("effective", money.effective_per_mtok if money else None),
+    ):
+        if v is None or money is None:
+            cells.append(f'<td class="num cost" data-{key}="">—</td>')
+        else:
+            how = "list price" if money.allocation_method == "list_price" else "compute time"
+            cells.append(
+                f'<td class="num cost" data-{key}="{v:.6g}" title="{_e(how)}, source {_e(money.source)}">'
+                f"{v:,.3f} {_e(money.currency)}</td>"
+            )
+    jpt = energy.joules_per_output_token if energy else None
+    none = '<td class="num cost">—</td>'
+    cells.append(none if jpt is None else f'<td class="num cost" data-jpt="{jpt:.6g}">{jpt:.3f}</td>')
+    return "".join(cells)
+
+
 def render_comparison(
     cmp: Comparison, config: Config, sort: str = "decode", site: str | None = None, order: str | None = None
 ) -> str:
@@ -679,18 +751,22 @@ def render_comparison(
             f"{arrow}</a></th>"
         )
 
+    priced = bool(cmp.costs)
+    price_head = "".join(f'<th rowspan="2" class="num cost">{_e(t)}</th>' for t in COST_COLUMNS) * priced
     top = "".join(f'<th colspan="{len(SORTS)}" class="site">{_e(site_name[s])}</th>' for s in cmp.sites)
+    top += price_head
     sub = "".join(head_link(k, title, s) for s in cmp.sites for k, title, _, _ in SORTS)
     body = []
+    span = 1 + len(SORTS) * len(cmp.sites) + len(COST_COLUMNS) * priced
     for model, rows in sort_rows(cmp.rows, sort, chosen, descending):
-        body.append(
-            f'<tr class="model"><th colspan="{1 + len(SORTS) * len(cmp.sites)}">{_e(model)}</th></tr>'
-        )
+        body.append(f'<tr class="model"><th colspan="{span}">{_e(model)}</th></tr>')
         for row in rows:
             key = SeriesKey(row.endpoint.name, cmp.workload, chosen)
             cells = "".join(
                 _cmp_cell(row.by_site.get(s), k, cmp.workload) for s in cmp.sites for k, _, _, _ in SORTS
             )
+            if priced:
+                cells += _cost_cells(_row_cost(cmp, row.endpoint.name, chosen))
             body.append(
                 f'<tr data-endpoint="{_e(row.endpoint.name)}" data-model="{_e(model)}">'
                 f'<td><a href="{series_href(key, config)}">{_e(row.endpoint.name)}</a></td>{cells}</tr>'
@@ -724,6 +800,24 @@ def render_comparison(
         and f.decode_percentiles.p50 is not None
     ]
     nav = _compare_nav(cmp.workloads, cmp.workload)
+    price_chart = ""
+    if priced:
+        price_points = [
+            (r.endpoint.name + (f" @ {s}" if s else ""), price, f.decode_percentiles.p50, cost.currency)
+            for r in cmp.rows
+            for s in cmp.sites
+            if (f := r.by_site.get(s)) is not None
+            and f.decode_percentiles.p50 is not None
+            and (cost := _row_cost(cmp, r.endpoint.name, s)[0]) is not None
+            and (price := cost.blended_per_mtok) is not None
+        ]
+        price_chart = (
+            f"<h2>Decode tok/s against blended price · {_e(cmp.workload)}</h2>"
+            f'<p class="muted">Blended: {_e(config.pricing.blend)} input:output tokens at list price '
+            "(hosted) or the newest run's compute-time price (self-hosted); docs/methodology.md, Cost and "
+            "energy.</p>"
+            f"{svg.decode_vs_price(price_points)}"
+        )
     body_html = (
         '<p><a href="/">← all endpoints</a></p>'
         f'<header><h1 data-workload="{_e(cmp.workload)}">Comparison · workload {_e(cmp.workload)}</h1>'
@@ -732,6 +826,7 @@ def render_comparison(
         f"{nav}</header>{table}"
         f"<h2>TTFT p50 by prompt size (workloads, input tokens)</h2>{svg.ttft_by_prompt(labels, lines)}"
         f"<h2>Decode tok/s against TTFT · {_e(cmp.workload)}</h2>{svg.decode_vs_ttft(points)}"
+        f"{price_chart}"
     )
     return _page(f"tokwatch · compare {cmp.workload}", body_html + methodology(config), cmp.generated_at)
 

@@ -285,3 +285,40 @@ def network_split(parts: Sequence[tuple[str, float]], width: int = 720, height: 
         f'<svg class="chart netbar" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="network and server time">{"".join(bars)}</svg>'
     )
+
+
+def decode_vs_price(
+    points: Sequence[tuple[str, float, float, str]], width: int = 720, height: int = 240
+) -> str:
+    """A point per priced series, as the leaderboards plot it: its blended price per Mtok (x, in its
+    currency) against its decode tok/s p50 (y); fast and cheap is up and to the left."""
+    if not points:
+        return _empty(width, 120, "no priced series with a decode figure in this window")
+    left, right, top, bottom = 56.0, 190.0, 10.0, height - 30.0
+    x_hi = max(p for _, p, _, _ in points) * 1.15 or 1.0
+    y_hi = max(d for _, _, d, _ in points) * 1.15 or 1.0
+    currencies = sorted({c for _, _, _, c in points})
+    unit = f"{currencies[0]}/Mtok" if len(currencies) == 1 else "per Mtok (" + ", ".join(currencies) + ")"
+    dots = "".join(
+        f'<circle class="pt" data-series="{html.escape(name)}" data-price="{p:.6g}" data-decode="{d:.6g}" '
+        f'cx="{left + (width - left - right) * p / x_hi:.1f}" cy="{bottom - (bottom - top) * d / y_hi:.1f}" '
+        f'r="5" fill="{_colour(i)}"><title>{html.escape(name)}: {p:,.3f} {html.escape(c)}/Mtok blended, '
+        f"{d:.1f} tok/s</title></circle>"
+        for i, (name, p, d, c) in enumerate(points)
+    )
+    axis = (
+        f'<line class="axis" x1="{left}" y1="{bottom}" x2="{width - right}" y2="{bottom}"/>'
+        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{bottom}"/>'
+        f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">{y_hi:,.0f}</text>'
+        f'<text x="{left - 6}" y="{bottom}" text-anchor="end">0</text>'
+        f'<text x="{left}" y="{height - 12}">0</text>'
+        f'<text x="{width - right}" y="{height - 12}" text-anchor="end">{x_hi:,.2f}</text>'
+        f'<text x="{(left + width - right) / 2:.1f}" y="{height - 2}" text-anchor="middle">'
+        f"blended price, {html.escape(unit)} →</text>"
+        f'<text x="{left - 6}" y="{top + 22}" text-anchor="end">tok/s</text>'
+    )
+    return (
+        f'<svg class="chart cmp" id="decode-vs-price" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="decode tok/s against blended price, {len(points)} series">{axis}{dots}'
+        f"{_legend([n for n, _, _, _ in points], width - right + 12, top + 8)}</svg>"
+    )

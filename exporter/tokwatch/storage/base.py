@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE, SeriesKey
-from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow
+from tokwatch.storage.bench_rows import BenchRequestRow, BenchRunRow, BenchSegmentRow, CapacityRow
 from tokwatch.storage.rows import RunRow
 from tokwatch.storage.schema import SchemaStatus
 from tokwatch.windows.window_percentiles import NO_PERCENTILES, Percentiles
@@ -107,6 +107,17 @@ RUN_POINT_COLUMNS = (
     "phase_processing_s",
     "network_rtt_s",
     "connection_reused",
+    "output_tokens",
+    "think_tokens",
+    "cost",
+    "cost_currency",
+    "cost_method",
+    "cost_prompt_per_mtok",
+    "cost_generation_per_mtok",
+    "cost_blended_per_mtok",
+    "energy_j",
+    "energy_net_j",
+    "energy_idle_watts",
 )
 _RUN_POINT_FLAGS = tuple(
     RUN_POINT_COLUMNS.index(c) for c in ("timing_disturbed", "cache_assisted", "prompt_size_missed")
@@ -144,6 +155,19 @@ class RunPoint(NamedTuple):
     phase_processing_s: float | None = None
     network_rtt_s: float | None = None
     connection_reused: bool | None = None
+    # Tokens and cost and energy (docs/methodology.md, "Cost and energy"): NULL for runs of endpoints without
+    # prices or a power source and for runs stored before schema v11 (SQLite) / v12 (PostgreSQL).
+    output_tokens: int | None = None
+    think_tokens: int | None = None
+    cost: float | None = None
+    cost_currency: str | None = None
+    cost_method: str | None = None
+    cost_prompt_per_mtok: float | None = None
+    cost_generation_per_mtok: float | None = None
+    cost_blended_per_mtok: float | None = None
+    energy_j: float | None = None
+    energy_net_j: float | None = None
+    energy_idle_watts: float | None = None
 
     @property
     def server_s(self) -> float | None:
@@ -273,6 +297,14 @@ class BenchStore(ABC):
 
         Returns True when the run was new. Bench rows never go to the probe `runs` table.
         """
+
+    @abstractmethod
+    async def write_capacity(self, row: CapacityRow) -> bool:
+        """Store a capacity search's result; an id already stored is left as is. True when it was new."""
+
+    @abstractmethod
+    async def latest_capacity(self, endpoint: str) -> CapacityRow | None:
+        """The newest stored capacity search of `endpoint` that found a rate; None without one."""
 
     @abstractmethod
     async def bench_runs(self, since: float) -> list[BenchRunRow]:

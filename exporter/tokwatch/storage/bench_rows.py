@@ -110,3 +110,22 @@ class BenchSegmentRow:
 BENCH_RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRunRow))
 BENCH_REQUEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRequestRow))
 BENCH_SEGMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchSegmentRow))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRow:
+    """One `bench_capacity` row: a capacity search's result (capacity.json as `summary`, JSON text)."""
+
+    id: str
+    finished_at: float
+    endpoint: str  # the configured endpoint name, or the URL with any credentials masked
+    model: str
+    mode: str  # "fluid" or "slo"
+    result_rate: float | None  # highest passing request rate, req/s
+    output_tokens_per_s: float | None  # output tokens/s measured at that rate
+    lower_bound: bool  # no rate failed: the capacity is at least this
+    summary: str
+    instance: str = ""
+
+
+CAPACITY_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(CapacityRow))

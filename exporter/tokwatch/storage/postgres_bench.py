@@ -10,9 +10,11 @@ from tokwatch.storage.bench_rows import (
     BENCH_REQUEST_COLUMNS,
     BENCH_RUN_COLUMNS,
     BENCH_SEGMENT_COLUMNS,
+    CAPACITY_COLUMNS,
     BenchRequestRow,
     BenchRunRow,
     BenchSegmentRow,
+    CapacityRow,
 )
 from tokwatch.storage.postgres import PostgresStore, ts
 
@@ -54,6 +56,17 @@ _BENCH_RUN_UPDATE_SQL = (
 )
 
 
+_CAPACITY_SQL = (
+    f"INSERT INTO bench_capacity ({', '.join(CAPACITY_COLUMNS)}) VALUES "
+    f"({', '.join('%s::jsonb' if c == 'summary' else '%s' for c in CAPACITY_COLUMNS)}) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_LATEST_CAPACITY_SQL = (
+    "SELECT " + ", ".join("summary::text" if c == "summary" else c for c in CAPACITY_COLUMNS)
+    + " FROM bench_capacity WHERE endpoint = %s AND result_rate IS NOT NULL ORDER BY finished_at DESC LIMIT 1"
+)
+
+
 class PostgresBenchStore(BenchStore):
     """Bench runs in the database of `store`, on its connections (the store migrates, opens and closes)."""
 
@@ -83,6 +96,26 @@ class PostgresBenchStore(BenchStore):
         if d.get("tbt_s") is not None:
             d["tbt_s"] = tuple(d["tbt_s"])
         return d
+
+    async def write_capacity(self, row: CapacityRow) -> bool:
+        """INSERT .. ON CONFLICT DO NOTHING of the search's result; True when it was new."""
+        await self._store.ensure_ready()
+        params = tuple(
+            ts(row.finished_at) if c == "finished_at" else getattr(row, c) for c in CAPACITY_COLUMNS
+        )
+        async with self._store.connection() as conn:
+            cur = await conn.execute(_CAPACITY_SQL.encode(), params)
+            return cur.rowcount == 1
+
+    async def latest_capacity(self, endpoint: str) -> CapacityRow | None:
+        """The newest search of `endpoint` with a result."""
+        await self._store.ensure_ready()
+        async with self._store.connection() as conn:
+            row = await (await conn.execute(_LATEST_CAPACITY_SQL.encode(), (endpoint,))).fetchone()
+        if row is None:
+            return None
+        values = dict(zip(CAPACITY_COLUMNS, row, strict=True))
+        return CapacityRow(**{**values, "finished_at": values["finished_at"].timestamp()})
 
     async def write_bench(self, run: BenchRunRow, requests: Sequence[BenchRequestRow]) -> bool:
         """INSERT .. ON CONFLICT DO NOTHING of the run, then its requests, in one transaction."""

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
+from tokwatch.figures.cost_window import median_joules_per_output_token
 from tokwatch.figures.series import DEFAULT_WORKLOAD, NO_SITE
-from tokwatch.storage.base import RunStore
+from tokwatch.storage.base import RunPoint, RunStore
 from tokwatch.storage.network_time import NetworkTime, network_time
 from tokwatch.storage.window import WINDOW_S, window_figures
 from tokwatch.windows.window import FleetComparison, WindowFigures, primary_ranking, rank_series, window_label
@@ -58,6 +59,37 @@ class WindowReport:
 
 
 @dataclass(frozen=True, slots=True)
+class CostReport:
+    """A series' cost and energy over its counted runs of the last 24 h (docs/methodology.md, "Cost and
+    energy"): what the probe runs cost, the newest priced run's blended $/Mtok and its method, the median
+    J/output token above idle and the newest run's idle baseline."""
+
+    runs_cost: float | None
+    currency: str | None
+    blended_per_mtok: float | None
+    allocation_method: str | None
+    joules_per_output_token: float | None
+    idle_watts: float | None
+
+    @classmethod
+    def of(cls, runs: Sequence[RunPoint]) -> CostReport | None:
+        """From the series' runs, newest first; None when none was priced or metered."""
+        priced = [r for r in runs if r.cost is not None]
+        metered = next((r for r in runs if r.energy_j is not None), None)
+        if not priced and metered is None:
+            return None
+        newest = priced[0] if priced else None
+        return cls(
+            runs_cost=sum(r.cost or 0.0 for r in priced) if priced else None,
+            currency=newest.cost_currency if newest else None,
+            blended_per_mtok=newest.cost_blended_per_mtok if newest else None,
+            allocation_method=newest.cost_method if newest else None,
+            joules_per_output_token=median_joules_per_output_token(runs),
+            idle_watts=metered.energy_idle_watts if metered else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointReport:
     """One report line: one endpoint's runs of one workload from one site."""
 
@@ -88,6 +120,7 @@ class EndpointReport:
     network_24h: NetworkTime | None = (
         None  # network vs server time over the 24 h runs (tokwatch.storage.network_time)
     )
+    cost_24h: CostReport | None = None  # cost and energy of the 24 h runs, where priced or metered
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +179,7 @@ async def build_report(
                 prompt_size_missed_24h=d.prompt_size_missed_runs if d else 0,
                 windows=windows,
                 network_24h=network_time(day_runs.get(key, ())),
+                cost_24h=CostReport.of(day_runs.get(key, [])),
             )
         )
     rankings = rank_series(period, label)
@@ -197,6 +231,7 @@ def _network(r: EndpointReport) -> list[str]:
 
 def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
     sites = any(r.site for r in report.endpoints)
+    costs = any(r.cost_24h is not None for r in report.endpoints)
     since = [] if _since_shown_elsewhere(report) else [f"{report.since} median", f"uptime {report.since}"]
     head = [
         "endpoint",
@@ -215,6 +250,7 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
         "network ms 24h",
         "server ms 24h",
         *since,
+        *(COST_HEAD if costs else []),
     ]
     body = []
     for r in report.endpoints:
@@ -236,9 +272,23 @@ def _cells(report: Report) -> tuple[list[str], list[list[str]]]:
                 "n/a" if r.workload == DEFAULT_WORKLOAD else _num(r.prefill_median_24h, ".0f") + _flags(r),
                 *_network(r),
                 *([_num(r.median_since), _pct(r.uptime_since)] if since else []),
+                *(_cost_cells(r.cost_24h) if costs else []),
             ]
         )
     return head, body
+
+
+# The cost and energy columns, shown only when some series was priced or metered.
+COST_HEAD = ["probe cost 24h", "$/Mtok blended", "J/out tok 24h", "idle W"]
+
+
+def _cost_cells(c: CostReport | None) -> list[str]:
+    if c is None:
+        return ["-"] * len(COST_HEAD)
+    money = "-" if c.runs_cost is None else f"{c.runs_cost:.4f} {c.currency}"
+    method = {"compute_time": " (compute)", "list_price": " (list)"}.get(c.allocation_method or "", "")
+    blended = "-" if c.blended_per_mtok is None else f"{c.blended_per_mtok:.3f}{method}"
+    return [money, blended, _num(c.joules_per_output_token, ".3f"), _num(c.idle_watts, ".0f")]
 
 
 def _set_aside(r: EndpointReport) -> str:
@@ -301,8 +351,15 @@ def _footer(report: Report) -> str:
     shown = ", ".join(f"p{percentile_label(q)} from {n}" for q, n in MIN_SAMPLES.items())
     pct = f"Percentiles: linear interpolation, shown from a number of samples ({shown}), (n) samples."
     busy = ""
+    if any(r.cost_24h is not None for r in report.endpoints):
+        busy += (
+            "\ncost and energy (docs/methodology.md, Cost and energy): probe cost 24h, what the counted "
+            "probe runs cost; $/Mtok blended of the newest priced run (list: hosted list price; compute: "
+            "self-hosted by compute time); J/out tok 24h, median energy above the idle baseline per output "
+            "token; idle W, the baseline."
+        )
     if any(r.set_aside_24h for r in report.endpoints):
-        busy = (
+        busy += (
             "\nset aside: runs whose client timing the exporter's own lateness (a busy host) could have "
             "moved beyond the tolerance; their status and uptime count, a tok/s set aside is not a sample."
         )

@@ -76,6 +76,16 @@ class RunRow:
     network_rtt_s: float | None = None
     connection_reused: bool | None = None
     phase_proxy_connect_s: float | None = None  # through a proxy: its tunnel's set-up
+    # Cost and energy (RunResult, docs/methodology.md "Cost and energy").
+    cost: float | None = None
+    cost_currency: str | None = None
+    cost_method: str | None = None
+    cost_prompt_per_mtok: float | None = None
+    cost_generation_per_mtok: float | None = None
+    cost_blended_per_mtok: float | None = None
+    energy_j: float | None = None
+    energy_net_j: float | None = None
+    energy_idle_watts: float | None = None
 
     @classmethod
     def from_result(
@@ -139,6 +149,15 @@ class RunRow:
             phase_processing_s=result.phase_processing_s,
             network_rtt_s=result.network_rtt_s,
             connection_reused=result.connection_reused,
+            cost=result.cost,
+            cost_currency=result.cost_currency,
+            cost_method=result.cost_method,
+            cost_prompt_per_mtok=result.cost_prompt_per_mtok,
+            cost_generation_per_mtok=result.cost_generation_per_mtok,
+            cost_blended_per_mtok=result.cost_blended_per_mtok,
+            energy_j=result.energy_j,
+            energy_net_j=result.energy_net_j,
+            energy_idle_watts=result.energy_idle_watts,
         )
 
     def to_json(self) -> dict[str, Any]:

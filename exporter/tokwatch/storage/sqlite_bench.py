@@ -13,9 +13,11 @@ from tokwatch.storage.bench_rows import (
     BENCH_REQUEST_COLUMNS,
     BENCH_RUN_COLUMNS,
     BENCH_SEGMENT_COLUMNS,
+    CAPACITY_COLUMNS,
     BenchRequestRow,
     BenchRunRow,
     BenchSegmentRow,
+    CapacityRow,
 )
 from tokwatch.storage.sqlite import SQLiteStore
 
@@ -102,6 +104,39 @@ class SQLiteBenchStore(BenchStore):
         """INSERT OR IGNORE the run, then its requests, in one transaction; True when the run was new."""
         await self._store.ensure_ready()
         return await self._store.run(lambda conn: self._write_bench_sync(conn, run, requests))
+
+    async def write_capacity(self, row: CapacityRow) -> bool:
+        """INSERT OR IGNORE the search's result; True when it was new."""
+        await self._store.ensure_ready()
+        sql = (
+            f"INSERT OR IGNORE INTO bench_capacity ({', '.join(CAPACITY_COLUMNS)}) "
+            f"VALUES ({', '.join('?' for _ in CAPACITY_COLUMNS)})"
+        )
+        columns = (getattr(row, c) for c in CAPACITY_COLUMNS)
+        values = tuple(int(v) if isinstance(v, bool) else v for v in columns)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            with conn:
+                return conn.execute(sql, values).rowcount == 1
+
+        return await self._store.run(write)
+
+    async def latest_capacity(self, endpoint: str) -> CapacityRow | None:
+        """The newest search of `endpoint` with a result."""
+        await self._store.ensure_ready()
+
+        def query(conn: sqlite3.Connection) -> CapacityRow | None:
+            row = conn.execute(
+                f"SELECT {', '.join(CAPACITY_COLUMNS)} FROM bench_capacity WHERE endpoint = ? "
+                "AND result_rate IS NOT NULL ORDER BY finished_at DESC LIMIT 1",
+                (endpoint,),
+            ).fetchone()
+            if row is None:
+                return None
+            values = dict(zip(CAPACITY_COLUMNS, row, strict=True))
+            return CapacityRow(**{**values, "lower_bound": bool(values["lower_bound"])})
+
+        return await self._store.run(query)
 
     async def bench_runs(self, since: float) -> list[BenchRunRow]:
         """Bench runs started at or after `since`, newest first."""
