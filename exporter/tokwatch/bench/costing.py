@@ -76,12 +76,8 @@ def endpoint_pricing(opts: BenchOptions, model: str) -> tuple[Pricing | None, Pr
         return None, None
     config = load_config(opts.config)
     ep = config.endpoint(opts.endpoint)
-    # The config's pricing fields (Endpoint.pricing, Config.pricing) are read where the config has them.
-    own = getattr(ep, "pricing", None)
-    settings = getattr(config, "pricing", None)
-    own = own if isinstance(own, Pricing) else None
-    if not isinstance(settings, PricingSettings):
-        return own, None
+    own = ep.pricing if ep is not None else None
+    settings = config.pricing
     # The files as the exporter reads them (paths as written); an OpenRouter list by URL is not fetched here.
     sources: list[Mapping[str, Pricing]] = []
     if settings.table:

@@ -25,12 +25,11 @@ FAILURES_BEFORE_GIVING_UP = 3
 
 def power_url(opts: BenchOptions) -> str | None:
     """Where the run's power is read: --power-metrics-url, else the `--endpoint`'s `power_metrics_url` in
-    its config (where the config has that setting); None: no energy figures."""
+    its config; None: no energy figures."""
     if opts.power_metrics_url is not None or opts.endpoint is None or opts.config is None:
         return opts.power_metrics_url
     ep = load_config(opts.config).endpoint(opts.endpoint)
-    configured = getattr(ep, "power_metrics_url", None)
-    return configured if isinstance(configured, str) else None
+    return ep.power_metrics_url if ep is not None else None
 
 
 class PowerSourceError(Exception):
