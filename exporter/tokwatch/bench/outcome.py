@@ -10,6 +10,7 @@ from typing import Any
 from tokwatch.bench import conversations
 from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats, throughput
 from tokwatch.bench.prompt_cache import cache_figures
+from tokwatch.bench.reasoning import reasoning_summary
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
 from tokwatch.bench.stop_policy import failure_share, too_many_failures
@@ -116,6 +117,9 @@ class BenchOutcome:
         }
         if self.multi_turn:
             out["multi_turn"] = conversations.turn_summary(self.records)
+        reasoning = reasoning_summary(self.records)
+        if reasoning is not None:
+            out["reasoning"] = reasoning
         return out
 
     def trace_summary(self) -> dict[str, Any]:

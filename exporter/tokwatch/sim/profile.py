@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from tokwatch.figures.result import Phase
 from tokwatch.sim.config import ModelProfile
 from tokwatch.sim.text import output_word, think_word
 
 FinishReason = Literal["stop", "length"]
+# How a request's think phase ended: the model stopped thinking, the requested think budget ended it, or
+# max_tokens cut it (no answer followed).
+ThinkEnd = Literal["natural", "budget", "length"]
 # ASCII placeholder swapped for raw invalid bytes after JSON encoding (json.dumps cannot emit them).
 INVALID_UTF8_MARKER = "@@sim-invalid-utf8@@"
 INVALID_UTF8_BYTES = b"\xff\xfe\xc3("
@@ -29,6 +32,10 @@ class Limits:
     max_tokens: int | None
     ignore_eos: bool = False
     min_tokens: int = 0
+    # The request asks the model to think (a think budget, Anthropic `thinking`, Ollama `think`, OpenAI
+    # `reasoning_effort`), and the budget it sets (None: none; only max_tokens bounds thinking).
+    think: bool = False
+    think_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,8 @@ class TokenPlan:
     rng_seed: str
     think_tags: bool = False
     first_output_text: str | None = None  # hostile bodies: a huge or invalid-UTF-8 first output token
+    think_end: ThinkEnd | None = None  # how the think phase ended (None: the request had none planned)
+    natural_think_tokens: int | None = None  # what the model would have thought unbounded (natural_think)
 
     def phase(self, i: int) -> Phase:
         """Phase of token i."""
@@ -86,7 +95,9 @@ class GapStream:
         return self._mean * max(_MIN_GAP_FACTOR, 1.0 + self._jitter * self._rng.gauss(0.0, 1.0))
 
 
-def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPlan:
+def plan_tokens(
+    profile: ModelProfile, limits: Limits, rng_seed: str, think_seed: str | None = None
+) -> TokenPlan:
     """How many tokens of each phase the request produces and why it stops."""
     mean_gap = 1.0 / profile.decode_tps
     tags = profile.reasoning_format == "think_tags"
@@ -100,6 +111,9 @@ def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPl
             None, profile.think_tokens, "length", mean_gap, profile.jitter, rng_seed, tags, first
         )
     max_tokens = limits.max_tokens if limits.max_tokens is not None else profile.default_max_tokens
+    if profile.natural_think is not None and limits.think:
+        shape = (mean_gap, rng_seed, tags, first)
+        return _plan_thinking(profile, limits, max_tokens, think_seed or rng_seed, shape)
     n = max_tokens
     finish: FinishReason = "length"
     if profile.natural_stop_tokens is not None and not limits.ignore_eos:
@@ -108,3 +122,35 @@ def plan_tokens(profile: ModelProfile, limits: Limits, rng_seed: str) -> TokenPl
             n, finish = natural, "stop"
     n = max(1, n)
     return TokenPlan(n, min(profile.think_tokens, n), finish, mean_gap, profile.jitter, rng_seed, tags, first)
+
+
+def _plan_thinking(
+    profile: ModelProfile,
+    limits: Limits,
+    max_tokens: int,
+    think_seed: str,
+    shape: tuple[float, str, bool, str | None],
+) -> TokenPlan:
+    """A request that asks a `natural_think` model to think: the natural think length is uniform in the
+    profile's range (drawn from `think_seed`); the requested budget ends it earlier, max_tokens cuts it.
+    The answer then runs `natural_stop_tokens` (unless ignore_eos) or to max_tokens."""
+    assert profile.natural_think is not None
+    low, high = profile.natural_think
+    natural = random.Random(think_seed).randint(low, high)
+    think, end = natural, cast(ThinkEnd, "natural")
+    if limits.think_budget is not None and limits.think_budget <= natural:
+        think, end = limits.think_budget, cast(ThinkEnd, "budget")
+    if think >= max_tokens:
+        think, end = max_tokens, cast(ThinkEnd, "length")
+    remaining = max_tokens - think
+    answer = None if limits.ignore_eos else profile.natural_stop_tokens
+    if answer is not None:
+        answer = max(answer, limits.min_tokens - think)
+    n, finish = max_tokens, cast(FinishReason, "length")
+    if answer is not None and answer < remaining:
+        n, finish = think + answer, cast(FinishReason, "stop")
+    mean_gap, rng_seed, tags, first = shape
+    return TokenPlan(
+        max(1, n), think, finish, mean_gap, profile.jitter, rng_seed, tags, first,
+        think_end=end, natural_think_tokens=natural,
+    )  # fmt: skip
