@@ -43,7 +43,11 @@ servers:
   - name: claude
     dialect: anthropic
     models:
-      - {name: r1, decode_tps: 20000, tokens_per_chunk: 16, natural_think: [900, 1300], natural_stop_tokens: 6}
+      - name: r1
+        decode_tps: 20000
+        tokens_per_chunk: 16
+        natural_think: [900, 1300]
+        natural_stop_tokens: 6
 """
 TOL = 0.02  # correctness, not performance
 
@@ -62,8 +66,9 @@ def test_prompts_are_the_shipped_math_problems():
     problems = math_problems()
     assert len(problems) == 40 and problems[0].id == "gsm8k-test-0" and problems[0].answer == "18"
     w = SyntheticWorkload(
-        LengthRange(16, 16), LengthRange(8, 12), seed=3, reasoning_ratio=1.0, reasoning_tokens=LengthRange(10, 80)
-    )
+        LengthRange(16, 16), LengthRange(8, 12), seed=3, reasoning_ratio=1.0,
+        reasoning_tokens=LengthRange(10, 80),
+    )  # fmt: skip
     specs = [w.request_at(i) for i in range(50)]
     questions = {p.question for p in problems}
     for s in specs:
@@ -142,7 +147,8 @@ def test_the_simulator_draws_think_lengths_from_the_known_distribution():
     plans = []
     for i in range(4000):
         budget = rng.randint(10, 80)
-        plans.append((budget, plan_tokens(profile, Limits(200, think=True, think_budget=budget), "g", f"t{i}")))
+        limits = Limits(200, think=True, think_budget=budget)
+        plans.append((budget, plan_tokens(profile, limits, "g", f"t{i}")))
     assert {p.natural_think_tokens for _, p in plans} == set(range(20, 61))
     assert all(p.think_tokens == min(p.natural_think_tokens, b) and p.output_tokens == 6 for b, p in plans)
     forced = sum(p.think_end == "budget" for _, p in plans) / len(plans)
@@ -167,8 +173,9 @@ async def test_budget_fields_of_sglang_and_llamacpp_reach_the_server(tmp_path, s
 async def test_kinds_without_a_budget_are_bounded_by_max_tokens(tmp_path, sim, server, kind):
     extra = {"extra_body": {"reasoning_effort": "high"}} if kind == "openai" else {}
     outcome, out_dir = await _bench(
-        tmp_path, f"{sim.url}/{server}", kind, number=24, reasoning_ratio=1.0, reasoning_tokens="10:80", **extra
-    )
+        tmp_path, f"{sim.url}/{server}", kind, number=24, reasoning_ratio=1.0, reasoning_tokens="10:80",
+        **extra,
+    )  # fmt: skip
     assert outcome.complete and all(r.ok for r in outcome.records)
     seen = set()
     for r in outcome.records:
@@ -185,8 +192,9 @@ async def test_kinds_without_a_budget_are_bounded_by_max_tokens(tmp_path, sim, s
 
 async def test_anthropic_budget_is_raised_to_its_minimum(tmp_path, sim):
     outcome, _ = await _bench(
-        tmp_path, f"{sim.url}/claude", "anthropic", number=12, reasoning_ratio=1.0, reasoning_tokens="600:1400"
-    )
+        tmp_path, f"{sim.url}/claude", "anthropic", number=12, reasoning_ratio=1.0,
+        reasoning_tokens="600:1400",
+    )  # fmt: skip
     assert outcome.complete and all(r.ok for r in outcome.records)
     ends = set()
     for r in outcome.records:

@@ -39,11 +39,11 @@ def reasoning_summary(records: Sequence[RequestRecord]) -> dict[str, Any] | None
     ends = Counter(r.think_end for r in ok)
     n = len(ok)
     forced = ends["budget"] + ends["length"]
-    fields = sorted({r.think_budget_field for r in measured if r.think_budget_field}) or [None]
+    fields = sorted({r.think_budget_field for r in measured if r.think_budget_field})
     return {
         "requests": len(measured),
         "ok_requests": n,
-        "budget_field": fields[0] if len(fields) == 1 else fields,
+        "budget_field": (fields[0] if len(fields) == 1 else fields) if fields else None,
         "think_end": {k: ends[k] for k in THINK_ENDS},
         "think_end_share": {k: (ends[k] / n if n else None) for k in THINK_ENDS},
         "budget_force_rate": forced / n if n else None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 from tokwatch.figures.result import Phase
 from tokwatch.sim.config import ModelProfile
@@ -137,18 +137,20 @@ def _plan_thinking(
     assert profile.natural_think is not None
     low, high = profile.natural_think
     natural = random.Random(think_seed).randint(low, high)
-    think, end = natural, cast(ThinkEnd, "natural")
+    think = natural
+    end: ThinkEnd = "natural"
     if limits.think_budget is not None and limits.think_budget <= natural:
-        think, end = limits.think_budget, cast(ThinkEnd, "budget")
+        think, end = limits.think_budget, "budget"
     if think >= max_tokens:
-        think, end = max_tokens, cast(ThinkEnd, "length")
+        think, end = max_tokens, "length"
     remaining = max_tokens - think
     answer = None if limits.ignore_eos else profile.natural_stop_tokens
     if answer is not None:
         answer = max(answer, limits.min_tokens - think)
-    n, finish = max_tokens, cast(FinishReason, "length")
+    n = max_tokens
+    finish: FinishReason = "length"
     if answer is not None and answer < remaining:
-        n, finish = think + answer, cast(FinishReason, "stop")
+        n, finish = think + answer, "stop"
     mean_gap, rng_seed, tags, first = shape
     return TokenPlan(
         max(1, n), think, finish, mean_gap, profile.jitter, rng_seed, tags, first,
