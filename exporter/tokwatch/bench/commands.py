@@ -192,7 +192,7 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         (
             _flag("--input-tokens", help="prompt tokens N or MIN:MAX (128)"),
             _flag("--output-tokens", help="output tokens N or MIN:MAX (128)"),
-            _flag("--reasoning-ratio", type=float, help="share of reasoning requests: math prompts (0; seed 001: 0.4)"),
+            _flag("--reasoning-ratio", type=float, help="share of reasoning (math) requests (0)"),
             _flag(
                 "--reasoning-tokens",
                 help="think budget MIN:MAX of reasoning requests, asked of the server (600:6000)",

@@ -138,7 +138,7 @@ class SyntheticWorkload:
             budget = self.reasoning_tokens.sample(rng)
             problem = pick(self._problems, rng)
             text = reasoning_prompt(problem, self.counter.text_of(FRESH_WORDS, self._text_rng))
-            # The fresh words are FRESH_WORDS tokens by construction: the target is the same whatever the salt.
+            # The fresh words are FRESH_WORDS tokens by construction: the same target whatever the salt.
             target = FRESH_WORDS + self.counter.count(reasoning_prompt(problem, "").lstrip("\n"))
             return RequestSpec(
                 "reasoning",
