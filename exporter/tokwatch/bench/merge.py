@@ -234,9 +234,6 @@ def merged_summary(
     for name in NOT_MERGED:
         summary["metrics"].pop(name, None)
     summary["not_merged"] = list(NOT_MERGED)
-    # A stored row keeps no think budget or phase time: the reasoning figures are the unsplit run's only.
-    if summary.pop("reasoning", None) is not None:
-        summary["not_merged"].append("reasoning")
     if is_split(run, segments):
         summary[SPLIT_KEY] = segments_doc(run, segments)
     summary["throughput"] = outcome.throughput()
