@@ -170,6 +170,9 @@ def test_the_simulator_draws_think_lengths_from_the_known_distribution():
     assert forced == pytest.approx(rate, abs=0.025)
     unasked = plan_tokens(profile, Limits(200), "g", "t")
     assert (unasked.think_tokens, unasked.think_end) == (0, None)  # a request that does not ask: no thinking
+    fixed = ModelProfile(name="f", think_tokens=50)  # a model that always thinks 50 tokens
+    assert plan_tokens(fixed, Limits(200, think=True, think_budget=30), "g").think_tokens == 30
+    assert plan_tokens(fixed, Limits(200), "g").think_tokens == 50
 
 
 @pytest.mark.parametrize(("server", "kind"), [("sgl/v1", "sglang"), ("llama", "llamacpp")])

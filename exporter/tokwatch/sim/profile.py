@@ -121,7 +121,8 @@ def plan_tokens(
         if natural < max_tokens:
             n, finish = natural, "stop"
     n = max(1, n)
-    return TokenPlan(n, min(profile.think_tokens, n), finish, mean_gap, profile.jitter, rng_seed, tags, first)
+    think = min(profile.think_tokens, n, n if limits.think_budget is None else limits.think_budget)
+    return TokenPlan(n, think, finish, mean_gap, profile.jitter, rng_seed, tags, first)
 
 
 def _plan_thinking(
