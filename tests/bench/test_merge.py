@@ -203,3 +203,16 @@ def test_a_missing_segments_share_of_the_plan_is_counted(make_record):
     assert split["missing"] == [1] and split["arrivals_planned_missing"] == 33  # ids 1, 4, ..., 97
     assert split["arrivals_planned"] == len(a) + len(c) + 33
     assert f"of {len(a) + len(c) + 33} planned (33 of them in the missing segments)" in render_text(summary)
+
+
+def test_reasoning_figures_are_not_merged(make_record):
+    """A stored row keeps no category or think budget: a split run's summary has no `reasoning` section."""
+    a = _records(make_record, range(0, 6, 2), 0.10)
+    b = _records(make_record, range(1, 6, 2), 0.10)
+    for r in (a[0], b[0]):
+        r.category, r.think_budget, r.think_budget_field = "reasoning", 4, "thinking_token_budget"
+        r.think_tokens = 4  # thought its whole budget
+    assert BenchOutcome({}, a + b, START, 1.0, True, "finished").summary()["reasoning"]["think_end"]["budget"]
+    requests = sorted(_rows(a) + _rows(b), key=lambda r: r.request_id)
+    summary = merged_summary(_plan(2), [_segment(0, 2, a), _segment(1, 2, b)], requests)
+    assert "reasoning" not in summary and summary["not_merged"] == list(NOT_MERGED)

@@ -27,7 +27,12 @@ def test_synthetic_lengths_mix_and_determinism():
     assert len(reasoning) / len(specs) == pytest.approx(0.4, abs=0.04)
     assert all(40 <= s.max_tokens <= 240 and s.fixed_output for s in chat)
     assert all(640 <= s.max_tokens <= 6240 and not s.fixed_output for s in reasoning)
-    assert all(50 <= s.prompt_tokens_target <= 60 for s in specs)
+    assert all(600 <= s.think_budget <= 6000 for s in reasoning)
+    assert all(40 <= s.max_tokens - s.think_budget <= 240 for s in reasoning)
+    assert all(s.think_budget is None for s in chat)
+    assert all(50 <= s.prompt_tokens_target <= 60 for s in chat)
+    # Reasoning prompts are seed 001's math problems, at their own length (tokwatch.bench.math_prompts).
+    assert all("step by step" in s.messages[0]["content"] for s in reasoning)
     assert all(len(s.messages[0]["content"].split()) == s.prompt_tokens_target for s in chat)
     # Random words: two prompts of the same length differ, so a prefix cache cannot serve them whole.
     assert len({s.messages[0]["content"] for s in chat}) == len(chat)

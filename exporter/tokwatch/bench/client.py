@@ -85,10 +85,19 @@ class Target:
         proxy = self.reach.secrets if self.reach is not None else ()
         return Redactor([self.api_key, *self.secrets, *proxy])
 
-    def body(self, messages: Sequence[Message], max_tokens: int, fixed_output: bool) -> dict[str, Any]:
+    def body(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        fixed_output: bool,
+        *,
+        think: bool = False,
+        think_budget: int | None = None,
+    ) -> dict[str, Any]:
         """The JSON body for one streamed request, `extra_body` merged in (nested objects key by key).
 
-        The fixed-output fields go only to kinds whose server honours them (`fixed_length`).
+        The fixed-output fields go only to kinds whose server honours them (`fixed_length`); `think` asks
+        the model to think, within `think_budget` in the kind's own field (`HttpProbe.with_thinking`).
         """
         dialect = self.dialect
         request = ChatRequest(
@@ -100,6 +109,8 @@ class Target:
             fixed_output=fixed_output and dialect.fixed_length,
         )
         body = dialect.body(request)
+        if think:
+            body = dialect.with_thinking(body, think_budget)
         return merge_body(body, dict(self.extra_body)) if self.extra_body else body
 
 
@@ -135,7 +146,7 @@ async def execute(
     `on_answer(t)` is told when the server's bytes arrived (the headers, then the newest read of each batch
     of the body) after they were stamped; `trace` adds its `traceparent` header (its span is built later)."""
     max_tokens = record.max_tokens or 1
-    body = target.body(messages, max_tokens, record.fixed_output)
+    body = target.body(messages, max_tokens, record.fixed_output, **thinking(record))
     collector = StreamCollector()
     parser = target.dialect.parser()
     sent_at = time.perf_counter()
@@ -217,6 +228,14 @@ def _connect_time(setup: ConnectionSetup | None, reused: bool) -> float | None:
     return setup.resolve_s + setup.connect_s + setup.tls_s + setup.proxy_connect_s
 
 
+def thinking(record: RequestRecord) -> dict[str, Any]:
+    """`Target.body`'s thinking arguments for a request: reasoning requests ask to think, within their
+    budget where the kind has a budget field."""
+    if record.category != "reasoning":
+        return {}
+    return {"think": True, "think_budget": record.think_budget if record.think_budget_field else None}
+
+
 def _fail(
     record: RequestRecord, failure: status_mod.Classification, redactor: Redactor, run_t0: float
 ) -> RequestRecord:
@@ -267,6 +286,7 @@ def _fill_figures(
     record.inter_chunk_s = [b.t - a.t for a, b in itertools.pairwise(events)]
     # Without think tokens the output-phase gaps are the gaps of the whole stream.
     record.output_itl_s = timing.output_itl(events) if streamed_think else list(record.tbt_s)
+    record.think_s, record.answer_s = timing.phase_time(events, "think"), timing.phase_time(events, "output")
     record.tpot_s = timing.tpot(record.e2e_s, record.ttft_s, n)
     record.decode_tokens_per_s = timing.client_stream_tps(events, n)
     if record.ttft_s is not None:

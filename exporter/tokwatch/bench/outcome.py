@@ -12,6 +12,7 @@ from tokwatch.bench.aggregate import all_summaries, error_counts, prefill_stats,
 from tokwatch.bench.costing import BenchPricing, cost_figures
 from tokwatch.bench.power_watch import EnergyMeasure
 from tokwatch.bench.prompt_cache import cache_figures
+from tokwatch.bench.reasoning import reasoning_summary
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.slo import Slo, evaluate, goodput
 from tokwatch.bench.stop_policy import failure_share, too_many_failures
@@ -120,6 +121,9 @@ class BenchOutcome:
         }
         if self.multi_turn:
             out["multi_turn"] = conversations.turn_summary(self.records)
+        reasoning = reasoning_summary(self.records)
+        if reasoning is not None:
+            out["reasoning"] = reasoning
         out.update(self.cost_and_energy())
         return out
 

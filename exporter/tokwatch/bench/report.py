@@ -98,6 +98,42 @@ def _conversations(multi: dict[str, Any], traces: dict[str, Any] | None) -> list
     return out
 
 
+def _reasoning(r: dict[str, Any]) -> list[str]:
+    """Seed 001's reasoning figures: how think phases ended, and time per phase."""
+    ends, share = r["think_end"], r["think_end_share"]
+    field = r["budget_field"]
+    asked = f"asked in `{field}`" if field else "not requestable with this kind (only max_tokens bounds it)"
+    out = [
+        "",
+        "## Reasoning",
+        "",
+        f"- requests: {r['requests']} ({r['ok_requests']} ok); think budget {asked}",
+        f"- budget force rate: **{_pct(r['budget_force_rate'])}** — natural stop {ends['natural']} "
+        f"({_pct(share['natural'])}), budget hit {ends['budget']} ({_pct(share['budget'])}), "
+        f"length {ends['length']} ({_pct(share['length'])})",
+        "",
+        "| figure | n | p50 | p95 | p99 | mean |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    rows = (
+        ("think budget (tokens)", "think_budget", 1.0, 0),
+        ("think tokens", "think_tokens", 1.0, 0),
+        ("answer tokens", "output_tokens", 1.0, 0),
+        ("TTFT (ms)", "ttft_s", 1e3, 1),
+        ("think phase (ms)", "think_s", 1e3, 1),
+        ("TTOT (ms)", "ttot_s", 1e3, 1),
+        ("answer phase (ms)", "answer_s", 1e3, 1),
+        ("think tok/s", "think_tokens_per_s", 1.0, 1),
+        ("answer tok/s", "answer_tokens_per_s", 1.0, 1),
+    )
+    for label, key, scale, digits in rows:
+        s = r[key]
+        if s["count"]:
+            cells = " | ".join(_fmt(s[k], scale, digits) for k in ("p50", "p95", "p99", "mean"))
+            out.append(f"| {label} | {s['count']} | {cells} |")
+    return out
+
+
 def render(
     summary: dict[str, Any],
     throughput: dict[str, Any],
@@ -136,6 +172,8 @@ def render(
         out += _prompt_cache(summary["prompt_cache"], opts)
     if summary.get("multi_turn"):
         out += _conversations(summary["multi_turn"], traces)
+    if summary.get("reasoning"):
+        out += _reasoning(summary["reasoning"])
     errors = {k: v for k, v in req["by_status"].items() if v and k != "ok"}
     out += ["", "## Errors", "", ", ".join(f"{k}: {v}" for k, v in errors.items()) or "none"]
     out += ["", "## SLOs", ""]

@@ -39,6 +39,12 @@ _SCALAR_ATTRS = {
     "output_tokens": "output_tokens",
     "think_tokens": "think_tokens",
 }
+# Think tokens within this share under the budget count as the budget hit: without a per-phase count from the
+# server, the split of its total between the phases is apportioned by text length and can misplace a few
+# tokens across the boundary (docs/methodology.md, "Reasoning requests").
+BUDGET_TOLERANCE = 0.02
+# finish_reason / stop_reason / done_reason values that mean the max_tokens limit ended the stream.
+LENGTH_FINISH = frozenset({"length", "max_tokens"})
 # Figures where larger is better (SLOs on them use `>=`).
 HIGHER_IS_BETTER = frozenset({"fluidity_index"})
 
@@ -100,6 +106,13 @@ class RequestRecord:
     history_tokens: int | None = None
     wait_before_s: float | None = None
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it
+    # Reasoning requests (seed 001): the think budget drawn for the request (raised to the kind's minimum),
+    # the body field that asked the server for it (None: the kind's API has none, only max_tokens bounds the
+    # think phase), and each phase's time, first to last token of the phase (timing.phase_time).
+    think_budget: int | None = None
+    think_budget_field: str | None = None
+    think_s: float | None = None
+    answer_s: float | None = None
     reply_text: str = ""  # the model's answer; used for multi-turn history, never written out
 
     @property
@@ -129,6 +142,21 @@ class RequestRecord:
     def generated_tokens(self) -> int:
         """Think plus output tokens."""
         return (self.output_tokens or 0) + (self.think_tokens or 0)
+
+    @property
+    def think_end(self) -> str | None:
+        """How an ok reasoning request's think phase ended (docs/methodology.md, "Reasoning requests"):
+        `budget` when it thought its requested budget (within BUDGET_TOLERANCE), `length` when max_tokens
+        ended the stream before any answer token, else `natural`; None for other requests."""
+        if self.category != "reasoning" or not self.ok:
+            return None
+        think = self.think_tokens or 0
+        budget = self.think_budget if self.think_budget_field is not None else None
+        if budget is not None and think >= budget - int(budget * BUDGET_TOLERANCE):
+            return "budget"
+        if not self.output_tokens and self.finish_reason in LENGTH_FINISH:
+            return "length"
+        return "natural"
 
     @property
     def ok(self) -> bool:
@@ -191,4 +219,5 @@ class RequestRecord:
         d["connect_s"] = self.connect_s  # schema v1 name of the send delay
         d["send_delay_s"] = self.connect_s
         d["normalized_latency_s"] = self.normalized_latency_s
+        d["think_end"] = self.think_end
         return d

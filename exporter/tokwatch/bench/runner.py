@@ -23,6 +23,7 @@ from tokwatch.bench.arrivals import arrival_offsets, sleep_until
 from tokwatch.bench.client import Deadlines, Target, execute
 from tokwatch.bench.config import BenchOptions
 from tokwatch.bench.prompt_salt import SaltedPrompts
+from tokwatch.bench.reasoning import apply_think_budget
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.segments import WHOLE, Segment, spec_at
 from tokwatch.bench.stop_policy import Silence, check_period
@@ -143,7 +144,7 @@ class BenchRunner:
     def _new_record(
         self, spec: RequestSpec | None, warmup: bool, category: str = "dataset", request_id: int | None = None
     ) -> RequestRecord:
-        return RequestRecord(
+        record = RequestRecord(
             request_id=next(self._ids) if request_id is None else request_id,
             category=spec.category if spec else category,
             warmup=warmup,
@@ -153,6 +154,9 @@ class BenchRunner:
             # never blames a server that was not asked for a fixed length.
             fixed_output=self._fixed(bool(spec and spec.fixed_output)),
         )
+        if spec is not None and spec.think_budget is not None:
+            apply_think_budget(record, self.target.dialect, spec.think_budget)
+        return record
 
     def _fixed(self, wanted: bool) -> bool:
         return wanted and self.target.dialect.fixed_length

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
+from tokwatch.bench.math_prompts import MathProblem, math_problems, pick, reasoning_prompt
 from tokwatch.figures.tokens import (
     CharEstimate,
     TokenCounter,
@@ -23,6 +24,7 @@ from tokwatch.figures.tokens import (
 Message = dict[str, str]
 Category = Literal["chat", "reasoning", "dataset"]
 
+FRESH_WORDS = 3  # random words before a reasoning prompt's problem: no two requests share a prefix
 # Seed 001's reference mix: chat answers of 40-240 tokens, reasoning with 600-6000 think tokens.
 CHAT_OUTPUT_RANGE = (40, 240)
 REASONING_THINK_RANGE = (600, 6000)
@@ -37,6 +39,8 @@ class RequestSpec:
     max_tokens: int
     prompt_tokens_target: int | None = None
     fixed_output: bool = False  # ask the server to emit exactly max_tokens (ignore_eos/min_tokens)
+    # A reasoning request's think budget drawn from --reasoning-tokens; max_tokens is it plus the answer's.
+    think_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +108,12 @@ class SyntheticWorkload:
     salt: str | None = None  # the run's prompt salt (tokwatch.bench.prompt_salt); None: text from the seed
     _rng: random.Random = field(init=False)
     _text_rng: random.Random = field(init=False)
+    _problems: tuple[MathProblem, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reasoning_ratio <= 1.0:
             raise WorkloadError("--reasoning-ratio must be between 0 and 1")
+        self._problems = math_problems() if self.reasoning_ratio > 0 else ()
         self._rng = random.Random(self.seed)
         # Words from their own stream: the lengths and the mix are the seed's whatever the salt.
         self._text_rng = random.Random(_text_key(self.seed, self.salt, "text"))
@@ -127,14 +133,20 @@ class SyntheticWorkload:
         n_in = self.input_tokens.sample(rng)
         prompt = self.counter.text_of(n_in, self._text_rng)
         if reasoning:
-            # The think phase length is the model's choice; the budget covers think plus answer.
-            budget = self.reasoning_tokens.sample(rng) + self.output_tokens.sample(rng)
+            # Seed 001: a math problem; the think budget is requested from the server (the kind's own
+            # field) and max_tokens covers it plus the answer. The model may stop thinking sooner.
+            budget = self.reasoning_tokens.sample(rng)
+            problem = pick(self._problems, rng)
+            text = reasoning_prompt(problem, self.counter.text_of(FRESH_WORDS, self._text_rng))
+            # The fresh words are FRESH_WORDS tokens by construction: the same target whatever the salt.
+            target = FRESH_WORDS + self.counter.count(reasoning_prompt(problem, "").lstrip("\n"))
             return RequestSpec(
                 "reasoning",
-                ({"role": "user", "content": "Think step by step, then answer. " + prompt},),
-                max_tokens=budget,
-                prompt_tokens_target=n_in,
+                ({"role": "user", "content": text},),
+                max_tokens=budget + self.output_tokens.sample(rng),
+                prompt_tokens_target=target,
                 fixed_output=False,
+                think_budget=budget,
             )
         return RequestSpec(
             "chat",

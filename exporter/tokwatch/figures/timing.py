@@ -173,6 +173,13 @@ def ttot(events: Sequence[TokenEvent]) -> float | None:
     return None
 
 
+def phase_time(events: Sequence[TokenEvent], phase: Phase) -> float | None:
+    """Seconds from the first to the last token event of one phase (0 for a one-event phase); None when the
+    stream has none. With thinking first, TTFT + think + TTOT + output phase = E2E up to the last byte."""
+    times = [e.t for e in events if e.phase == phase]
+    return times[-1] - times[0] if times else None
+
+
 def tpot(e2e_s: float | None, ttft_s: float | None, n_tokens: int) -> float | None:
     """Time per output token after the first: (E2E - TTFT) / (n - 1) seconds."""
     if e2e_s is None or ttft_s is None or n_tokens < 2:

@@ -23,6 +23,8 @@ class AnthropicProbe(HttpProbe):
 
     kind = "anthropic"
     auth_header = "x-api-key"
+    think_budget_field = "thinking.budget_tokens"
+    min_think_budget = 1024  # the Messages API refuses a smaller budget_tokens
 
     @classmethod
     def url(cls, base_url: str) -> str:
@@ -48,6 +50,17 @@ class AnthropicProbe(HttpProbe):
         if system:
             body["system"] = "\n\n".join(system)
         return body
+
+    @classmethod
+    def with_thinking(cls, body: dict[str, Any], budget: int | None) -> dict[str, Any]:
+        """Extended thinking: `thinking: {type: enabled, budget_tokens}`, which the API takes only below
+        max_tokens and without a temperature other than 1 (so the temperature is left out)."""
+        if budget is None:
+            return body
+        out = {k: v for k, v in body.items() if k != "temperature"}
+        out["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        out["max_tokens"] = max(int(body["max_tokens"]), budget + 1)
+        return out
 
     @classmethod
     def parser(cls) -> StreamParser:

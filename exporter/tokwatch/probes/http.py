@@ -173,6 +173,24 @@ class HttpProbe(Probe):
         """Body fields that ask for exactly `max_tokens` tokens ({}: the kind has none)."""
         return {}
 
+    # The request field that carries a think-token budget, as docs/bench.md names it (None: the kind's API
+    # has none; only max_tokens bounds the think phase).
+    think_budget_field: ClassVar[str | None] = None
+    # The smallest think budget the API accepts (Anthropic: 1,024); a smaller one is raised to it.
+    min_think_budget: ClassVar[int] = 0
+
+    @classmethod
+    def think_budget(cls, budget: int) -> int | None:
+        """The think budget this kind's server is asked for when a request draws `budget` (None: none)."""
+        return max(budget, cls.min_think_budget) if cls.think_budget_field is not None else None
+
+    @classmethod
+    def with_thinking(cls, body: dict[str, Any], budget: int | None) -> dict[str, Any]:
+        """`body` asking the model to think, within `budget` tokens where the kind has a budget field
+        (`think_budget(...)`); unchanged where the API has no way to ask (OpenAI: `reasoning_effort` is a
+        level, set it with extra_body)."""
+        return body
+
     @classmethod
     def wants_fixed_output(cls, setting: bool | None) -> bool:
         """`probe.fixed_output`: None (default) = yes where the server honours it; never for kinds without."""

@@ -44,6 +44,11 @@ class OllamaProbe(HttpProbe):
         }
 
     @classmethod
+    def with_thinking(cls, body: dict[str, Any], budget: int | None) -> dict[str, Any]:
+        """`think: true`: Ollama has no think budget, so only `num_predict` bounds the think phase."""
+        return {**body, "think": True}
+
+    @classmethod
     def parser(cls) -> StreamParser:
         """NDJSON lines."""
         return OllamaStreamParser()

@@ -14,6 +14,7 @@ class VllmProbe(OpenAIProbe):
     kind = "vllm"
     counter_adapter = "vllm"
     fixed_length = True
+    think_budget_field = "thinking_token_budget"
 
     @classmethod
     def body(cls, request: ChatRequest) -> dict[str, Any]:
@@ -22,3 +23,9 @@ class VllmProbe(OpenAIProbe):
         if request.stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         return body
+
+    @classmethod
+    def with_thinking(cls, body: dict[str, Any], budget: int | None) -> dict[str, Any]:
+        """`thinking_token_budget` (vLLM's per-request budget; the server needs `--reasoning-config` with
+        the model's think start/end strings to enforce it)."""
+        return body if budget is None else {**body, "thinking_token_budget": budget}

@@ -78,6 +78,10 @@ class ModelProfile(StrictModel):
     jitter: float = Field(0.0, ge=0.0, le=1.0)
     contention: float = Field(0.0, ge=0.0)
     think_tokens: int = Field(0, ge=0)
+    # [MIN, MAX]: a request that asks to think (docs/simulator.md "Thinking on request") thinks a length
+    # drawn uniformly from this range, cut by its think budget and max_tokens; requests that do not ask
+    # think `think_tokens`. None: every request thinks `think_tokens`.
+    natural_think: tuple[int, int] | None = None
     reasoning_format: ReasoningFormat = "reasoning_content"
     tokens_per_chunk: int = Field(1, ge=1, le=1024)
     natural_stop_tokens: int | None = Field(None, ge=1)
@@ -106,6 +110,13 @@ class ModelProfile(StrictModel):
         for key, answer in v.items():
             if not key.strip() or not answer.strip():
                 raise ValueError(f"answers: key {key!r} and its answer must both have text")
+        return v
+
+    @field_validator("natural_think")
+    @classmethod
+    def _natural_think(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and not 1 <= v[0] <= v[1]:
+            raise ValueError("natural_think must be [MIN, MAX] with 1 <= MIN <= MAX")
         return v
 
     @field_validator("ping_interval")

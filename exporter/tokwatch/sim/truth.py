@@ -42,6 +42,11 @@ class RequestTruth:
     preemptions: int = 0
     finish_reason: str | None = None
     finished_at: float | None = None
+    # Thinking on request (profile `natural_think`): the budget the request set, the length the model would
+    # have thought unbounded, and how its think phase ended ("natural", "budget", "length"); None otherwise.
+    think_budget: int | None = None
+    natural_think_tokens: int | None = None
+    think_end: str | None = None
     completed: bool = False  # the whole response reached the socket
 
     def add_token(self, planned: float, actual: float, phase: Phase) -> None:
@@ -141,6 +146,9 @@ class RequestTruth:
             "preempted": self.preemptions > 0,
             "preemptions": self.preemptions,
             "finish_reason": self.finish_reason,
+            "think_budget": self.think_budget,
+            "natural_think_tokens": self.natural_think_tokens,
+            "think_end": self.think_end,
             "finished_at": self.finished_at,
             "completed": self.completed,
             "prefill_end": self.prefill_end,

@@ -195,6 +195,7 @@ async def handle_anthropic_route(
         model = body.get("model")
         if not isinstance(model, str):
             raise BadRequest("model: Field required")
+        budget = _thinking_budget(body, max_tokens)
     except BadRequest as exc:
         return error_response("anthropic", 400, None, str(exc))
     opened = open_request(
@@ -202,10 +203,32 @@ async def handle_anthropic_route(
         request.path,
         model_name=model,
         prompt_texts=texts,
-        limits=Limits(max_tokens),
+        limits=Limits(max_tokens, think=budget is not None, think_budget=budget),
         stream=stream,
         include_usage=True,
     )
     if isinstance(opened, web.Response):
         return opened
     return await respond(opened, request, MessagesFormatter(opened))
+
+
+def _thinking_budget(body: dict[str, Any], max_tokens: int) -> int | None:
+    """`thinking: {type: enabled, budget_tokens}`'s budget, refused as the Messages API refuses it: under
+    1,024 tokens, not below max_tokens, or with a temperature other than 1 (None: thinking not enabled)."""
+    thinking = body.get("thinking")
+    if thinking is None:
+        return None
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
+        raise BadRequest("thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled'")
+    if thinking["type"] == "disabled":
+        return None
+    budget = int_field(thinking, "budget_tokens")
+    if budget is None:
+        raise BadRequest("thinking.enabled.budget_tokens: Field required")
+    if budget < 1024:
+        raise BadRequest("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+    if budget >= max_tokens:
+        raise BadRequest("`max_tokens` must be greater than `thinking.budget_tokens`")
+    if body.get("temperature") not in (None, 1, 1.0):
+        raise BadRequest("`temperature` may only be set to 1 when thinking is enabled")
+    return budget

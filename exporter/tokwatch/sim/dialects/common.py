@@ -38,6 +38,26 @@ def openai_limits(body: dict[str, Any]) -> Limits:
     return Limits(max_tokens, ignore_eos, int_field(body, "min_tokens") or 0)
 
 
+def think_request(dialect: str, body: dict[str, Any]) -> tuple[bool, int | None]:
+    """Whether an OpenAI-style request asks to think, and its think budget, in the dialect's own field:
+    vLLM `thinking_token_budget` (or `chat_template_kwargs.enable_thinking`), SGLang
+    `custom_params.thinking_budget`, llama-server `reasoning_budget_tokens` (-1: unrestricted), OpenAI
+    `reasoning_effort` (a level, no budget)."""
+    if dialect == "vllm":
+        budget = int_field(body, "thinking_token_budget")
+        kwargs = body.get("chat_template_kwargs")
+        enabled = isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True
+        return budget is not None or enabled, budget
+    if dialect == "sglang":
+        params = body.get("custom_params")
+        budget = int_field(params, "thinking_budget") if isinstance(params, dict) else None
+        return budget is not None, budget
+    if dialect == "llamacpp":
+        budget = int_field(body, "reasoning_budget_tokens", minimum=-1)
+        return budget is not None, None if budget is None or budget < 0 else budget
+    return body.get("reasoning_effort") is not None, None
+
+
 def phase_texts(req: SimRequest) -> tuple[str, str]:
     """(reasoning text, output text) of the tokens generated so far."""
     n = req.rec.tokens

@@ -190,7 +190,9 @@ async def handle_ollama_route(
             raise BadRequest("stream must be a boolean")
     except BadRequest as exc:
         return error_response("ollama", 400, None, str(exc))
-    limits = Limits(None if num_predict is None or num_predict < 0 else max(1, num_predict))
+    # `think`: true or a level ("low", "medium", "high"); Ollama has no think budget.
+    think = body.get("think") not in (None, False)
+    limits = Limits(None if num_predict is None or num_predict < 0 else max(1, num_predict), think=think)
     opened = open_request(
         server, request.path, model_name=model, prompt_texts=texts, limits=limits, stream=stream
     )

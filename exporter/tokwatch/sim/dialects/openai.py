@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +15,7 @@ from tokwatch.sim.dialects.common import (
     openai_limits,
     phase_texts,
     read_json_object,
+    think_request,
 )
 from tokwatch.sim.faults import error_response
 from tokwatch.sim.generation import Chunk, Generation
@@ -243,7 +245,8 @@ async def handle_openai_route(
                 texts = [prompt]
             else:
                 raise BadRequest("prompt must be a string or a list of strings")
-        limits = openai_limits(body)
+        think, budget = think_request(dialect, body)
+        limits = replace(openai_limits(body), think=think, think_budget=budget)
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise BadRequest("stream must be a boolean")
