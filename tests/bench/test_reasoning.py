@@ -163,12 +163,12 @@ def test_the_simulator_draws_think_lengths_from_the_known_distribution():
     for i in range(4000):
         budget = rng.randint(10, 80)
         limits = Limits(200, think=True, think_budget=budget)
-        plans.append((budget, plan_tokens(profile, limits, "g", f"t{i}")))
+        plans.append((budget, plan_tokens(profile, limits, "g", think_seed=f"t{i}")))
     assert {p.natural_think_tokens for _, p in plans} == set(range(20, 61))
     assert all(p.think_tokens == min(p.natural_think_tokens, b) and p.output_tokens == 6 for b, p in plans)
     forced = sum(p.think_end == "budget" for _, p in plans) / len(plans)
     assert forced == pytest.approx(rate, abs=0.025)
-    unasked = plan_tokens(profile, Limits(200), "g", "t")
+    unasked = plan_tokens(profile, Limits(200), "g", think_seed="t")
     assert (unasked.think_tokens, unasked.think_end) == (0, None)  # a request that does not ask: no thinking
     fixed = ModelProfile(name="f", think_tokens=50)  # a model that always thinks 50 tokens
     assert plan_tokens(fixed, Limits(200, think=True, think_budget=30), "g").think_tokens == 30

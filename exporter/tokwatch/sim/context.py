@@ -136,7 +136,9 @@ def open_request(
         server.truth.add(rec)
     gap_seed = f"{server.seed}:{server.settings.name}:{stream_key}:gaps"
     think_seed = f"{server.seed}:{server.settings.name}:{stream_key}:think"
-    plan = plan_tokens(profile, limits, gap_seed, _answer(profile, prompt_texts), think_seed=think_seed)
+    plan = plan_tokens(
+        profile, limits, gap_seed, answer=_answer(profile, prompt_texts), think_seed=think_seed
+    )
     rec.think_budget, rec.natural_think_tokens = limits.think_budget, plan.natural_think_tokens
     rec.think_end = plan.think_end
     body_id = hashlib.sha256(f"{server.seed}:{request_id}".encode()).hexdigest()[:32]

@@ -101,6 +101,7 @@ def plan_tokens(
     profile: ModelProfile,
     limits: Limits,
     rng_seed: str,
+    *,
     answer: tuple[str, ...] = (),
     think_seed: str | None = None,
 ) -> TokenPlan:
