@@ -241,3 +241,12 @@ async def test_an_apportioned_phase_split_still_finds_the_budget(tmp_path, sim):
         assert _agrees(r, truth)
         ends.add(r.think_end)
     assert ends == {"natural", "budget"} and off  # some splits were off, and the ends still right
+
+
+def test_the_mix_is_seed_001s_0_4_once_think_budgets_are_named() -> None:
+    """--reasoning-tokens alone asks for seed 001's reasoning workload (ratio 0.4); without it, chat only."""
+    base = {"url": "http://127.0.0.1:9/v1", "model": "m"}
+    assert build_options(base).reasoning_ratio == 0.0
+    assert build_options({**base, "reasoning_tokens": "600:6000"}).reasoning_ratio == 0.4
+    assert build_options({**base, "reasoning_tokens": "600:6000", "reasoning_ratio": 0.1}).reasoning_ratio == 0.1
+    assert build_options({**base, "reasoning_ratio": 0.0}).reasoning_ratio == 0.0

@@ -217,7 +217,11 @@ FLAG_GROUPS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         (
             _flag("--input-tokens", help="prompt tokens N or MIN:MAX (128)"),
             _flag("--output-tokens", help="output tokens N or MIN:MAX (128)"),
-            _flag("--reasoning-ratio", type=float, help="share of reasoning (math) requests (0)"),
+            _flag(
+                "--reasoning-ratio",
+                type=float,
+                help="share of reasoning (math) requests (0.4 with --reasoning-tokens, as seed 001; else 0)",
+            ),
             _flag(
                 "--reasoning-tokens",
                 help="think budget MIN:MAX of reasoning requests, asked of the server (600:6000)",

@@ -40,6 +40,8 @@ from tokwatch.tracing.extra import require_otel
 from tokwatch.transport import kernel_stamps
 
 DEFAULT_NUMBER = 100
+# Seed 001's reasoning/chat mix: "default 0.4 is the realistic balance for a 2026 reasoning-model deployment".
+SEED_REASONING_RATIO = 0.4
 RANDOM_MULTI_TURN = "random-multi-turn"  # --dataset name of seed 003's synthetic conversations
 
 
@@ -70,7 +72,8 @@ class BenchOptions(StrictModel):
     # workload
     input_tokens: str = "128"
     output_tokens: str = "128"
-    reasoning_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    # None: seed 001's 0.4 when a reasoning workload is asked for (reasoning_tokens given), else 0 (chat only)
+    reasoning_ratio: float = Field(0.0, ge=0.0, le=1.0)  # filled in by _ratio when not given
     reasoning_tokens: str = "600:6000"
     fixed_output: bool = True
     dataset: str | None = None
@@ -190,6 +193,14 @@ class BenchOptions(StrictModel):
             return parse_start_at(v)
         except StartAtError as exc:
             raise ValueError(str(exc)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ratio(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("reasoning_ratio") is None:
+            asked = data.get("reasoning_tokens") is not None
+            data = {**data, "reasoning_ratio": SEED_REASONING_RATIO if asked else 0.0}
+        return data
 
     @field_validator("input_tokens", "output_tokens", "reasoning_tokens", mode="before")
     @classmethod
