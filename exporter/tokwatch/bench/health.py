@@ -158,8 +158,8 @@ def _prompt_cache(outcome: BenchOutcome) -> list[Check]:
             Check(
                 "prompt cache",
                 "INFO",
-                f"the server reported no cached prompt tokens (Ollama never does; vLLM and SGLang only when "
-                f"enabled): cache reuse cannot be checked; prompts were {prompts}",
+                "the server reported no cached prompt tokens (most Ollama versions do not; vLLM and SGLang "
+                f"only when enabled): cache reuse cannot be checked; prompts were {prompts}",
             )
         ]
     share = fig["cached_outside_history_share"] or 0.0

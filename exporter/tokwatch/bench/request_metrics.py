@@ -94,7 +94,7 @@ class RequestRecord:
     conversation_turns: int | None = None
     history_tokens: int | None = None
     wait_before_s: float | None = None
-    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it
+    cached_tokens: int | None = None  # cached prompt tokens, when the server reports them (the kind's reader)
     reply_text: str = ""  # the model's answer; used for multi-turn history, never written out
 
     @property
