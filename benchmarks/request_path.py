@@ -34,11 +34,17 @@ from tokwatch.probes.openai import OpenAIProbe
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
 from tokwatch.transport.http_wire import ChunkedBody
+from tokwatch.transport.measurement import StallMonitor, StampLateness
 
 try:
     from tokwatch.probes.exchange import Exchange, fill_figures
 except ImportError:  # a baseline tree from before the exchange
     Exchange, fill_figures = None, None  # type: ignore[assignment, misc]
+try:
+    from tokwatch.bench.client import CLIENT_TOLERANCE
+    from tokwatch.probes.exchange import latencies_beyond_tolerance
+except ImportError:  # a tree from before the bench judged its requests by the figures' bounds
+    CLIENT_TOLERANCE, latencies_beyond_tolerance = None, None  # type: ignore[assignment]
 
 READ_GAP_S = 0.001  # stamps 1 ms apart, as refserver's default schedule
 
@@ -65,14 +71,31 @@ def _parsed(pieces: list[bytes]) -> StreamCollector:
     return collector
 
 
+def _stamps() -> StampLateness:
+    """The loop's lateness as a run has it: a stall recorded long before these requests (so every request
+    looks its stamps up, and none is covered)."""
+    monitor = StallMonitor()
+    monitor.record(-100.0, 0.01)
+    return StampLateness(monitor)
+
+
+STAMPS = _stamps()
+
+
 def _figures(collector: StreamCollector, end: float) -> RequestRecord:
+    """Everything the bench works out of a read answer: counts, figures, their stamps' lateness (and, after
+    the exchange, the figures' error bounds judged against the tolerance)."""
     record = RequestRecord(0, "chat")
     if fill_figures is None:  # a tree from before the exchange (a `--baseline`): the bench filled them itself
         _fill_figures(record, collector, 0.0, end, Deadlines(1.0, 0.1))  # type: ignore[arg-type, call-arg]
+        stamps = [*(d.t for d in collector.deltas), end]
+        record.stamp_lateness_s = max(STAMPS.lateness(stamps, watched=False))
         return record
     ex = Exchange(sent_at=0.0, collector=collector)
-    fill_figures(ex, OpenAIProbe, end)
+    fill_figures(ex, OpenAIProbe, end, STAMPS)
     _fill_figures(record, ex, Deadlines(1.0, 0.1))
+    if latencies_beyond_tolerance is not None:
+        record.beyond_tolerance = latencies_beyond_tolerance(ex, CLIENT_TOLERANCE)
     return record
 
 

@@ -22,7 +22,9 @@ from tokwatch.probes.base import run_probe
 from tokwatch.probes.exchange import Exchange, Request, answer_verdict, run_exchange
 from tokwatch.probes.http import HttpProbe, plan_for
 from tokwatch.settings.redact import Redactor
+from tokwatch.transport import kernel_stamps
 from tokwatch.transport.http import HttpClient
+from tokwatch.transport.measurement import StallMonitor, StampLateness
 
 PROMPT = "Say something about the sea."
 BENCH_DIR = Path(__file__).resolve().parents[2] / "exporter" / "tokwatch" / "bench"
@@ -257,3 +259,39 @@ def test_no_bench_module_names_a_kinds_wire_fields() -> None:
     assert not hits, (
         "bench/ reads a kind's wire fields (read them through the kind's readers):\n" + "\n".join(hits)
     )
+
+
+@pytest.mark.skipif(not kernel_stamps.available(), reason="kernel receive stamps need Linux")
+@pytest.mark.parametrize("kernel", [True, False])
+async def test_a_kernel_stamp_of_a_read_that_ended_one_event_is_exact(serve, kernel: bool) -> None:
+    """Under a stall covering the whole request, the loop's stamps are all late; the kernel's stamp of a read
+    in which exactly one event ended (and of the last byte) is the event's arrival, with no error."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for word in ("one ", "two ", "three ", "four"):
+            await resp.write(_sse({"model": "m", "choices": [{"index": 0, "delta": {"content": word}}]}))
+            await asyncio.sleep(0.02)  # one event a write, apart: one a read unless the client ran late
+        await resp.write(
+            _sse({"model": "m", "choices": [], "usage": {"completion_tokens": 4}}) + b"data: [DONE]\n\n"
+        )
+        return resp
+
+    base = await serve({"/v1/chat/completions": handler})
+    monitor = StallMonitor()
+    monitor.record(time.perf_counter() + 10.0, 20.0)  # the loop "stalled" from 10 s ago to 10 s from now
+    request = Request(f"{base}/v1/chat/completions", {"stream": True}, {}, 10.0)
+    async with HttpClient(kernel_stamps=kernel) as http:
+        ex = await run_exchange(http, probe_class("openai"), request, stamps=StampLateness(monitor))
+    assert ex.ok and ex.bounds is not None and ex.bounds.ttft_s is not None and len(ex.events) == 4
+    assert ex.kernel_stamped is kernel and not ex.watched
+    if not kernel:
+        assert not ex.exact_stamps and ex.bounds.ttft_s > 5 and (ex.bounds.e2e_s or 0.0) > 5
+        return
+    assert ex.bounds.e2e_s == 0.0  # the last byte arrived in the newest segment of the last read
+    first_exact = ex.events[0].t in ex.exact_stamps
+    assert (ex.bounds.ttft_s == 0.0) is first_exact and (ex.bounds.ttft_s > 5) is not first_exact
+    # What a merged or partial read holds stays under the loop's bound.
+    assert all(e.t in ex.exact_stamps for e in ex.events) is (ex.stamp_lateness_s == 0.0)

@@ -17,10 +17,17 @@ from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
 from tokwatch.probes import probe_class
 from tokwatch.probes import status as status_mod
-from tokwatch.probes.exchange import Exchange, Request, answer_verdict, inter_chunk_gaps, run_exchange
+from tokwatch.probes.exchange import (
+    Exchange,
+    Request,
+    answer_verdict,
+    inter_chunk_gaps,
+    latencies_beyond_tolerance,
+    run_exchange,
+)
 from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.settings.access import with_query
-from tokwatch.settings.config import server_key
+from tokwatch.settings.config import Tolerance, server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.transport.http import HttpClient
 from tokwatch.transport.http_route import RouteSource
@@ -108,6 +115,11 @@ class Deadlines:
     mode: FluidityMode = "etalon"
 
 
+# The error a request's latency figures may carry from the client's own lateness: the probe's default
+# `probe.tolerance` (the larger of 1 ms and 5 % of a figure): the bench judges a request as the probe a run.
+CLIENT_TOLERANCE = Tolerance()
+
+
 def _runaway_limit(max_tokens: int) -> int:
     """Client-counted tokens after which a stream is cut: the server is ignoring max_tokens."""
     return max_tokens * 2 + 16
@@ -161,6 +173,7 @@ async def execute(
     record.max_stall_s = ex.max_stall_s
     record.stamp_lateness_s = ex.stamp_lateness_s
     _fill_figures(record, ex, deadlines)
+    record.beyond_tolerance = latencies_beyond_tolerance(ex, CLIENT_TOLERANCE)
     verdict = answer_verdict(
         ex, max_tokens=max_tokens, configured_model=target.model, model_aliases=target.model_aliases
     )

@@ -86,6 +86,9 @@ class RequestRecord:
     # The most a stall could have delayed a stamp the request's figures use (tokens, last byte): the loop's
     # lateness at those stamps, or with the receive watcher the smaller of it and the watcher's own.
     stamp_lateness_s: float | None = None
+    # The latency figures (ttft, itl, tpot, ttot, e2e) whose error bound from the client's own lateness
+    # exceeds the probe's default tolerance (docs/methodology.md, "Disturbance"): the `client timing` check.
+    beyond_tolerance: list[str] = field(default_factory=list)
     # Multi-turn (seed 003): user turns carried in the prompt (turn + 1), the conversation's user turns,
     # tokens of the prompt the previous turn already sent (its prompt plus the model's reply; server-counted
     # when reported, else client-counted), and the client pause before this turn (trace replay `wait_s`;

@@ -30,7 +30,8 @@ from tokwatch.figures.timing import (
     ttot,
 )
 from tokwatch.probes import status as status_mod
-from tokwatch.probes.error_bounds import FigureBounds, figure_bounds
+from tokwatch.probes.error_bounds import FigureBounds, beyond_tolerance, figure_bounds, latency_checks
+from tokwatch.settings.config import Tolerance
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
 from tokwatch.streams.framing import decode_utf8
@@ -44,6 +45,8 @@ class Dialect(Protocol):
     """What the exchange asks of a kind: its parsers and the readers of the server's own counts (class-level
     answers of the kind's probe class, `tokwatch.probes.probe_class(kind)`)."""
 
+    @property
+    def event_separator(self) -> bytes: ...
     def parser(self) -> StreamParser: ...
     def parse_whole(self, obj: Any, t: float) -> list[StreamEvent]: ...
     def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]: ...
@@ -82,6 +85,9 @@ class Exchange:
     failed_at: float | None = None
     end: float | None = None  # perf_counter of the last byte
     watched: bool = False  # the receive watcher stamped the reads (its lateness bounds theirs)
+    kernel_stamped: bool = False  # each read carries the kernel's receive time of its newest segment
+    # Kernel stamps (seconds from `sent_at`) of reads that held exactly one whole event: its arrival, exact.
+    exact_stamps: set[float] = field(default_factory=set)
     send_delay_s: float | None = None
     reused: bool | None = None
     processing_s: float | None = None
@@ -108,7 +114,7 @@ class Exchange:
     client_stream_tps: float | None = None
     client_wall_tps: float | None = None
     one_read: bool = False  # every decoded token arrived in one read: no decode-speed sample
-    text_bytes: int | None = None
+    text_bytes: int | None = None  # worked out by `answer_verdict` only where a token count needs it
     # Disturbance: the loop's largest stall while the request streamed, the bound each figure carries
     # from the client's lateness, and the latest any stamp used can be.
     max_stall_s: float | None = None
@@ -166,7 +172,7 @@ async def run_exchange(
             max_bytes=request.max_bytes,
             reach=request.reach,
         ) as resp:
-            ex.sent_at, ex.watched = resp.sent_at, resp.watched
+            ex.sent_at, ex.watched, ex.kernel_stamped = resp.sent_at, resp.watched, resp.kernel_stamped
             ex.send_delay_s, ex.reused, ex.processing_s = resp.send_delay_s, resp.reused, resp.processing_s
             ex.connection = resp.connection
             ex.http_status, ex.headers = resp.status, resp.headers
@@ -181,11 +187,15 @@ async def run_exchange(
             is_json = "json" in content_type and "ndjson" not in content_type
             if request.stream and not is_json:
                 parser = dialect.parser()
+                # Only the kernel's stamps alone are exact for a whole-event read (a watcher splits reads).
+                separator = dialect.event_separator if ex.kernel_stamped and not ex.watched else None
                 async for batch in resp.batches():
                     if on_answer is not None:
                         on_answer(batch[-1][0])
                     for t, data in batch:
                         col.add(parser.feed(data, t))
+                        if separator is not None and data.endswith(separator) and data.count(separator) == 1:
+                            ex.exact_stamps.add(t - ex.sent_at)  # as the token events' times
                         if token_limit is not None and col.client_tokens > token_limit:
                             ex.cut = True
                             break
@@ -245,7 +255,6 @@ def fill_figures(ex: Exchange, dialect: Dialect, end: float, stamps: StampLatene
     ex.server_tps = dialect.server_candidates(col)
     ex.server_prefill_tps = dialect.server_prefill(col)
     ex.cold = dialect.server_cold(col)
-    ex.text_bytes = _text_bytes(col) if col.deltas else None
     ex.e2e_s = end - sent_at
     if ex.streamed and events:
         ex.ttft_s = ttft(events)
@@ -259,6 +268,12 @@ def fill_figures(ex: Exchange, dialect: Dialect, end: float, stamps: StampLatene
     ex.client_wall_tps = client_wall_tps(n, ex.e2e_s)
     if stamps is not None:
         late = stamps.lateness([*(sent_at + e.t for e in events), end], watched=ex.watched)
+        if ex.kernel_stamped and not ex.watched:
+            # The kernel stamps a read with its newest segment's arrival: exact for the last byte, and for
+            # an event that is all a read held (docs/methodology.md, "Disturbance").
+            exact = ex.exact_stamps
+            late = [0.0 if e.t in exact else lat for e, lat in zip(events, late, strict=False)]
+            late.append(0.0)
         ex.bounds = figure_bounds(events, ex.e2e_s, n, late[:-1], late[-1])
         ex.stamp_lateness_s = max(late)
 
@@ -266,6 +281,17 @@ def fill_figures(ex: Exchange, dialect: Dialect, end: float, stamps: StampLatene
 def _text_bytes(col: StreamCollector) -> int:
     """UTF-8 bytes of the generated text, `<think>` tags included (stripped from `text`, not from `chars`)."""
     return sum(len(d.text.encode()) + max(0, d.chars - len(d.text)) for d in col.deltas)
+
+
+def latencies_beyond_tolerance(ex: Exchange, tolerance: Tolerance) -> list[str]:
+    """The latency figures of the exchange whose error bound from the client's own lateness exceeds their
+    tolerance, judged as the probe judges a run's (`error_bounds.judge_latencies`); [] without bounds."""
+    if ex.bounds is None or not ex.stamp_lateness_s:  # no stamp late: every bound is 0
+        return []
+    checks = latency_checks(
+        ex.bounds, ttft_s=ex.ttft_s, itl_s=ex.itl_s, tpot_s=ex.tpot_s, ttot_s=ex.ttot_s, e2e_s=ex.e2e_s
+    )
+    return beyond_tolerance(checks, tolerance)
 
 
 def inter_chunk_gaps(events: Sequence[TokenEvent]) -> list[float]:
@@ -279,6 +305,10 @@ def answer_verdict(
     """The verdict on an answer read to its end, the same for the probe and the bench (docs/methodology.md,
     "Answer validation"); None when the answer is sound. The probe adds its run verdict after it."""
     n = ex.completion_tokens
+    deltas = ex.collector.deltas
+    # UTF-8 bytes are at least the characters: the bytes are counted only for a count above those.
+    if ex.text_bytes is None and deltas and n > sum(d.chars for d in deltas):
+        ex.text_bytes = _text_bytes(ex.collector)
     implausible = status_mod.implausible_tokens(n, ex.text_bytes)
     if implausible is not None:
         return implausible

@@ -170,6 +170,10 @@ class HttpProbe(Probe):
         """<server root>/metrics for kinds whose server publishes counters; None for the others."""
         return f"{server_root(base_url)}/metrics" if cls.counter_adapter is not None else None
 
+    # What ends one event of a streamed answer (SSE: a blank line): a kernel-stamped read that holds exactly
+    # one event, ending the read, carries that event's exact arrival (tokwatch.probes.exchange).
+    event_separator: ClassVar[bytes] = b"\n\n"
+
     # The header the api key goes in when the endpoint sets no `auth` (None: `Authorization: Bearer`).
     auth_header: ClassVar[str | None] = None
 

@@ -24,6 +24,7 @@ class OllamaProbe(HttpProbe):
 
     kind = "ollama"
     ollama_signals = True
+    event_separator = b"\n"  # NDJSON: one object a line
 
     @classmethod
     def url(cls, base_url: str) -> str:
