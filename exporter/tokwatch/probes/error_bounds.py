@@ -61,6 +61,8 @@ def figure_bounds(
     if not events:
         wall = late_end / e2e_s if e2e_s else None
         return FigureBounds(e2e_s=late_end if e2e_s is not None else None, client_wall=wall)
+    if not late_end and not any(late):  # the common case: no stamp late, every bound 0 where it exists
+        return _zero_bounds(events, e2e_s, n_tokens)
     first, last = late[0], late[-1]
     window = events[-1].t - events[0].t
     # TPOT and client_stream's window run between two stamps: each end moves one way only, so the error is at
@@ -73,6 +75,21 @@ def figure_bounds(
         e2e_s=late_end if e2e_s is not None else None,
         client_stream=max(first, last) / window if len(events) >= 2 and window > 0 else None,
         client_wall=late_end / e2e_s if e2e_s else None,
+    )
+
+
+def _zero_bounds(events: Sequence[TokenEvent], e2e_s: float | None, n_tokens: int) -> FigureBounds:
+    """`figure_bounds` when no stamp is late: 0 for each figure the run has, None for the others."""
+    has_gaps = len(events) > 1 or any(e.tokens > 1 for e in events)
+    think = next((i for i, e in enumerate(events) if e.phase == "think"), None)
+    return FigureBounds(
+        ttft_s=0.0,
+        itl_s=tuple(0.0 for _ in ITL_PERCENTILES) if has_gaps else (),
+        tpot_s=0.0 if n_tokens >= 2 else None,
+        ttot_s=0.0 if think is not None and any(e.phase != "think" for e in events[think:]) else None,
+        e2e_s=0.0 if e2e_s is not None else None,
+        client_stream=0.0 if len(events) >= 2 and events[-1].t > events[0].t else None,
+        client_wall=0.0 if e2e_s else None,
     )
 
 

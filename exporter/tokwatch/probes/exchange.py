@@ -20,7 +20,6 @@ from tokwatch.figures.timing import (
     TokensSource,
     client_stream_tps,
     client_wall_tps,
-    decoded_in_one_read,
     itl,
     output_itl,
     token_events,
@@ -113,7 +112,6 @@ class Exchange:
     tpot_s: float | None = None
     client_stream_tps: float | None = None
     client_wall_tps: float | None = None
-    one_read: bool = False  # every decoded token arrived in one read: no decode-speed sample
     text_bytes: int | None = None  # worked out by `answer_verdict` only where a token count needs it
     # Disturbance: the loop's largest stall while the request streamed, the bound each figure carries
     # from the client's lateness, and the latest any stamp used can be.
@@ -264,7 +262,6 @@ def fill_figures(ex: Exchange, dialect: Dialect, end: float, stamps: StampLatene
         ex.ttot_s = ttot(events)
         ex.tpot_s = tpot(ex.e2e_s, ex.ttft_s, n)
         ex.client_stream_tps = client_stream_tps(events, n)
-        ex.one_read = decoded_in_one_read(events)
     ex.client_wall_tps = client_wall_tps(n, ex.e2e_s)
     if stamps is not None:
         late = stamps.lateness([*(sent_at + e.t for e in events), end], watched=ex.watched)

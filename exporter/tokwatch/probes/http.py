@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource
 from tokwatch.figures.timing import (
     client_prefill_tps,
+    decoded_in_one_read,
     llamacpp_engine_tps,
     llamacpp_prefill_tps,
     select_within_tolerance,
@@ -362,7 +363,7 @@ class HttpProbe(Probe):
                 candidates[TimingSource.CLIENT_STREAM] = ex.client_stream_tps
         # A buffered answer (the decoded tokens in one read) gives no decode-speed sample: its client figure
         # is treated as one whose error is unbounded (a server figure replaces it; else it stays, set aside).
-        one_read = bool(result.streamed and ex.events and ex.one_read)
+        one_read = bool(result.streamed and ex.events and decoded_in_one_read(ex.events))
         if ex.client_wall_tps is not None:
             candidates[TimingSource.CLIENT_WALL] = ex.client_wall_tps
         result.candidates = candidates
