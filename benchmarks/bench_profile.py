@@ -47,7 +47,7 @@ STAGES = (
     (START_UP, "_find_and_load"),
     (END_OF_RUN, "write_run ("),
     (END_OF_RUN, "BenchOutcome."),
-    ("per-request figures", "_fill_figures"),
+    ("per-request figures", "fill_figures"),  # the exchange's and the bench's _fill_figures
     ("stream parsing (SSE, JSON, think tags)", "StreamParser.feed"),
     ("stream parsing (SSE, JSON, think tags)", "StreamParser.close"),
     ("stream parsing (SSE, JSON, think tags)", "tokwatch.streams"),

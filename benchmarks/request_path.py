@@ -2,11 +2,12 @@
 per-request figures and the next request's workload — µs per request, without sockets or an event loop.
 
 Replays `benchmarks/refserver.py`'s answer (32 tokens, one HTTP chunk per read, then usage and `[DONE]`)
-through the bench's own code (`ChunkedBody`, the OpenAI stream parser, `StreamCollector`, the bench's
-`_fill_figures`, `SyntheticWorkload.request_at`) many times, and prints the median of several repeats per
-stage. `--baseline PATH` runs the same in a child process with another tokwatch tree first on PYTHONPATH and
-prints both side by side with their ratio (what a change to the per-request path saves, without the
-capacity ladder's run-to-run noise; `benchmarks/bench_capacity.py` then says what it is worth end to end).
+through the bench's own code (`ChunkedBody`, the OpenAI stream parser, `StreamCollector`, the exchange's
+`fill_figures` and the bench's `_fill_figures`, `SyntheticWorkload.request_at`) many times, and prints the
+median of several repeats per stage. `--baseline PATH` runs the same in a child process with another
+tokwatch tree first on PYTHONPATH and prints both side by side with their ratio (what a change to the
+per-request path saves, without the capacity ladder's run-to-run noise; `benchmarks/bench_capacity.py`
+then says what it is worth end to end).
 
     python benchmarks/request_path.py
     python benchmarks/request_path.py --baseline /tmp/base/exporter
@@ -29,9 +30,21 @@ from refserver import Answer
 from tokwatch.bench.client import Deadlines, _fill_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import LengthRange, SyntheticWorkload
+from tokwatch.probes.openai import OpenAIProbe
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
 from tokwatch.transport.http_wire import ChunkedBody
+from tokwatch.transport.measurement import StallMonitor, StampLateness
+
+try:
+    from tokwatch.probes.exchange import Exchange, fill_figures
+except ImportError:  # a baseline tree from before the exchange
+    Exchange, fill_figures = None, None  # type: ignore[assignment, misc]
+try:
+    from tokwatch.bench.client import CLIENT_TOLERANCE
+    from tokwatch.probes.exchange import latencies_beyond_tolerance
+except ImportError:  # a tree from before the bench judged its requests by the figures' bounds
+    CLIENT_TOLERANCE, latencies_beyond_tolerance = None, None  # type: ignore[assignment]
 
 READ_GAP_S = 0.001  # stamps 1 ms apart, as refserver's default schedule
 
@@ -58,9 +71,31 @@ def _parsed(pieces: list[bytes]) -> StreamCollector:
     return collector
 
 
+def _stamps() -> StampLateness:
+    """The loop's lateness as a run has it: a stall recorded long before these requests (so every request
+    looks its stamps up, and none is covered)."""
+    monitor = StallMonitor()
+    monitor.record(-100.0, 0.01)
+    return StampLateness(monitor)
+
+
+STAMPS = _stamps()
+
+
 def _figures(collector: StreamCollector, end: float) -> RequestRecord:
+    """Everything the bench works out of a read answer: counts, figures, their stamps' lateness (and, after
+    the exchange, the figures' error bounds judged against the tolerance)."""
     record = RequestRecord(0, "chat")
-    _fill_figures(record, collector, 0.0, end, Deadlines(1.0, 0.1))
+    if fill_figures is None:  # a tree from before the exchange (a `--baseline`): the bench filled them itself
+        _fill_figures(record, collector, 0.0, end, Deadlines(1.0, 0.1))  # type: ignore[arg-type, call-arg]
+        stamps = [*(d.t for d in collector.deltas), end]
+        record.stamp_lateness_s = max(STAMPS.lateness(stamps, watched=False))
+        return record
+    ex = Exchange(sent_at=0.0, collector=collector)
+    fill_figures(ex, OpenAIProbe, end, STAMPS)
+    _fill_figures(record, ex, Deadlines(1.0, 0.1))
+    if latencies_beyond_tolerance is not None:
+        record.beyond_tolerance = latencies_beyond_tolerance(ex, CLIENT_TOLERANCE)
     return record
 
 

@@ -21,6 +21,8 @@ from tokwatch.bench.client import Deadlines, _fill_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.figures import timing
 from tokwatch.figures.result import TokenEvent
+from tokwatch.probes.exchange import Exchange, fill_figures
+from tokwatch.probes.openai import OpenAIProbe
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamProtocolError, TextDelta
 from tokwatch.streams.framing import SseDecoder
@@ -471,7 +473,9 @@ def test_request_figures_equal_the_general_path(source: str) -> None:
         collector.add(parser.feed(read, 0.5 + 0.01 * i + 0.001 * (i % 3)))
     collector.add(parser.close(2.0))
     record = RequestRecord(1, "chat")
-    _fill_figures(record, copy.deepcopy(collector), 0.25, 2.0, Deadlines(1.0, 0.05))
+    ex = Exchange(sent_at=0.25, collector=copy.deepcopy(collector))
+    fill_figures(ex, OpenAIProbe, 2.0)
+    _fill_figures(record, ex, Deadlines(1.0, 0.05))
     expected = _figures_by_the_general_path(collector, 0.25, 2.0)
     assert {k: getattr(record, k) for k in expected} == expected
     assert record.think_tokens == (4 if source == "think" else 0)  # "<think>" to "</think>": 4 chunks

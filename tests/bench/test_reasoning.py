@@ -248,5 +248,6 @@ def test_the_mix_is_seed_001s_0_4_once_think_budgets_are_named() -> None:
     base = {"url": "http://127.0.0.1:9/v1", "model": "m"}
     assert build_options(base).reasoning_ratio == 0.0
     assert build_options({**base, "reasoning_tokens": "600:6000"}).reasoning_ratio == 0.4
-    assert build_options({**base, "reasoning_tokens": "600:6000", "reasoning_ratio": 0.1}).reasoning_ratio == 0.1
+    given = {**base, "reasoning_tokens": "600:6000", "reasoning_ratio": 0.1}
+    assert build_options(given).reasoning_ratio == 0.1
     assert build_options({**base, "reasoning_ratio": 0.0}).reasoning_ratio == 0.0

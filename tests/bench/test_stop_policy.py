@@ -86,7 +86,8 @@ async def test_a_failure_share_above_the_limit_fails_the_run(sim: RunningSim, tm
     # the same run with a tolerant limit passes
     tolerant, _ = await run_bench(_opts(sim, concurrency=2, number=20, max_error_rate=1.0),
                                   console=Console(quiet=True), out_dir=tmp_path / "tolerant")  # fmt: skip
-    assert tolerant.exit_code() is ExitCode.OK and run_checks(tolerant)[0].verdict == "PASS"
+    timing = ExitCode.CLIENT_TIMING if tolerant.client_timing_failed else ExitCode.OK  # a busy host: 6
+    assert tolerant.exit_code() is timing and run_checks(tolerant)[0].verdict == "PASS"
 
 
 async def test_a_hung_server_stops_the_run_and_abandons_requests_in_flight(

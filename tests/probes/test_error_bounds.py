@@ -122,3 +122,23 @@ def test_tolerances_are_configured_as_ratios_and_a_duration() -> None:
 def test_the_replaced_threshold_says_what_replaced_it() -> None:
     with pytest.raises(ConfigError, match=r"t.yml:3: probe.disturbance_threshold: .*replaced by probe.toler"):
         load_config_text("probe:\n  max_tokens: 10\n  disturbance_threshold: 5ms\n" + BASE, "t.yml")
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        EVENTS,
+        _events(0.1),  # one token: no gap
+        _events(0.1, tokens=3),  # one chunk of three: zero gaps
+        [TokenEvent(0.1, 1, "think"), TokenEvent(0.2, 1, "think"), TokenEvent(0.3, 2, "output")],
+        [TokenEvent(0.1, 1, "output"), TokenEvent(0.1, 1, "output")],  # one read: no window
+    ],
+)
+def test_no_late_stamp_gives_the_general_bounds_at_zero(events: list[TokenEvent]) -> None:
+    """The shortcut for a request no stall touched gives what the general bounds give at (nearly) zero."""
+    zero = figure_bounds(events, 0.5, 5, [0.0] * len(events), 0.0)
+    tiny = figure_bounds(events, 0.5, 5, [1e-300] * len(events), 1e-300)  # the general path
+    for name in ("ttft_s", "tpot_s", "ttot_s", "e2e_s", "client_stream", "client_wall"):
+        a, b = getattr(zero, name), getattr(tiny, name)
+        assert (a is None) is (b is None) and (a is None or a == pytest.approx(b, abs=1e-200)), name
+    assert len(zero.itl_s) == len(tiny.itl_s) and not any(zero.itl_s)

@@ -1,14 +1,12 @@
-"""Sends one benchmark request over the shared HTTP layer and turns the stream into a RequestRecord.
+"""Sends one benchmark request and turns the exchange into a RequestRecord.
 
-URL, body and stream parser are the kind's own (`tokwatch.probes`), parsing is `tokwatch.streams`, token
-counting and latency math are `tokwatch.figures.timing`, failure statuses are `tokwatch.probes.status`: the
-benchmark
-measures exactly what the probe measures.
+URL, body and headers are the kind's own (`tokwatch.probes`); sending, parsing, the server's counts, the
+figures and the answer's verdict are the exchange the probe makes too (`tokwatch.probes.exchange`): the
+benchmark measures exactly what the probe measures, and names no kind's wire field.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,14 +16,20 @@ from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.bench.workload import Message
 from tokwatch.figures import timing
-from tokwatch.figures.result import Status
 from tokwatch.probes import probe_class
 from tokwatch.probes import status as status_mod
+from tokwatch.probes.exchange import (
+    Exchange,
+    Request,
+    answer_verdict,
+    inter_chunk_gaps,
+    latencies_beyond_tolerance,
+    run_exchange,
+)
 from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.settings.access import with_query
-from tokwatch.settings.config import server_key
+from tokwatch.settings.config import Tolerance, server_key
 from tokwatch.settings.redact import Redactor
-from tokwatch.streams.collector import StreamCollector
 from tokwatch.tracing.context import RequestTrace, traced_headers
 from tokwatch.transport.http import ConnectionSetup, HttpClient
 from tokwatch.transport.http_route import RouteSource
@@ -54,6 +58,7 @@ class Target:
     # The endpoint's proxy and TLS settings (tokwatch.settings.reach), for its requests and its /metrics
     # scrapes.
     reach: RouteSource | None = field(default=None, compare=False, repr=False)
+    model_aliases: tuple[str, ...] = ()  # other names the answer may give the model (the endpoint's)
 
     @property
     def dialect(self) -> type[HttpProbe]:
@@ -123,6 +128,11 @@ class Deadlines:
     mode: FluidityMode = "etalon"
 
 
+# The error a request's latency figures may carry from the client's own lateness: the probe's default
+# `probe.tolerance` (the larger of 1 ms and 5 % of a figure): the bench judges a request as the probe a run.
+CLIENT_TOLERANCE = Tolerance()
+
+
 def _runaway_limit(max_tokens: int) -> int:
     """Client-counted tokens after which a stream is cut: the server is ignoring max_tokens."""
     return max_tokens * 2 + 16
@@ -143,81 +153,48 @@ async def execute(
 ) -> RequestRecord:
     """Send the request, stream the answer, fill `record`; never raises except on cancellation.
 
-    `on_answer(t)` is told when the server's bytes arrived (the headers, then the newest read of each batch
-    of the body) after they were stamped; `trace` adds its `traceparent` header (its span is built later)."""
+    The request itself is the exchange the probe makes too (`tokwatch.probes.exchange`): this adds the
+    schedule's times, the runaway cut and fluidity. `on_answer(t)` is told when the server's bytes arrived
+    (the headers, then the newest read of each batch of the body) after they were stamped; `trace` adds its
+    `traceparent` header (its span is built later)."""
     max_tokens = record.max_tokens or 1
-    body = target.body(messages, max_tokens, record.fixed_output, **thinking(record))
-    collector = StreamCollector()
-    parser = target.dialect.parser()
-    sent_at = time.perf_counter()
-    record.started_at_s = record.sent_at_s = sent_at - run_t0
-    end: float | None = None
-    runaway = False
-    try:
-        async with http.stream(
-            "POST",
-            target.url,
-            json_body=body,
-            headers=traced_headers(target.headers(), trace),
-            timeout=target.timeout_s,
-            reach=target.reach,
-        ) as resp:
-            sent_at = resp.sent_at
-            watched = resp.watched
-            record.sent_at_s = sent_at - run_t0
-            record.connect_time_s = _connect_time(resp.connection, resp.reused)
-            record.http_status = resp.status
-            if on_answer is not None:
-                on_answer(time.perf_counter())
-            headers = resp.headers
-            record.server_request_id = headers.get("x-sim-request-id") or headers.get("x-request-id")
-            if not 200 <= resp.status < 300:
-                text = await resp.text()
-                failure = status_mod.classify_http_status(resp.status, text, headers.get("Location"))
-                if failure is not None:
-                    return _fail(record, failure, redactor, run_t0)
-            limit = _runaway_limit(max_tokens)
-            async for batch in resp.batches():
-                if on_answer is not None:
-                    on_answer(batch[-1][0])
-                for t, data in batch:
-                    collector.add(parser.feed(data, t))
-                    runaway = collector.client_tokens > limit
-                    if runaway:
-                        break
-                if runaway:
-                    break
-            # The end is when the last bytes arrived, not when this code got to run again.
-            end = resp.last_byte_at or time.perf_counter()
-            if not runaway:
-                collector.add(parser.close(end))
-            unreadable = status_mod.unreadable_answer(
-                headers.get("Content-Type", ""), collector.events, resp.bytes_received, resp.status
-            )
-            if unreadable is not None:
-                return _fail(record, unreadable, redactor, run_t0)
-    except Exception as exc:  # every failure is a status; only cancellation propagates
-        return _fail(record, status_mod.classify_exception(exc), redactor, run_t0)
-    assert end is not None
-    record.completed_at_s = end - run_t0
-    record.merged_reads = collector.merged_reads
-    if stalls is not None:
-        record.max_stall_s = stalls.loop.max_stall(sent_at, end)
-        # What a stall could have done to the stamps the request's figures use: every token's and the last
-        # byte's (a stall between them moves none; with the receive watcher, only its own lateness counts).
-        stamps = [*(d.t for d in collector.deltas), end]
-        record.stamp_lateness_s = max(stalls.lateness(stamps, watched=watched))
-    _fill_figures(record, collector, sent_at, end, deadlines)
-    if runaway or (record.generated_tokens > max_tokens and record.tokens_source != "client_estimate"):
-        record.status = Status.DEGRADED
-        record.error_class = "max_tokens_ignored"
-        record.error_message = f"server sent {record.generated_tokens} tokens for max_tokens {max_tokens}" + (
-            " (stream cut by the client)" if runaway else ""
-        )
-    elif not record.generated_tokens:
-        record.status = Status.DEGRADED
-        record.error_class = "no_tokens"
-        record.error_message = "the answer carried no generated token"
+    request = Request(
+        target.url,
+        target.body(messages, max_tokens, record.fixed_output, **thinking(record)),
+        traced_headers(target.headers(), trace),
+        target.timeout_s,
+        reach=target.reach,
+    )
+    record.started_at_s = record.sent_at_s = time.perf_counter() - run_t0
+    ex = await run_exchange(
+        http,
+        target.dialect,
+        request,
+        stamps=stalls,
+        stalls=stalls.loop if stalls is not None else None,
+        token_limit=_runaway_limit(max_tokens),
+        on_answer=on_answer,
+    )
+    record.sent_at_s = ex.sent_at - run_t0
+    record.connect_time_s = _connect_time(ex.connection, bool(ex.reused))
+    record.http_status = ex.http_status
+    record.server_request_id = ex.headers.get("x-sim-request-id") or ex.headers.get("x-request-id")
+    if ex.failure is not None:
+        status_mod.apply(record, ex.failure, redactor)
+        record.completed_at_s = (ex.failed_at or time.perf_counter()) - run_t0
+        return record
+    assert ex.end is not None
+    record.completed_at_s = ex.end - run_t0
+    record.merged_reads = ex.merged_reads
+    record.max_stall_s = ex.max_stall_s
+    record.stamp_lateness_s = ex.stamp_lateness_s
+    _fill_figures(record, ex, deadlines)
+    record.beyond_tolerance = latencies_beyond_tolerance(ex, CLIENT_TOLERANCE)
+    verdict = answer_verdict(
+        ex, max_tokens=max_tokens, configured_model=target.model, model_aliases=target.model_aliases
+    )
+    if verdict is not None:
+        status_mod.apply(record, verdict, redactor)
     return record
 
 
@@ -236,61 +213,26 @@ def thinking(record: RequestRecord) -> dict[str, Any]:
     return {"think": True, "think_budget": record.think_budget if record.think_budget_field else None}
 
 
-def _fail(
-    record: RequestRecord, failure: status_mod.Classification, redactor: Redactor, run_t0: float
-) -> RequestRecord:
-    status_mod.apply(record, failure, redactor)
-    record.completed_at_s = time.perf_counter() - run_t0
-    return record
-
-
-def _fill_figures(
-    record: RequestRecord, c: StreamCollector, sent_at: float, end: float, deadlines: Deadlines
-) -> None:
-    """Token counts (server first, client estimate last) and every latency figure of a finished stream."""
-    total: int | None = None
-    total_source: Any = "usage"
-    if c.usage is not None and c.usage.completion_tokens is not None:
-        total = c.usage.completion_tokens
-    elif c.ollama is not None and c.ollama.eval_count is not None:
-        total, total_source = c.ollama.eval_count, "engine"
-    elif c.timings is not None and c.timings.predicted_n is not None:
-        total, total_source = c.timings.predicted_n, "engine"
-    events, source = timing.token_events(c.deltas, sent_at, total, total_source)
-    record.tokens_source = source
-    record.chunks = len(events)
-    record.finish_reason = c.finish_reason
-    record.response_model = c.model
-    think = streamed_think = timing.total_tokens(events, "think")
-    output = timing.total_tokens(events, "output")
-    n = think + output  # every event is one phase or the other
-    if c.usage is not None and c.usage.reasoning_tokens is not None and total is not None:
-        think, output = c.usage.reasoning_tokens, max(0, total - c.usage.reasoning_tokens)
-    record.think_tokens, record.output_tokens = think, output
-    prompt = None
-    if c.usage is not None:
-        prompt = c.usage.prompt_tokens
-        record.cached_tokens = c.usage.cached_tokens
-    elif c.ollama is not None:
-        prompt = c.ollama.prompt_eval_count  # Ollama reports no cached count
-    elif c.timings is not None and c.timings.prompt_n is not None:
-        prompt = c.timings.prompt_n + (c.timings.cache_n or 0)  # prompt_n leaves the cached tokens out
-    if record.cached_tokens is None and c.timings is not None:
-        record.cached_tokens = c.timings.cache_n  # llama-server without usage.prompt_tokens_details
-    record.prompt_tokens = prompt
-    record.reply_text = c.text
-    record.e2e_s = end - sent_at
-    record.ttft_s = timing.ttft(events)
-    record.ttot_s = timing.ttot(events)
-    record.tbt_s = timing.itl(events)
-    record.inter_chunk_s = [b.t - a.t for a, b in itertools.pairwise(events)]
-    # Without think tokens the output-phase gaps are the gaps of the whole stream.
-    record.output_itl_s = timing.output_itl(events) if streamed_think else list(record.tbt_s)
-    record.think_s, record.answer_s = timing.phase_time(events, "think"), timing.phase_time(events, "output")
-    record.tpot_s = timing.tpot(record.e2e_s, record.ttft_s, n)
-    record.decode_tokens_per_s = timing.client_stream_tps(events, n)
+def _fill_figures(record: RequestRecord, ex: Exchange, deadlines: Deadlines) -> None:
+    """The exchange's counts and figures on the record, and its fluidity index."""
+    record.tokens_source = ex.tokens_source
+    record.chunks = len(ex.events)
+    record.finish_reason = ex.finish_reason
+    record.response_model = ex.collector.model
+    record.think_tokens, record.output_tokens = ex.think_tokens, ex.output_tokens
+    record.prompt_tokens, record.cached_tokens = ex.prompt_tokens, ex.cached_tokens
+    record.reply_text = ex.text
+    record.e2e_s = ex.e2e_s
+    record.ttft_s = ex.ttft_s
+    record.ttot_s = ex.ttot_s
+    record.tbt_s = ex.itl_s
+    record.inter_chunk_s = inter_chunk_gaps(ex.events)
+    record.output_itl_s = ex.output_itl_s
+    record.think_s = timing.phase_time(ex.events, "think")
+    record.answer_s = timing.phase_time(ex.events, "output")
+    record.tpot_s = ex.tpot_s
+    record.decode_tokens_per_s = ex.client_stream_tps
     if record.ttft_s is not None:
         record.fluidity_index = fluidity_index(
             record.ttft_s, record.tbt_s, deadlines.prefill_s, deadlines.decode_s, deadlines.mode
         )
-

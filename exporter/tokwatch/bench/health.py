@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tokwatch.bench.outcome import BenchOutcome
+from tokwatch.bench.client import CLIENT_TOLERANCE
+from tokwatch.bench.outcome import DISTURBED_SHARE_FAIL, BenchOutcome
 from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.figures.stats import median, percentile
@@ -26,8 +27,7 @@ TEMPLATE_ALLOWANCE_TOKENS = 64
 SINGLE_LENGTH_MAX_RATIO = 1.25
 SEND_DELAY_P99_LIMIT_S = 0.005  # lifecycle: the client's own send overhead (connection set-up apart)
 CONNECT_P99_LIMIT_S = 0.25  # lifecycle: setting up a connection (lookup, TCP, TLS, proxy tunnel)
-STALL_LIMIT_S = 0.005  # a request with a stamp a client stall could have delayed this long is disturbed
-DISTURBED_SHARE_FAIL = 0.05  # above this share of requests, the run's client timings are not trusted
+STALL_LIMIT_S = 0.005  # loop stalls at least this long are counted in the client timing line
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +167,8 @@ def _prompt_cache(outcome: BenchOutcome) -> list[Check]:
             Check(
                 "prompt cache",
                 "INFO",
-                f"the server reported no cached prompt tokens (Ollama never does; vLLM and SGLang only when "
-                f"enabled): cache reuse cannot be checked; prompts were {prompts}",
+                "the server reported no cached prompt tokens (most Ollama versions do not; vLLM and SGLang "
+                f"only when enabled): cache reuse cannot be checked; prompts were {prompts}",
             )
         ]
     share = fig["cached_outside_history_share"] or 0.0
@@ -193,35 +193,45 @@ _STAMPED_BY = {
 
 
 def _client_timing(measured: Sequence[RequestRecord], receive_stamps: str = "event_loop") -> list[Check]:
-    """Measured facts about the client itself: how late a client stall could have made the stamps the
-    requests' figures use, the loop's stalls themselves, and merged reads.
+    """Whether the client's own lateness moved the requests' figures beyond tolerance, judged per request by
+    the probe's error bounds (docs/methodology.md, "Disturbance"), with the stamps' worst lateness, the
+    loop's stalls and merged reads beside it.
 
-    A stall counts only where it could have moved a stamp that was used (docs/methodology.md,
-    "Disturbance"): one between two tokens moves neither, and with the receive watcher (`watcher`) a loop
-    stall delays the reading, not the stamp, so only the watcher's own lateness counts. `receive_stamps` is
-    summary.json's `client.receive_stamps`."""
+    A stall counts only where it could have moved a stamp a figure uses, and only by what it could have moved
+    that figure: one between two tokens moves neither TTFT nor E2E, and with the receive watcher (`watcher`)
+    a loop stall delays the reading, not the stamp, so only the watcher's own lateness counts. A request is
+    beyond tolerance when a latency figure's bound (TTFT, ITL p50/p95/p99, TPOT, TTOT, E2E) exceeds the
+    larger of 1 ms and 5 % of the figure; FAIL (exit 6) above DISTURBED_SHARE_FAIL of the requests.
+    `receive_stamps` is summary.json's `client.receive_stamps`."""
     watcher = "watcher_thread" in receive_stamps
     watched = [r for r in measured if r.max_stall_s is not None]
     if not watched:
         return []
-    late = [r for r in watched if _stamp_lateness(r) >= STALL_LIMIT_S]
+    beyond = [r for r in watched if r.beyond_tolerance]
     stalled = [r for r in watched if (r.max_stall_s or 0.0) >= STALL_LIMIT_S]
-    share = len(late) / len(watched)
+    share = len(beyond) / len(watched)
     worst = max(_stamp_lateness(r) for r in watched)
     worst_stall = max(r.max_stall_s or 0.0 for r in watched)
     merged = sum(r.merged_reads or 0 for r in measured)
     with_merged = sum(1 for r in measured if r.merged_reads)
     verdict: Literal["PASS", "WARN", "FAIL"] = (
-        "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if late else "PASS"
+        "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if beyond else "PASS"
     )
+    figures: dict[str, int] = {}
+    for r in beyond:
+        for figure in r.beyond_tolerance:
+            figures[figure] = figures.get(figure, 0) + 1
+    which = ", ".join(f"{f} {n}" for f, n in figures.items())
     stamps = _STAMPED_BY.get(receive_stamps, receive_stamps)
     return [
         Check(
             "client timing",
             verdict,
-            f"{len(late)}/{len(watched)} requests have a stamp a client stall could have delayed "
-            f">= {STALL_LIMIT_S * 1e3:.0f} ms (worst {worst * 1e3:.1f} ms; FAIL above "
-            f"{DISTURBED_SHARE_FAIL:.0%} of requests: their TTFT/TBT carry the client's own lateness); "
+            f"{len(beyond)}/{len(watched)} requests have a figure the client's own lateness could have "
+            f"moved beyond its tolerance{f' ({which})' if which else ''} (the larger of "
+            f"{CLIENT_TOLERANCE.latency_floor * 1e3:.0f} ms and {CLIENT_TOLERANCE.latency:.0%} of the "
+            f"figure, as the probe; FAIL above {DISTURBED_SHARE_FAIL:.0%} of requests: the run's figures "
+            f"carry the client's lateness, exit 6); worst stamp lateness {worst * 1e3:.1f} ms; "
             f"stamps taken by {stamps}; the event loop stalled >= {STALL_LIMIT_S * 1e3:.0f} ms while "
             f"{counted(len(stalled), 'request')} streamed (worst {worst_stall * 1e3:.1f} ms"
             + ("; a loop stall delays the reading, not the watcher's stamps)" if watcher else ")")

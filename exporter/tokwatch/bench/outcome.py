@@ -30,6 +30,12 @@ class ExitCode(IntEnum):
     INCOMPLETE = 3  # stopped early (Ctrl-C, server ignoring max_tokens); partial results written
     FAILED = 4  # no request succeeded (unreachable, auth failure, every request failing)
     ERRORS = 5  # run complete, but more than --max-error-rate of its requests failed
+    CLIENT_TIMING = 6  # run complete, but its client-timed figures are wrong beyond tolerance (busy client)
+
+
+# Above this share of the measured requests with a latency figure beyond its tolerance (the client's own
+# lateness), the run's client-timed figures are not trusted: `[FAIL] client timing` and exit 6.
+DISTURBED_SHARE_FAIL = 0.05
 
 
 @dataclass(slots=True)
@@ -56,6 +62,23 @@ class BenchOutcome:
     max_error_rate: float | None = None  # --max-error-rate; None: failures never fail the run
     pricing: BenchPricing | None = None  # prices the run is costed at (summary `cost`)
     energy: EnergyMeasure | None = None  # the devices' energy over the run (summary `energy`)
+
+    @property
+    def timed_requests(self) -> list[RequestRecord]:
+        """The measured requests whose figures carry an error bound (the client watched its own lateness)."""
+        return [r for r in self.measured if r.max_stall_s is not None]
+
+    @property
+    def beyond_tolerance_share(self) -> float | None:
+        """Share of `timed_requests` with a latency figure beyond its tolerance (None without any)."""
+        timed = self.timed_requests
+        return sum(1 for r in timed if r.beyond_tolerance) / len(timed) if timed else None
+
+    @property
+    def client_timing_failed(self) -> bool:
+        """More than DISTURBED_SHARE_FAIL of the timed requests have a figure beyond its tolerance."""
+        share = self.beyond_tolerance_share
+        return share is not None and share > DISTURBED_SHARE_FAIL
 
     @property
     def failure_share(self) -> float | None:
@@ -162,6 +185,8 @@ class BenchOutcome:
             return ExitCode.INCOMPLETE
         if self.too_many_failures:
             return ExitCode.ERRORS
+        if self.client_timing_failed:  # its figures are wrong beyond tolerance: no SLO verdict on them
+            return ExitCode.CLIENT_TIMING
         return ExitCode.OK if evaluate(self.slos, self.records)["all_slos_met"] else ExitCode.SLO_FAILED
 
     def records_for_store(self, endpoint: str, instance: str = "") -> list[RunResult]:

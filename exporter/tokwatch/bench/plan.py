@@ -77,6 +77,7 @@ def resolve_target(opts: BenchOptions) -> Resolved:
             query=dict(ep.query),
             secrets=tuple(endpoint_secrets(ep)),
             reach=Reach(ep.name, ep),  # its proxy and TLS settings, as the exporter reaches it
+            model_aliases=tuple(ep.model_aliases),
         )
         return Resolved(target, tuple(opts.mirror_metrics) or ep.mirror_metrics)
     assert opts.url is not None

@@ -35,7 +35,7 @@ def _share(part: int, whole: int) -> float | None:
 
 def cache_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """summary.json `prompt_cache`: token sums over the measured `ok` requests whose server reported a
-    cached count (usage cached_tokens or llama.cpp's timings.cache_n), and their shares."""
+    cached count (as the kind's reader gives it, `tokwatch.probes.exchange`), and their shares."""
     ok = [r for r in records if r.ok and not r.warmup]
     reported = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
     prompt = sum(r.prompt_tokens or 0 for r in reported)

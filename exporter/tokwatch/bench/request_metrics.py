@@ -97,6 +97,9 @@ class RequestRecord:
     # The most a stall could have delayed a stamp the request's figures use (tokens, last byte): the loop's
     # lateness at those stamps, or with the receive watcher the smaller of it and the watcher's own.
     stamp_lateness_s: float | None = None
+    # The latency figures (ttft, itl, tpot, ttot, e2e) whose error bound from the client's own lateness
+    # exceeds the probe's default tolerance (docs/methodology.md, "Disturbance"): the `client timing` check.
+    beyond_tolerance: list[str] = field(default_factory=list)
     # Multi-turn (seed 003): user turns carried in the prompt (turn + 1), the conversation's user turns,
     # tokens of the prompt the previous turn already sent (its prompt plus the model's reply; server-counted
     # when reported, else client-counted), and the client pause before this turn (trace replay `wait_s`;
@@ -105,7 +108,7 @@ class RequestRecord:
     conversation_turns: int | None = None
     history_tokens: int | None = None
     wait_before_s: float | None = None
-    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it
+    cached_tokens: int | None = None  # cached prompt tokens, when the server reports them (the kind's reader)
     # Reasoning requests (seed 001): the think budget drawn for the request (raised to the kind's minimum),
     # the body field that asked the server for it (None: the kind's API has none, only max_tokens bounds the
     # think phase), and each phase's time, first to last token of the phase (timing.phase_time).

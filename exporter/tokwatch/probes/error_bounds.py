@@ -61,6 +61,8 @@ def figure_bounds(
     if not events:
         wall = late_end / e2e_s if e2e_s else None
         return FigureBounds(e2e_s=late_end if e2e_s is not None else None, client_wall=wall)
+    if not late_end and not any(late):  # the common case: no stamp late, every bound 0 where it exists
+        return _zero_bounds(events, e2e_s, n_tokens)
     first, last = late[0], late[-1]
     window = events[-1].t - events[0].t
     # TPOT and client_stream's window run between two stamps: each end moves one way only, so the error is at
@@ -76,9 +78,27 @@ def figure_bounds(
     )
 
 
+def _zero_bounds(events: Sequence[TokenEvent], e2e_s: float | None, n_tokens: int) -> FigureBounds:
+    """`figure_bounds` when no stamp is late: 0 for each figure the run has, None for the others."""
+    has_gaps = len(events) > 1 or any(e.tokens > 1 for e in events)
+    think = next((i for i, e in enumerate(events) if e.phase == "think"), None)
+    return FigureBounds(
+        ttft_s=0.0,
+        itl_s=tuple(0.0 for _ in ITL_PERCENTILES) if has_gaps else (),
+        tpot_s=0.0 if n_tokens >= 2 else None,
+        ttot_s=0.0 if think is not None and any(e.phase != "think" for e in events[think:]) else None,
+        e2e_s=0.0 if e2e_s is not None else None,
+        client_stream=0.0 if len(events) >= 2 and events[-1].t > events[0].t else None,
+        client_wall=0.0 if e2e_s else None,
+    )
+
+
 def _itl_bounds(events: Sequence[TokenEvent], late: Sequence[float]) -> tuple[float, ...]:
     """Bounds of the ITL percentiles: each gap lies in [gap - λ(its end), gap + λ(its start)], and a
     percentile is monotone in every value, so the true one lies between those of the two shifted lists."""
+    if not any(late):  # the common case, without building the lists
+        has_gaps = len(events) > 1 or any(e.tokens > 1 for e in events)
+        return tuple(0.0 for _ in ITL_PERCENTILES) if has_gaps else ()
     gaps: list[float] = []
     low: list[float] = []
     high: list[float] = []
@@ -94,8 +114,6 @@ def _itl_bounds(events: Sequence[TokenEvent], late: Sequence[float]) -> tuple[fl
         high.extend([0.0] * (e.tokens - 1))
     if not gaps:
         return ()
-    if not any(late):
-        return tuple(0.0 for _ in ITL_PERCENTILES)
     mid = percentiles(gaps, ITL_PERCENTILES)
     lows = percentiles(low, ITL_PERCENTILES)
     highs = percentiles(high, ITL_PERCENTILES)
@@ -114,22 +132,55 @@ def _ttot_bound(events: Sequence[TokenEvent], late: Sequence[float]) -> float | 
     return None
 
 
+def latency_checks(
+    bounds: FigureBounds,
+    *,
+    ttft_s: float | None,
+    itl_s: Sequence[float],
+    tpot_s: float | None,
+    ttot_s: float | None,
+    e2e_s: float | None,
+) -> list[tuple[str, float | None, float | None]]:
+    """(figure, value, error bound) of each latency figure of one run or request: TTFT, the ITL
+    percentiles, TPOT, TTOT, E2E (a bound is None where its figure is)."""
+    itl_values = percentiles(itl_s, ITL_PERCENTILES) if itl_s and bounds.itl_s else []
+    return [
+        ("ttft", ttft_s, bounds.ttft_s if ttft_s is not None else None),
+        *(("itl", v, b) for v, b in zip(itl_values, bounds.itl_s, strict=False)),
+        ("tpot", tpot_s, bounds.tpot_s if tpot_s is not None else None),
+        ("ttot", ttot_s, bounds.ttot_s if ttot_s is not None else None),
+        ("e2e", e2e_s, bounds.e2e_s if e2e_s is not None else None),
+    ]
+
+
+def beyond_tolerance(
+    checks: Sequence[tuple[str, float | None, float | None]], tolerance: Tolerance
+) -> list[str]:
+    """The figures whose bound exceeds their tolerance: the larger of `tolerance.latency_floor` and
+    `tolerance.latency` of the figure (each named once, in the order of `checks`)."""
+    out: list[str] = []
+    for figure, value, bound in checks:
+        if (
+            value is not None
+            and bound is not None
+            and bound > tolerance.latency_limit(value)
+            and figure not in out
+        ):
+            out.append(figure)
+    return out
+
+
 def judge_latencies(result: RunResult, bounds: FigureBounds, tolerance: Tolerance) -> None:
-    """Store each latency figure's bound on the run and set aside those beyond their tolerance: the larger of
-    `tolerance.latency_floor` and `tolerance.latency` of the figure."""
+    """Store each latency figure's bound on the run and set aside those beyond their tolerance
+    (`beyond_tolerance`)."""
+    checks = latency_checks(
+        bounds, ttft_s=result.ttft_s, itl_s=result.itl_s, tpot_s=result.tpot_s, ttot_s=result.ttot_s,
+        e2e_s=result.e2e_s,
+    )  # fmt: skip
     result.ttft_error_s = bounds.ttft_s if result.ttft_s is not None else None
     result.tpot_error_s = bounds.tpot_s if result.tpot_s is not None else None
     result.ttot_error_s = bounds.ttot_s if result.ttot_s is not None else None
     result.e2e_error_s = bounds.e2e_s if result.e2e_s is not None else None
-    itl_values = percentiles(result.itl_s, ITL_PERCENTILES) if result.itl_s and bounds.itl_s else []
-    result.itl_error_s = max(bounds.itl_s) if itl_values else None
-    checks: list[tuple[str, float | None, float | None]] = [
-        ("ttft", result.ttft_s, result.ttft_error_s),
-        *(("itl", v, b) for v, b in zip(itl_values, bounds.itl_s, strict=False)),
-        ("tpot", result.tpot_s, result.tpot_error_s),
-        ("ttot", result.ttot_s, result.ttot_error_s),
-        ("e2e", result.e2e_s, result.e2e_error_s),
-    ]
-    for figure, value, bound in checks:
-        if value is not None and bound is not None and bound > tolerance.latency_limit(value):
-            result.set_aside[figure] = CLIENT_STALL
+    result.itl_error_s = max(bounds.itl_s) if any(f == "itl" for f, _, _ in checks) else None
+    for figure in beyond_tolerance(checks, tolerance):
+        result.set_aside[figure] = CLIENT_STALL

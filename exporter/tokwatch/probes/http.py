@@ -10,35 +10,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource, TokenEvent
+from tokwatch.figures.result import PrefillSource, RunResult, Status, TimingSource
 from tokwatch.figures.timing import (
     client_prefill_tps,
-    client_stream_tps,
-    client_wall_tps,
     decoded_in_one_read,
-    itl,
     llamacpp_engine_tps,
     llamacpp_prefill_tps,
-    output_itl,
     select_within_tolerance,
-    token_events,
-    total_tokens,
-    tpot,
-    ttft,
-    ttot,
 )
 from tokwatch.probes import status as status_mod
 from tokwatch.probes.base import CounterMeasurement, Probe, ProbeContext
-from tokwatch.probes.error_bounds import CLIENT_STALL, ONE_READ, FigureBounds, figure_bounds, judge_latencies
+from tokwatch.probes.error_bounds import CLIENT_STALL, ONE_READ, judge_latencies
+from tokwatch.probes.exchange import Exchange, Request, answer_verdict, run_exchange
 from tokwatch.probes.prompts import FreshPrompt, fresh_prefix
 from tokwatch.settings.access import Credentials, auth_headers, merge_headers, with_query
 from tokwatch.settings.config import EndpointSettings, server_root
 from tokwatch.streams.collector import StreamCollector
 from tokwatch.streams.events import StreamEvent, StreamParser
-from tokwatch.streams.framing import decode_utf8
-from tokwatch.streams.payload import loads_json
 from tokwatch.tracing.context import traced_headers
-from tokwatch.transport.http import StreamResponse
 from tokwatch.transport.request_options import merge_body
 
 # A sized workload's warm-up asks for at most this many tokens: it loads the model and calibrates the
@@ -201,6 +190,10 @@ class HttpProbe(Probe):
         """<server root>/metrics for kinds whose server publishes counters; None for the others."""
         return f"{server_root(base_url)}/metrics" if cls.counter_adapter is not None else None
 
+    # What ends one event of a streamed answer (SSE: a blank line): a kernel-stamped read that holds exactly
+    # one event, ending the read, carries that event's exact arrival (tokwatch.probes.exchange).
+    event_separator: ClassVar[bytes] = b"\n\n"
+
     # The header the api key goes in when the endpoint sets no `auth` (None: `Authorization: Bearer`).
     auth_header: ClassVar[str | None] = None
 
@@ -245,7 +238,10 @@ class HttpProbe(Probe):
         )
         return self.endpoint_url(ctx.endpoint), self.body(chat)
 
-    def server_candidates(self, col: StreamCollector, result: RunResult) -> dict[TimingSource, float]:
+    # The readers of the server's own counts: class-level, so the exchange (`tokwatch.probes.exchange`) reads
+    # them for the probe and the bench alike, and no code outside the kind's module names its wire fields.
+    @classmethod
+    def server_candidates(cls, col: StreamCollector) -> dict[TimingSource, float]:
         """tok/s figures the server itself reported (llama.cpp `timings` for OpenAI-style answers)."""
         out: dict[TimingSource, float] = {}
         if col.timings is not None:
@@ -255,12 +251,14 @@ class HttpProbe(Probe):
                 out[TimingSource.ENGINE] = tps
         return out
 
-    def server_prefill(self, col: StreamCollector) -> float | None:
+    @classmethod
+    def server_prefill(cls, col: StreamCollector) -> float | None:
         """The server's own prefill tok/s (llama.cpp `timings` for OpenAI-style answers), None without."""
         t = col.timings
         return None if t is None else llamacpp_prefill_tps(t.prompt_n, t.prompt_ms, t.prompt_per_second)
 
-    def server_prompt(self, col: StreamCollector) -> tuple[int | None, int | None]:
+    @classmethod
+    def server_prompt(cls, col: StreamCollector) -> tuple[int | None, int | None]:
         """(prompt tokens, cached prompt tokens) as the server reports them: usage first, llama.cpp's
         `timings` (prompt_n counts the computed ones, cache_n the cached) where usage has none."""
         usage, t = col.usage, col.timings
@@ -273,13 +271,19 @@ class HttpProbe(Probe):
                 prompt = t.prompt_n + (t.cache_n or 0)
         return prompt, cached
 
-    def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
+    @classmethod
+    def server_total(cls, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
         """The server's completion-token total and where it came from."""
         if col.usage is not None and col.usage.completion_tokens is not None:
             return col.usage.completion_tokens, "usage"
         if col.timings is not None and col.timings.predicted_n is not None:
             return col.timings.predicted_n, "engine"
         return None, "usage"
+
+    @classmethod
+    def server_cold(cls, col: StreamCollector) -> bool | None:
+        """The server says it loaded the model for this request (None: it does not say)."""
+        return None
 
     async def run_once(self, ctx: ProbeContext, *, timed: bool) -> RunResult:
         """Send one request and classify it; never raises."""
@@ -309,74 +313,47 @@ class HttpProbe(Probe):
         wants_counters = self.uses_counters or ctx.endpoint.metrics_url is not None
         counters = ctx.counters if (timed and wants_counters) else None
         before = await _snapshot(ctx, counters)
-        col = StreamCollector()
-        sent_at = end = time.perf_counter()
         fresh = plan.fresh
         size = "" if fresh is None else f" prompt ~{plan.target_tokens} tokens ({fresh.words} words)"
         ctx.log(
             f"POST {url} workload={ctx.workload.name}{size} stream={plan.stream} max_tokens={plan.max_tokens}"
         )
-        try:
-            async with ctx.http.stream(
-                "POST",
-                url,
-                json_body=body,
-                headers=traced_headers(
-                    self.headers(ctx.api_key) if ctx.headers is None else ctx.headers,
-                    ctx.trace if timed else None,
-                ),
-                timeout=ctx.timeout,
-                max_bytes=ctx.settings.max_response_bytes,
-                reach=ctx.reach,
-            ) as resp:
-                sent_at = resp.sent_at
-                watched = resp.watched
-                result.send_delay_s = resp.send_delay_s
-                _network_phases(result, resp, ctx.round_started)
-                result.http_status = resp.status
-                bad = status_mod.classify_http_status(resp.status)
-                if bad is not None:
-                    text = await _error_body(resp)
-                    moved_to = resp.headers.get("Location")
-                    outcome = status_mod.classify_http_status(resp.status, text, moved_to) or bad
-                    if outcome.error_class == status_mod.CONTEXT_EXCEEDED:
-                        outcome = status_mod.context_exceeded(
-                            outcome, ctx.workload.name, plan.target_tokens, plan.max_tokens
-                        )
-                    return status_mod.apply(result, outcome, ctx.log.redact)
-                content_type = resp.headers.get("Content-Type", "").lower()
-                is_json = "json" in content_type and "ndjson" not in content_type
-                if plan.stream and not is_json:
-                    parser = self.parser()
-                    async for batch in resp.batches():
-                        for t, data in batch:
-                            col.add(parser.feed(data, t))
-                    end = resp.last_byte_at or time.perf_counter()
-                    col.add(parser.close(end))
-                else:
-                    # A server that ignores `stream` (or answers an error object with 200) sends one JSON.
-                    raw = await resp.read()
-                    end = resp.last_byte_at or time.perf_counter()
-                    result.streamed = False
-                    col.add(self.parse_whole(loads_json(decode_utf8(raw)), end))
-                unreadable = status_mod.unreadable_answer(
-                    content_type, col.events, resp.bytes_received, resp.status
+        request = Request(
+            url,
+            body,
+            traced_headers(
+                self.headers(ctx.api_key) if ctx.headers is None else ctx.headers,
+                ctx.trace if timed else None,
+            ),
+            ctx.timeout,
+            stream=plan.stream,
+            max_bytes=ctx.settings.max_response_bytes,
+            reach=ctx.reach,
+        )
+        ex = await run_exchange(ctx.http, type(self), request, stamps=ctx.stamps, stalls=ctx.stalls)
+        if ex.http_status is not None:
+            result.send_delay_s = ex.send_delay_s
+            _network_phases(result, ex, ctx.round_started)
+            result.http_status = ex.http_status
+        result.streamed = ex.streamed
+        if ex.failure is not None:
+            outcome = ex.failure
+            if outcome.error_class == status_mod.CONTEXT_EXCEEDED:
+                outcome = status_mod.context_exceeded(
+                    outcome, ctx.workload.name, plan.target_tokens, plan.max_tokens
                 )
-                if unreadable is not None:  # e.g. a proxy's HTML page with 200: unreadable, not slow
-                    return status_mod.apply(result, unreadable, ctx.log.redact)
-        except Exception as exc:
-            outcome = status_mod.classify_exception(exc)
-            ctx.log(f"request failed: {outcome.error_class}")
-            if col.deltas and result.streamed:
-                result.ttft_s = col.deltas[0].t - sent_at
+            if ex.raised:
+                ctx.log(f"request failed: {outcome.error_class}")
+                if ex.collector.deltas and result.streamed:
+                    result.ttft_s = ex.collector.deltas[0].t - ex.sent_at
             return status_mod.apply(result, outcome, ctx.log.redact)
         if result.streamed:
-            result.merged_reads = col.merged_reads
-        if ctx.stalls is not None:
-            result.max_stall_s = ctx.stalls.max_stall(sent_at, end)
+            result.merged_reads = ex.merged_reads
+        if ex.max_stall_s is not None:
+            result.max_stall_s = ex.max_stall_s
         after = await _snapshot(ctx, counters)
         measurement = _measure(ctx, counters, before, after)
-        self._fill(ctx, plan, result, col, sent_at, end, measurement, watched=watched)
+        self._fill(ctx, plan, result, ex, measurement)
         return result
 
     def _fill(
@@ -384,45 +361,34 @@ class HttpProbe(Probe):
         ctx: ProbeContext,
         plan: RequestPlan,
         result: RunResult,
-        col: StreamCollector,
-        sent_at: float,
-        end: float,
+        ex: Exchange,
         measurement: CounterMeasurement | None,
-        *,
-        watched: bool,
     ) -> None:
-        """Derived figures, tok/s candidates, source choice and the ok/degraded verdict; `watched`: the
-        receive watcher stamped the reads (their error bounds)."""
-        total, total_source = self.server_total(col)
-        events, result.tokens_source = token_events(col.deltas, sent_at, total, total_source)
-        n = total if total is not None else total_tokens(events)
-        if result.tokens_source is None and total is not None:
-            result.tokens_source = total_source
-        result.output_tokens = total_tokens(events, "output") if events else (n if total is not None else 0)
-        result.think_tokens = total_tokens(events, "think") if events else 0
-        result.prompt_tokens, result.cached_tokens = self.server_prompt(col)
-        result.finish_reason = col.finish_reason
-        result.response_model = col.model
-        result.e2e_s = end - sent_at
-        bounds = _bounds(ctx, events, sent_at, end, result.e2e_s, n, watched)
-        candidates = self.server_candidates(col, result)
+        """The exchange's counts and figures on the run, then tok/s candidates, source choice and the
+        ok/degraded verdict."""
+        n = ex.completion_tokens
+        result.tokens_source = ex.tokens_source
+        result.output_tokens, result.think_tokens = ex.output_tokens, ex.think_tokens
+        result.prompt_tokens, result.cached_tokens = ex.prompt_tokens, ex.cached_tokens
+        result.finish_reason = ex.finish_reason
+        result.response_model = ex.collector.model
+        result.e2e_s = ex.e2e_s
+        if ex.cold is not None:
+            result.cold = ex.cold
+        bounds = ex.bounds
+        candidates = dict(ex.server_tps)
         if measurement is not None and measurement.tokens_per_second is not None:
             candidates[TimingSource.VLLM_METRICS] = measurement.tokens_per_second
-        if result.streamed and events:
-            result.ttft_s = ttft(events)
-            result.itl_s = itl(events)
-            result.output_itl_s = output_itl(events)
-            result.ttot_s = ttot(events)
-            result.tpot_s = tpot(result.e2e_s, result.ttft_s, n)
-            cs = client_stream_tps(events, n)
-            if cs is not None:
-                candidates[TimingSource.CLIENT_STREAM] = cs
+        if result.streamed and ex.events:
+            result.ttft_s, result.ttot_s, result.tpot_s = ex.ttft_s, ex.ttot_s, ex.tpot_s
+            result.itl_s, result.output_itl_s = ex.itl_s, ex.output_itl_s
+            if ex.client_stream_tps is not None:
+                candidates[TimingSource.CLIENT_STREAM] = ex.client_stream_tps
         # A buffered answer (the decoded tokens in one read) gives no decode-speed sample: its client figure
         # is treated as one whose error is unbounded (a server figure replaces it; else it stays, set aside).
-        one_read = bool(result.streamed and events and decoded_in_one_read(events))
-        cw = client_wall_tps(n, result.e2e_s)
-        if cw is not None:
-            candidates[TimingSource.CLIENT_WALL] = cw
+        one_read = bool(result.streamed and ex.events and decoded_in_one_read(ex.events))
+        if ex.client_wall_tps is not None:
+            candidates[TimingSource.CLIENT_WALL] = ex.client_wall_tps
         result.candidates = candidates
         tolerance = ctx.settings.tolerance
         tps_bounds = bounds.tps() if bounds is not None else {}
@@ -464,38 +430,22 @@ class HttpProbe(Probe):
         result.server_shared = chosen.server_shared
         for source, why in chosen.skipped.items():
             ctx.log(f"timing source {source} skipped: {why}")
-        _prefill(result, self.server_prefill(col))
+        _prefill(result, ex.server_prefill_tps)
         _judge_prompt(ctx, plan, result)
-        verdict = status_mod.judge_answer(
+        verdict = answer_verdict(
+            ex,
+            max_tokens=plan.max_tokens,
+            configured_model=ctx.endpoint.model,
+            model_aliases=ctx.endpoint.model_aliases,
+        ) or status_mod.judge_run(
             result,
             completion_tokens=n,
             max_tokens=plan.max_tokens,
             short_output=ctx.settings.short_output,
-            text_bytes=_text_bytes(col) if col.deltas else None,
-            answered_model=col.model,
-            configured_model=ctx.endpoint.model,
-            model_aliases=ctx.endpoint.model_aliases,
             max_plausible_tps=ctx.settings.max_plausible_tokens_per_second,
         )
         if verdict is not None:
             status_mod.apply(result, verdict, ctx.log.redact)
-
-
-def _bounds(
-    ctx: ProbeContext,
-    events: Sequence[TokenEvent],
-    sent_at: float,
-    end: float,
-    e2e_s: float,
-    n: int,
-    watched: bool,
-) -> FigureBounds | None:
-    """Error bounds of the run's client figures from the lateness of the stamps they use (None: unwatched);
-    `watched`: the receive watcher stamped them too (plain HTTP), so its own lateness may bound them."""
-    if ctx.stamps is None:
-        return None
-    late = ctx.stamps.lateness([*(sent_at + e.t for e in events), end], watched=watched)
-    return figure_bounds(events, e2e_s, n, late[:-1], late[-1])
 
 
 def _prefill(result: RunResult, engine: float | None) -> None:
@@ -541,12 +491,12 @@ def _judge_prompt(ctx: ProbeContext, plan: RequestPlan, result: RunResult) -> No
         )
 
 
-def _network_phases(result: RunResult, resp: StreamResponse, round_started: float) -> None:
+def _network_phases(result: RunResult, ex: Exchange, round_started: float) -> None:
     """The run's network phases: its connection's set-up when this round opened that connection (a
     connection kept from an earlier round was set up for that round), and time to the first response byte."""
-    result.connection_reused = resp.reused
-    result.phase_processing_s = resp.processing_s
-    setup = resp.connection
+    result.connection_reused = ex.reused
+    result.phase_processing_s = ex.processing_s
+    setup = ex.connection
     if setup is None:
         return
     result.proxied = setup.proxied
@@ -558,19 +508,6 @@ def _network_phases(result: RunResult, resp: StreamResponse, round_started: floa
         result.network_rtt_s = setup.rtt_s
         if setup.proxied:
             result.phase_proxy_connect_s = setup.proxy_connect_s
-
-
-def _text_bytes(col: StreamCollector) -> int:
-    """UTF-8 bytes of the generated text, `<think>` tags included (stripped from `text`, not from `chars`)."""
-    return sum(len(d.text.encode()) + max(0, d.chars - len(d.text)) for d in col.deltas)
-
-
-async def _error_body(resp: Any) -> str:
-    """A bounded excerpt of an error answer's body; an unreadable body does not change the status."""
-    try:
-        return str(await resp.text())[:1000]
-    except Exception:
-        return ""
 
 
 async def _snapshot(ctx: ProbeContext, counters: Any) -> object | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from tokwatch.figures.result import RunResult, TimingSource
+from tokwatch.figures.result import TimingSource
 from tokwatch.figures.timing import ollama_engine_tps, ollama_prefill_tps, ollama_server_wall_tps
 from tokwatch.probes.base import ProbeContext
 from tokwatch.probes.http import ChatRequest, HttpProbe, RequestPlan
@@ -24,6 +24,7 @@ class OllamaProbe(HttpProbe):
 
     kind = "ollama"
     ollama_signals = True
+    event_separator = b"\n"  # NDJSON: one object a line
 
     @classmethod
     def url(cls, base_url: str) -> str:
@@ -69,32 +70,42 @@ class OllamaProbe(HttpProbe):
             body["system"] = plan.system_prompt
         return with_query(f"{server_root(ctx.endpoint.base_url)}/api/generate", ctx.endpoint.query), body
 
-    def server_total(self, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
+    @classmethod
+    def server_total(cls, col: StreamCollector) -> tuple[int | None, Literal["usage", "engine"]]:
         """eval_count from the final object."""
         if col.ollama is not None and col.ollama.eval_count is not None:
             return col.ollama.eval_count, "engine"
         return None, "engine"
 
-    def server_prompt(self, col: StreamCollector) -> tuple[int | None, int | None]:
+    @classmethod
+    def server_prompt(cls, col: StreamCollector) -> tuple[int | None, int | None]:
         """prompt_eval_count (the prompt tokens Ollama evaluated) and prompt_eval_cached_count if sent."""
         final = col.ollama
         return (None, None) if final is None else (final.prompt_eval_count, final.prompt_eval_cached_count)
 
-    def server_prefill(self, col: StreamCollector) -> float | None:
+    @classmethod
+    def server_prefill(cls, col: StreamCollector) -> float | None:
         """prompt_eval_count / prompt_eval_duration."""
         final = col.ollama
         if final is None:
             return None
         return ollama_prefill_tps(final.prompt_eval_count, final.prompt_eval_duration_ns)
 
-    def server_candidates(self, col: StreamCollector, result: RunResult) -> dict[TimingSource, float]:
+    @classmethod
+    def server_cold(cls, col: StreamCollector) -> bool | None:
+        """load_duration above COLD_LOAD_MIN_NS: the model was loaded for this request."""
+        final = col.ollama
+        if final is None or final.load_duration_ns is None:
+            return None
+        return final.load_duration_ns > COLD_LOAD_MIN_NS
+
+    @classmethod
+    def server_candidates(cls, col: StreamCollector) -> dict[TimingSource, float]:
         """Engine figure, or the total-duration figure when the upstream strips eval_duration."""
         out: dict[TimingSource, float] = {}
         final = col.ollama
         if final is None:
             return out
-        if final.load_duration_ns is not None:
-            result.cold = final.load_duration_ns > COLD_LOAD_MIN_NS
         engine = ollama_engine_tps(final.eval_count, final.eval_duration_ns)
         if engine is not None:
             out[TimingSource.ENGINE] = engine

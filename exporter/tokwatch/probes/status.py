@@ -168,6 +168,62 @@ def _normal_model(name: str) -> str:
     return name
 
 
+def implausible_tokens(completion_tokens: int, text_bytes: int | None) -> Classification | None:
+    """More tokens claimed than the text could hold: every token is at least one byte of text (byte-level
+    tokenizers); a few special tokens (end of turn, reasoning markers) may carry none, hence the slack."""
+    if text_bytes is not None and completion_tokens > text_bytes + _SPECIAL_TOKEN_SLACK:
+        return Classification(
+            Status.PROVIDER_ERROR,
+            "implausible_tokens",
+            f"{completion_tokens} tokens claimed for {text_bytes} bytes of text",
+        )
+    return None
+
+
+def model_mismatch(
+    answered_model: str | None, configured_model: str | None, model_aliases: Sequence[str] = ()
+) -> Classification | None:
+    """An answer that names another model than the configured one (`model_matches`)."""
+    if answered_model is None or configured_model is None:
+        return None
+    if model_matches(answered_model, configured_model, model_aliases):
+        return None
+    return Classification(
+        Status.DEGRADED,
+        "model_mismatch",
+        f"answered by model {answered_model[:120]!r}, configured {configured_model[:120]!r}",
+    )
+
+
+def judge_run(
+    result: RunResult,
+    *,
+    completion_tokens: int | None,
+    max_tokens: int,
+    short_output: str,
+    max_plausible_tps: float | None = None,
+) -> Classification | None:
+    """The probe's run verdict, after the answer's (`tokwatch.probes.exchange.answer_verdict`): the chosen
+    tok/s plausible and present, the output as long as asked for; None when ok."""
+    tps = result.tokens_per_second
+    if max_plausible_tps is not None and tps is not None and tps > max_plausible_tps:
+        return Classification(
+            Status.PROVIDER_ERROR,
+            "implausible_rate",
+            f"{tps:,.0f} tok/s from {result.source} is above the plausible {max_plausible_tps:,.0f} tok/s",
+        )
+    if result.tokens_per_second is None:
+        return Classification(Status.DEGRADED, "no_timing", "no timing source gave a tok/s figure")
+    if short_output != "ok" and (completion_tokens or 0) < max_tokens:
+        return Classification(
+            Status.DEGRADED,
+            "short_output",
+            f"{completion_tokens or 0} of {max_tokens} requested tokens"
+            + (f" (finish_reason {result.finish_reason})" if result.finish_reason else ""),
+        )
+    return None
+
+
 def judge_answer(
     result: RunResult,
     *,
@@ -180,40 +236,16 @@ def judge_answer(
     model_aliases: Sequence[str] = (),
     max_plausible_tps: float | None = None,
 ) -> Classification | None:
-    """The verdict on an answered run, first rule that applies; None when ok (every rule: methodology)."""
-    n = completion_tokens or 0
-    # Every token is at least one byte of text (byte-level tokenizers); a few special tokens (end of turn,
-    # reasoning markers) may carry none, hence the slack.
-    if text_bytes is not None and n > text_bytes + _SPECIAL_TOKEN_SLACK:
-        return Classification(
-            Status.PROVIDER_ERROR,
-            "implausible_tokens",
-            f"{n} tokens claimed for {text_bytes} bytes of text",
+    """The answer's rules on tokens and model, then the run's (`judge_run`); None when ok (every rule:
+    docs/methodology.md)."""
+    return (
+        implausible_tokens(completion_tokens or 0, text_bytes)
+        or model_mismatch(answered_model, configured_model, model_aliases)
+        or judge_run(
+            result,
+            completion_tokens=completion_tokens,
+            max_tokens=max_tokens,
+            short_output=short_output,
+            max_plausible_tps=max_plausible_tps,
         )
-    tps = result.tokens_per_second
-    if max_plausible_tps is not None and tps is not None and tps > max_plausible_tps:
-        return Classification(
-            Status.PROVIDER_ERROR,
-            "implausible_rate",
-            f"{tps:,.0f} tok/s from {result.source} is above the plausible {max_plausible_tps:,.0f} tok/s",
-        )
-    if (
-        answered_model is not None
-        and configured_model is not None
-        and not model_matches(answered_model, configured_model, model_aliases)
-    ):
-        return Classification(
-            Status.DEGRADED,
-            "model_mismatch",
-            f"answered by model {answered_model[:120]!r}, configured {configured_model[:120]!r}",
-        )
-    if result.tokens_per_second is None:
-        return Classification(Status.DEGRADED, "no_timing", "no timing source gave a tok/s figure")
-    if short_output != "ok" and (completion_tokens or 0) < max_tokens:
-        return Classification(
-            Status.DEGRADED,
-            "short_output",
-            f"{completion_tokens or 0} of {max_tokens} requested tokens"
-            + (f" (finish_reason {result.finish_reason})" if result.finish_reason else ""),
-        )
-    return None
+    )

@@ -57,7 +57,7 @@ from tokwatch.transport.http_wire import (
     parse_head,
     parse_url,
 )
-from tokwatch.transport.kernel_stamps import StampsKeptOn
+from tokwatch.transport.kernel_stamps import KernelStampedTransport, StampsKeptOn
 from tokwatch.transport.kernel_stamps import available as kernel_stamps_available
 from tokwatch.transport.rxwatch import ReceiveWatcher
 
@@ -623,6 +623,8 @@ class StreamResponse:
         self.connection: ConnectionSetup | None = conn.setup
         # Whether the receive watcher stamped the reads (plain HTTP with a watcher; never over TLS).
         self.watched = conn.watcher is not None
+        # Whether each read carries the kernel's receive time of its newest segment (plain HTTP on Linux).
+        self.kernel_stamped = isinstance(conn.transport, KernelStampedTransport)
         self.response_at: float | None = exchange.response_at
         self.wakeups = 0  # times the reader was woken for more of the body (diagnostics and tests)
         self._loop = asyncio.get_running_loop()
