@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.bench.processes import sim_process, tokwatch_cli, until_served
+from tests.bench.processes import bench_ran, sim_process, tokwatch_cli, until_served
 from tokwatch.bench.accuracy import (
     SHIPPED_TASKS_DIR,
     AccuracyLmevalEvaluator,
@@ -88,7 +88,7 @@ async def test_the_cli_sends_the_task_through_the_bench_and_writes_lm_evals_resu
             "--no-server-metrics",
             limit_s=240,
         )  # fmt: skip
-    assert code == 0, err
+    assert bench_ran(code, err), err
     doc = json.loads((out / RESULTS_FILE).read_text())
     # lm-eval's own results document
     for key in ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "config"):
