@@ -65,6 +65,7 @@ from typing import Any
 
 import aiohttp
 
+from busy_host import hogs
 from timing_truth import TimingTruth, counts, judge
 from ttft_truth import SERVER_ENGINE_HELP, start_refserver, stop
 
@@ -722,6 +723,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-engine", choices=("loop", "threads"), default="loop", help=SERVER_ENGINE_HELP)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write every result here too")
+    ap.add_argument(
+        "--hogs",
+        type=int,
+        default=0,
+        help="busy-loop processes at normal priority beside every rung (a busy host)",
+    )
     args = ap.parse_args(argv)
     if args.command == "raw":
         return raw_main(args)
@@ -742,8 +749,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("builds: " + ", ".join(f"{n}={p or 'as installed'} {' '.join(x)}".strip() for n, p, x in builds))
     print(f"load average before: {load_average()}", flush=True)
+    if args.hogs:
+        print(f"busy host: {args.hogs} busy-loop processes (benchmarks/busy_host.py's) beside every rung")
     results: list[Result] = []
-    with tempfile.TemporaryDirectory() as tmpdir:
+    with tempfile.TemporaryDirectory() as tmpdir, hogs([None] * args.hogs):
         tmp = Path(tmpdir)
         gave_up: dict[tuple[str, str], float] = {}  # (client, arrivals) -> the rate it fell short at
         for rung in rungs:
