@@ -309,16 +309,20 @@ def _chunk(word: str) -> bytes:
     return _sse({"model": "m", "choices": [{"index": 0, "delta": {"content": word}}]})
 
 
-def _kernel_stamped(reads: list[tuple[float, bytes]], sent_at: float = 1000.0) -> Exchange:
-    """An exchange whose answer came in `reads` (seconds after `sent_at`, payload), stamped by the kernel
-    alone, under a loop stall covering all of it (the loop's bound: over 5 s for every stamp)."""
+def _kernel_stamped(
+    reads: list[tuple[float, bytes]], *, head: float = 0.0, stalled: bool = True, sent_at: float = 1000.0
+) -> Exchange:
+    """An exchange whose answer came in `reads` (seconds after `sent_at`, payload) after its head (read
+    `head` s after the send, apart), stamped by the kernel alone; `stalled`: under a loop stall covering all
+    of it (the loop's bound: over 5 s for every stamp), else with a loop its heartbeat saw on time."""
     ex = Exchange(sent_at=sent_at, kernel_stamped=True)
     parser = probe_class("openai").parser()
-    after: float | None = 0.0
+    after: float | None = head
     for rel, data in reads:
         after = _read_kernel_stamped(ex, parser, b"\n\n", sent_at + rel, data, after)
     monitor = StallMonitor()
-    monitor.record(sent_at + 10.0, 20.0)  # the loop "stalled" from 10 s before the send to 10 s after it
+    if stalled:
+        monitor.record(sent_at + 10.0, 20.0)  # the loop "stalled" from 10 s before the send to 10 s after it
     end = sent_at + reads[-1][0]
     fill_figures(ex, probe_class("openai"), end, StampLateness(monitor))
     return ex
@@ -387,3 +391,27 @@ def test_no_stamp_is_later_than_the_time_since_the_send() -> None:
     fill_figures(ex, probe_class("openai"), 1000.002, StampLateness(monitor))
     assert ex.bounds is not None and ex.bounds.ttft_s == pytest.approx(0.0004)
     assert ex.bounds.e2e_s == pytest.approx(0.002)
+
+
+def test_a_merged_read_bounds_its_earlier_events_where_the_heartbeat_saw_no_stall() -> None:
+    """Two tokens in one read mean the loop came late for the first, even when its heartbeat saw nothing
+    (it misses lateness under one period plus its floor): the first is bounded by the time since the read
+    before, here the response head's, not by the heartbeat's 0."""
+    ex = _kernel_stamped(
+        [(0.010, _chunk("one ") + _chunk("two ")), (0.011, _chunk("three "))], head=0.004, stalled=False
+    )
+    assert ex.bounds is not None and ex.bounds.ttft_s == pytest.approx(0.006)
+    assert ex.stamp_lateness_s == pytest.approx(0.006)
+
+
+def test_a_token_read_with_the_answers_end_keeps_the_heartbeats_bound() -> None:
+    """The last token read together with usage: no later token in its read, so the loop's bound holds (0
+    where its heartbeat saw the loop on time), as for any read not known to have come late."""
+    ex = _kernel_stamped(
+        [
+            (0.010, _chunk("one ")),
+            (0.011, _chunk("two ") + _sse({"model": "m", "choices": [], "usage": {"completion_tokens": 2}})),
+        ],
+        stalled=False,
+    )
+    assert ex.stamp_lateness_s == 0.0

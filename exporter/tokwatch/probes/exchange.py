@@ -90,8 +90,8 @@ class Exchange:
     # Kernel stamps of reads that held two or more whole events -> how many text deltas the last of them
     # gave: those arrived at the stamp (its newest segment), exact; the deltas before them in the read not.
     exact_tail: dict[float, int] = field(default_factory=dict)
-    # Kernel stamps of the other reads -> the kernel stamp of the read before them (or 0, the send): every
-    # byte a read holds arrived after the read before it, which took all the socket held.
+    # Kernel stamps of the other reads -> the kernel stamp of the read before them (the response head's, or 0:
+    # the send): every byte a read holds arrived after the read before it, which took all the socket held.
     arrived_after: dict[float, float] = field(default_factory=dict)
     send_delay_s: float | None = None
     reused: bool | None = None
@@ -193,8 +193,11 @@ async def run_exchange(
                 parser = dialect.parser()
                 # Only the kernel's stamps alone are exact for a whole-event read (a watcher splits reads).
                 separator = dialect.event_separator if ex.kernel_stamped and not ex.watched else None
-                # A read's bytes all arrived after the read before it; for a coded body a piece is not a read.
-                after: float | None = None if resp.headers.get("Content-Encoding") else 0.0
+                # A read's bytes all arrived after the read before it (the head's, when it came apart from
+                # the body); for a coded body a piece is not a read, so only the send is known to be before.
+                after: float | None = None
+                if resp.response_at is not None and not resp.headers.get("Content-Encoding"):
+                    after = resp.response_at - ex.sent_at
                 async for batch in resp.batches():
                     if on_answer is not None:
                         on_answer(batch[-1][0])
@@ -242,8 +245,11 @@ def _read_kernel_stamped(
     ex: Exchange, parser: StreamParser, separator: bytes, t: float, data: bytes, after: float | None
 ) -> float | None:
     """Parse one kernel-stamped read into the collector and note what its stamp says of its events'
-    arrivals (`exact_stamps`, `exact_tail`, `arrived_after`); returns the floor of the next read's."""
+    arrivals (`exact_stamps`, `exact_tail`, `arrived_after`); `after`: the kernel stamp of the read before,
+    if it took all the socket held. Returns the next read's `after`."""
     rel = t - ex.sent_at  # as the token events' times
+    # Two reads with one stamp (the transport keeps stamps ascending) cannot be told apart: then the send.
+    floor = after if after is not None and after < rel else 0.0
     ended = data.count(separator) if data.endswith(separator) else 0
     if ended == 1:
         ex.collector.add(parser.feed(data, t))
@@ -257,12 +263,10 @@ def _read_kernel_stamped(
         deltas = sum(1 for ev in last if isinstance(ev, TextDelta))
         if deltas:
             ex.exact_tail[rel] = deltas
-        if after is not None:
-            ex.arrived_after[rel] = after
+        ex.arrived_after[rel] = floor
     else:
         ex.collector.add(parser.feed(data, t))
-        if after is not None:
-            ex.arrived_after[rel] = after
+        ex.arrived_after[rel] = floor
     return rel if after is not None and len(data) <= WHOLE_READ_BYTES else None
 
 
@@ -323,13 +327,19 @@ def fill_figures(ex: Exchange, dialect: Dialect, end: float, stamps: StampLatene
 
 def _kernel_lateness(ex: Exchange, events: Sequence[TokenEvent], late: Sequence[float]) -> list[float]:
     """Each event's lateness with kernel stamps: 0 where its read's stamp is its arrival (`exact_stamps`,
-    the last `exact_tail` deltas of a read when every delta of that read is an event), else the loop's
-    bound `late[i]` capped by the time since the read before (`arrived_after`)."""
+    the last `exact_tail` deltas of a read when every delta of that read is an event). An event a later
+    token followed in its read arrived after the read before (`arrived_after`) and that is its bound: the
+    loop came late for it, by what its heartbeat may not have seen (it sees no lateness under one period
+    plus its floor). Any other event keeps the loop's bound `late[i]`, capped by that time."""
     exact, after = ex.exact_stamps, ex.arrived_after
-    out = [
-        0.0 if e.t in exact else min(lat, e.t - after[e.t]) if e.t in after else lat
-        for e, lat in zip(events, late, strict=True)
-    ]
+    out = list(late)
+    for i, e in enumerate(events):
+        if e.t in exact:
+            out[i] = 0.0
+        elif e.t in after:
+            since = e.t - after[e.t]
+            merged = i + 1 < len(events) and events[i + 1].t == e.t
+            out[i] = since if merged else min(late[i], since)
     if ex.exact_tail:
         sent_at = ex.sent_at
         deltas: dict[float, int] = {}
