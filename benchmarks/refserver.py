@@ -91,7 +91,11 @@ class Truth:
     # Every token's write, as `last_write_perf_s` (right after its last byte was handed to the kernel), in
     # token order: the true per-token gaps a client's inter-token latency is compared with.
     write_perf_s: list[float] = field(default_factory=list)
+    # ... and right before each send: a server preempted around its send wrote in between (the truth's own
+    # uncertainty, as first_write_start_perf_s).
+    write_start_perf_s: list[float] = field(default_factory=list)
     tail_write_perf_s: float | None = None  # the same for the answer's end (usage, [DONE], the last chunk)
+    tail_write_start_perf_s: float | None = None
 
     def wrote(self, before: float, written: float, due: float) -> None:
         """A token's write: started at `before`, its last byte handed to the kernel at `written`."""
@@ -99,6 +103,7 @@ class Truth:
             self.first_write_perf_s, self.first_write_start_perf_s = written, before
         self.last_write_perf_s = written
         self.write_perf_s.append(written)
+        self.write_start_perf_s.append(before)
         self.writes += 1
         if self.max_write_late_at_perf_s is None or written - due > self.max_write_late_s:
             self.max_write_late_s, self.max_write_late_at_perf_s = written - due, written
@@ -383,8 +388,9 @@ class RefServer:
                 before = time.perf_counter()
                 sock.sendall(data)
                 truth.wrote(before, time.perf_counter(), due)  # the bytes are in the peer's socket buffer
+            before = time.perf_counter()
             sock.sendall(answer.tail)
-            truth.tail_write_perf_s = time.perf_counter()
+            truth.tail_write_start_perf_s, truth.tail_write_perf_s = before, time.perf_counter()
             truth.completed = True
         return reply.keep
 
@@ -583,7 +589,7 @@ class LoopRefServer(RefServer):
 def _written(truth: Truth, started: float, due: float, tail: bool) -> None:
     """A write's last byte was handed to the kernel now: a token's (`Truth.wrote`) or the answer's end."""
     if tail:
-        truth.tail_write_perf_s = time.perf_counter()
+        truth.tail_write_start_perf_s, truth.tail_write_perf_s = started, time.perf_counter()
     else:
         truth.wrote(started, time.perf_counter(), due)
 

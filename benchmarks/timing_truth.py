@@ -11,6 +11,9 @@ uses (the larger of 1 ms and 5 % of the figure, docs/methodology.md "Disturbance
 - **missed**: requests not flagged whose figure's real error is beyond tolerance (a bound smaller than the
   real error: must be 0);
 
+a figure's real error counts as beyond tolerance only against both the server's stamp after each send and
+the one before it (a server preempted around a send, on a busy host, makes its own truth late);
+
 and per token the ITL error (client per-token gap - true per-token gap, as benchmarks/measurement_error.py)
 and the stamp error (client receive stamp - the server's write), against the request's `stamp_lateness_s`
 (the largest lateness the bounds allow any of its stamps): **stamp short** counts requests with a stamp later
@@ -61,9 +64,12 @@ def verdict_of(out_dir: Path) -> str:
     return "-"
 
 
-def real_errors(record: dict[str, Any], truth: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
-    """(client figure, client figure - true figure) of each latency figure the check judges, by figure."""
-    arrival, writes = truth["arrival_perf_s"], truth["write_perf_s"]
+def real_errors(
+    record: dict[str, Any], truth: dict[str, Any], writes_key: str = "write_perf_s"
+) -> dict[str, list[tuple[float, float]]]:
+    """(client figure, client figure - true figure) of each latency figure the check judges, by figure; the
+    tokens' true times are `writes_key`'s (after each send returned, or right before it)."""
+    arrival, writes = truth["arrival_perf_s"], truth[writes_key]
     n = len(writes)
     out: dict[str, list[tuple[float, float]]] = {}
     ttft = record["ttft_s"]
@@ -74,7 +80,7 @@ def real_errors(record: dict[str, Any], truth: dict[str, Any]) -> dict[str, list
         values = percentiles(gaps, ITL_PERCENTILES)
         truths = percentiles(true_gaps, ITL_PERCENTILES)
         out["itl"] = [(v, v - t) for v, t in zip(values, truths, strict=True)]
-    end = truth.get("tail_write_perf_s")
+    end = truth.get("tail_write_start_perf_s" if writes_key == "write_start_perf_s" else "tail_write_perf_s")
     if end is not None and record.get("e2e_s") is not None:
         out["e2e"] = [(record["e2e_s"], record["e2e_s"] - (end - arrival))]
         if record.get("tpot_s") is not None and n >= 2:
@@ -105,11 +111,15 @@ def judge(
         flagged = list(r.get("beyond_tolerance") or [])
         result.flagged_requests += bool(flagged)
         errors = real_errors(r, t)
+        # A write happened between the stamps before and after its send: a figure is beyond tolerance only
+        # against both (a server preempted around a send would otherwise pass for a client error).
+        before = real_errors(r, t, "write_start_perf_s") if t.get("write_start_perf_s") else errors
         for figure in flagged:
+            wrong = beyond(errors.get(figure, [])) and beyond(before.get(figure, []))
             result.flagged[figure] = result.flagged.get(figure, 0) + 1
-            result.real[figure] = result.real.get(figure, 0) + beyond(errors.get(figure, []))
+            result.real[figure] = result.real.get(figure, 0) + wrong
         for figure, errs in errors.items():
-            if figure not in flagged and beyond(errs):
+            if figure not in flagged and beyond(errs) and beyond(before.get(figure, [])):
                 result.missed[figure] = result.missed.get(figure, 0) + 1
         result.ttft_err.append(errors["ttft"][0][1])
         result.itl_err.extend(g - (b - a) for g, (a, b) in zip(gaps, itertools.pairwise(writes), strict=True))
