@@ -368,15 +368,18 @@ def test_a_last_token_read_with_the_answers_end_is_bounded_by_the_read_before() 
 
 def test_a_read_the_socket_may_not_have_drained_gives_the_next_read_no_floor() -> None:
     """A long read may have left bytes in the socket: the next read's events may have arrived before it, so
-    they are bounded by the time since the send (20 ms), not since the read before (10 ms)."""
+    they are bounded by the time since the send (20 ms), not since the read before (10 ms); a short read
+    after it took all there was, so the read after that is bounded from it again (30 ms, not 50)."""
     big = _chunk("x" * WHOLE_READ_BYTES)
     ex = _kernel_stamped(
         [
             (0.010, big[: len(big) - 2]),  # an event cut short: the next read ends it
             (0.020, big[len(big) - 2 :] + _chunk("two ") + _chunk("three ")),
+            (0.050, _chunk("four ") + _chunk("five")),
         ]
     )
-    assert ex.stamp_lateness_s == pytest.approx(0.020)
+    assert len(ex.events) == 5 and ex.stamp_lateness_s == pytest.approx(0.030)
+    assert ex.bounds is not None and ex.bounds.ttft_s == pytest.approx(0.020)
 
 
 def test_no_stamp_is_later_than_the_time_since_the_send() -> None:

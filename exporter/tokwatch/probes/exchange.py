@@ -195,8 +195,9 @@ async def run_exchange(
                 separator = dialect.event_separator if ex.kernel_stamped and not ex.watched else None
                 # A read's bytes all arrived after the read before it (the head's, when it came apart from
                 # the body); for a coded body a piece is not a read, so only the send is known to be before.
+                coded = bool(resp.headers.get("Content-Encoding"))
                 after: float | None = None
-                if resp.response_at is not None and not resp.headers.get("Content-Encoding"):
+                if resp.response_at is not None and not coded:
                     after = resp.response_at - ex.sent_at
                 async for batch in resp.batches():
                     if on_answer is not None:
@@ -205,7 +206,7 @@ async def run_exchange(
                         if separator is None:
                             col.add(parser.feed(data, t))
                         else:
-                            after = _read_kernel_stamped(ex, parser, separator, t, data, after)
+                            after = _read_kernel_stamped(ex, parser, separator, t, data, after, coded)
                         if token_limit is not None and col.client_tokens > token_limit:
                             ex.cut = True
                             break
@@ -242,11 +243,18 @@ WHOLE_READ_BYTES = 8 * 1024
 
 
 def _read_kernel_stamped(
-    ex: Exchange, parser: StreamParser, separator: bytes, t: float, data: bytes, after: float | None
+    ex: Exchange,
+    parser: StreamParser,
+    separator: bytes,
+    t: float,
+    data: bytes,
+    after: float | None,
+    coded: bool = False,
 ) -> float | None:
     """Parse one kernel-stamped read into the collector and note what its stamp says of its events'
     arrivals (`exact_stamps`, `exact_tail`, `arrived_after`); `after`: the kernel stamp of the read before,
-    if it took all the socket held. Returns the next read's `after`."""
+    if it took all the socket held; `coded`: the body is compressed (a piece is no read). Returns the next
+    read's `after`."""
     rel = t - ex.sent_at  # as the token events' times
     # Two reads with one stamp (the transport keeps stamps ascending) cannot be told apart: then the send.
     floor = after if after is not None and after < rel else 0.0
@@ -267,7 +275,7 @@ def _read_kernel_stamped(
     else:
         ex.collector.add(parser.feed(data, t))
         ex.arrived_after[rel] = floor
-    return rel if after is not None and len(data) <= WHOLE_READ_BYTES else None
+    return None if coded or len(data) > WHOLE_READ_BYTES else rel
 
 
 def _failed(ex: Exchange, failure: status_mod.Classification | None) -> Exchange:
