@@ -41,6 +41,10 @@ backlog for a slot only a client's close frees, some until the drain limit, and 
     python benchmarks/bench_capacity.py --quick             # 3 rungs + c=16, 3 s each, ~2 min
     python benchmarks/bench_capacity.py --build new=exporter --build base=/tmp/base/exporter
     python benchmarks/bench_capacity.py --build "nowatch=exporter::--receive-watcher off" --rates ""
+    python benchmarks/bench_capacity.py --hogs 2               # beside two busy-loop processes
+
+For tokwatch it also prints its `client timing` verdict beside the real errors of the figures it judged
+(`timing_truth.py`: requests flagged, really beyond tolerance and missed, per figure; TTFT and ITL error).
 """
 
 from __future__ import annotations
