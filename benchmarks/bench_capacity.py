@@ -41,6 +41,10 @@ backlog for a slot only a client's close frees, some until the drain limit, and 
     python benchmarks/bench_capacity.py --quick             # 3 rungs + c=16, 3 s each, ~2 min
     python benchmarks/bench_capacity.py --build new=exporter --build base=/tmp/base/exporter
     python benchmarks/bench_capacity.py --build "nowatch=exporter::--receive-watcher off" --rates ""
+    python benchmarks/bench_capacity.py --hogs 2               # beside two busy-loop processes
+
+For tokwatch it also prints its `client timing` verdict beside the real errors of the figures it judged
+(`timing_truth.py`: requests flagged, really beyond tolerance and missed, per figure; TTFT and ITL error).
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ from typing import Any
 
 import aiohttp
 
+from busy_host import hogs
+from timing_truth import TimingTruth, counts, judge
 from ttft_truth import SERVER_ENGINE_HELP, start_refserver, stop
 
 CLEAN_P99_MS = 5.0
@@ -367,6 +373,7 @@ class Result:
     event_loop: str = ""
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    timing: TimingTruth | None = None  # tokwatch only: its client timing verdict against the truth
 
     @property
     def held(self) -> bool | None:
@@ -528,6 +535,7 @@ def measure_tokwatch(
     result.event_loop = str(client.get("event_loop", ""))
     result.planned = _rate([r["intended_at_s"] for r in records if r.get("intended_at_s") is not None])
     result.extra = {k: v for k, v in client.items() if k not in ("cpu_s", "perf_counter_origin_s")}
+    result.timing = judge(records, truths, float(client.get("perf_counter_origin_s") or 0.0), out)
     return result
 
 
@@ -585,6 +593,47 @@ def render(results: list[Result]) -> str:
             + f" | {held} "
             f"| {_f(r.err_p50_ms)} / {_f(r.err_p99_ms)} | {clean} "
             f"| {_f(r.cpu_ms)} ({_f(r.proc_cpu_ms)}) | {ratio} |" + (f" {r.note}" if r.note else "")
+        )
+    return "\n".join(lines)
+
+
+def timing_figures(t: TimingTruth) -> dict[str, Any]:
+    """A run's client timing verdict and real errors (ms): TTFT error p50 / p99 (signed), ITL error p50
+    (signed) / p99 of |error|, per-figure counts."""
+    itl_abs = [abs(x) for x in t.itl_err]
+    return {
+        "verdict": t.verdict,
+        "joined": t.joined,
+        "flagged_requests": t.flagged_requests,
+        "flagged": t.flagged,
+        "real": t.real,
+        "missed": t.missed,
+        "ttft_err_p50_ms": _percentile(t.ttft_err, 50) * 1e3 if t.ttft_err else None,
+        "ttft_err_p99_ms": _percentile(t.ttft_err, 99) * 1e3 if t.ttft_err else None,
+        "itl_err_p50_ms": _percentile(t.itl_err, 50) * 1e3 if t.itl_err else None,
+        "itl_abs_err_p99_ms": _percentile(itl_abs, 99) * 1e3 if itl_abs else None,
+        "stamp_short": t.stamp_short,
+        "stamp_excess_max_ms": None if t.stamp_excess_max_s is None else t.stamp_excess_max_s * 1e3,
+    }
+
+
+def render_timing(results: list[Result]) -> str:
+    """tokwatch's `client timing` verdict per rung beside the real errors (timing_truth.py)."""
+    lines = [
+        "| rung | client | client timing | requests flagged (per figure) | flagged and really beyond "
+        "| missed | TTFT err p50 / p99 ms | ITL err p50 / abs p99 ms | stamp short (worst excess ms) |",
+        "|---|---|:---:|---|---|---|---:|---:|---:|",
+    ]
+    for r in results:
+        if r.timing is None:
+            continue
+        f = timing_figures(r.timing)
+        lines.append(
+            f"| {r.rung.name} | {r.client} | {f['verdict']} | {f['flagged_requests']}/{f['joined']} "
+            f"({counts(f['flagged'])}) | {counts(f['real'])} | {counts(f['missed'])} "
+            f"| {_f(f['ttft_err_p50_ms'])} / {_f(f['ttft_err_p99_ms'])} "
+            f"| {_f(f['itl_err_p50_ms'], '.3f')} / {_f(f['itl_abs_err_p99_ms'], '.3f')} "
+            f"| {f['stamp_short']} ({_f(f['stamp_excess_max_ms'], '.3f')}) |"
         )
     return "\n".join(lines)
 
@@ -678,6 +727,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-engine", choices=("loop", "threads"), default="loop", help=SERVER_ENGINE_HELP)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write every result here too")
+    ap.add_argument(
+        "--hogs",
+        type=int,
+        default=0,
+        help="busy-loop processes at normal priority beside every rung (a busy host)",
+    )
     args = ap.parse_args(argv)
     if args.command == "raw":
         return raw_main(args)
@@ -698,8 +753,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("builds: " + ", ".join(f"{n}={p or 'as installed'} {' '.join(x)}".strip() for n, p, x in builds))
     print(f"load average before: {load_average()}", flush=True)
+    if args.hogs:
+        print(f"busy host: {args.hogs} busy-loop processes (benchmarks/busy_host.py's) beside every rung")
     results: list[Result] = []
-    with tempfile.TemporaryDirectory() as tmpdir:
+    with tempfile.TemporaryDirectory() as tmpdir, hogs([None] * args.hogs):
         tmp = Path(tmpdir)
         gave_up: dict[tuple[str, str], float] = {}  # (client, arrivals) -> the rate it fell short at
         for rung in rungs:
@@ -725,16 +782,28 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
                 if rung.rate is not None and (r.achieved or 0.0) < GIVE_UP_SHARE * (r.planned or rung.rate):
                     gave_up[name, rung.arrivals] = rung.rate
+                timing = ""
+                if r.timing is not None:
+                    tf = timing_figures(r.timing)
+                    timing = (
+                        f"client timing {tf['verdict']} flagged {tf['flagged_requests']} "
+                        f"({counts(tf['flagged'])}; really {counts(tf['real'])}; "
+                        f"missed {counts(tf['missed'])})  ITL err p50 "
+                        f"{_f(tf['itl_err_p50_ms'], '.3f')} |p99| {_f(tf['itl_abs_err_p99_ms'], '.3f')} ms  "
+                    )
                 print(
                     f"{rung.name:<18} {name:<10} achieved {_f(r.achieved, '7.1f')}/s  TTFT err p50 "
                     f"{_f(r.err_p50_ms)} p99 {_f(r.err_p99_ms)} ms  joined {r.joined}/{r.requests}  CPU "
                     f"{_f(r.cpu_ms, '.3f')} ms/req (process {_f(r.proc_cpu_ms, '.3f')})  {r.event_loop}  "
-                    f"load {load_average()} {r.note}",
+                    f"{timing}load {load_average()} {r.note}",
                     flush=True,
                 )
     print()
     print(render(results))
     print()
+    if any(r.timing is not None for r in results):
+        print(render_timing(results))
+        print()
     print("\n".join(summary_lines(results, rungs)))
     print(
         f"\nclean: TTFT err p99 < {CLEAN_P99_MS:g} ms against the kernel's arrival stamp; held: achieved "
@@ -745,7 +814,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(
             json.dumps(
-                [{**asdict(r), "rung": asdict(r.rung), "held": r.held, "clean": r.clean} for r in results],
+                [
+                    {
+                        **asdict(r),
+                        "rung": asdict(r.rung),
+                        "held": r.held,
+                        "clean": r.clean,
+                        "timing": None if r.timing is None else timing_figures(r.timing),
+                    }
+                    for r in results
+                ],
                 indent=1,
             )
         )

@@ -25,7 +25,7 @@ step of the wall clock during a run (NTP) is visible. Linux only (`SO_TIMESTAMPN
 
 prints the port it listens on (useful with `--port 0`), serves until SIGTERM/SIGINT, then writes the truth
 log. `GET /truth` returns it as JSON lines at any time: request_id, arrival_perf_s, first_write_perf_s,
-last_write_perf_s, writes (and the fields of `Truth`).
+last_write_perf_s, writes, write_perf_s (every token's write), tail_write_perf_s (and the fields of `Truth`).
 """
 
 from __future__ import annotations
@@ -88,12 +88,22 @@ class Truth:
     max_write_late_s: float = 0.0  # largest lateness of a write against its due time (server's own jitter)
     max_write_late_at_perf_s: float | None = None  # when that write happened (one stall hits every stream)
     completed: bool = False
+    # Every token's write, as `last_write_perf_s` (right after its last byte was handed to the kernel), in
+    # token order: the true per-token gaps a client's inter-token latency is compared with.
+    write_perf_s: list[float] = field(default_factory=list)
+    # ... and right before each send: a server preempted around its send wrote in between (the truth's own
+    # uncertainty, as first_write_start_perf_s).
+    write_start_perf_s: list[float] = field(default_factory=list)
+    tail_write_perf_s: float | None = None  # the same for the answer's end (usage, [DONE], the last chunk)
+    tail_write_start_perf_s: float | None = None
 
     def wrote(self, before: float, written: float, due: float) -> None:
         """A token's write: started at `before`, its last byte handed to the kernel at `written`."""
         if self.first_write_perf_s is None:
             self.first_write_perf_s, self.first_write_start_perf_s = written, before
         self.last_write_perf_s = written
+        self.write_perf_s.append(written)
+        self.write_start_perf_s.append(before)
         self.writes += 1
         if self.max_write_late_at_perf_s is None or written - due > self.max_write_late_s:
             self.max_write_late_s, self.max_write_late_at_perf_s = written - due, written
@@ -378,7 +388,9 @@ class RefServer:
                 before = time.perf_counter()
                 sock.sendall(data)
                 truth.wrote(before, time.perf_counter(), due)  # the bytes are in the peer's socket buffer
+            before = time.perf_counter()
             sock.sendall(answer.tail)
+            truth.tail_write_start_perf_s, truth.tail_write_perf_s = before, time.perf_counter()
             truth.completed = True
         return reply.keep
 
@@ -393,9 +405,9 @@ class _Conn:
     stamp: int | None = None  # kernel receive time of the last read
     head_stamp: int | None = None  # ... of the read that brought the first byte of `buf`
     streaming: bool = False  # one request at a time, as a client that does not pipeline expects
-    # unsent writes in order: (bytes, truth, due, started): a token's truth is stamped when its last byte
-    # is handed to the kernel
-    out: collections.deque[tuple[memoryview, Truth | None, float, float]] = field(
+    # unsent writes in order: (bytes, truth, due, started, tail): a token's truth (or with `tail` the
+    # answer's end) is stamped when its last byte is handed to the kernel
+    out: collections.deque[tuple[memoryview, Truth | None, float, float, bool]] = field(
         default_factory=collections.deque
     )
     keep: bool = True
@@ -511,7 +523,7 @@ class LoopRefServer(RefServer):
         if k + 1 < answer.n:
             heapq.heappush(self._heap, (self._due(truth, k + 1), next(self._seq), conn, truth, answer, k + 1))
             return
-        self._send(conn, answer.tail, None, 0.0)
+        self._send(conn, answer.tail, truth, 0.0, tail=True)
         truth.completed = True
         conn.streaming = False
         self._end(conn)
@@ -524,7 +536,7 @@ class LoopRefServer(RefServer):
             return  # closed once the rest is sent
         self._next_request(conn)
 
-    def _send(self, conn: _Conn, data: bytes, truth: Truth | None, due: float) -> None:
+    def _send(self, conn: _Conn, data: bytes, truth: Truth | None, due: float, *, tail: bool = False) -> None:
         if conn.index not in self._open:
             return
         started = time.perf_counter()
@@ -538,15 +550,15 @@ class LoopRefServer(RefServer):
                 return
             if sent == len(data):
                 if truth is not None:
-                    truth.wrote(started, time.perf_counter(), due)
+                    _written(truth, started, due, tail)
                 return
             data = data[sent:]
             self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        conn.out.append((memoryview(data), truth, due, started))
+        conn.out.append((memoryview(data), truth, due, started, tail))
 
     def _flush(self, conn: _Conn) -> None:
         while conn.out:
-            view, truth, due, started = conn.out[0]
+            view, truth, due, started, tail = conn.out[0]
             try:
                 sent = conn.sock.send(view)
             except (BlockingIOError, InterruptedError):
@@ -555,11 +567,11 @@ class LoopRefServer(RefServer):
                 self._close(conn)
                 return
             if sent < len(view):
-                conn.out[0] = (view[sent:], truth, due, started)
+                conn.out[0] = (view[sent:], truth, due, started, tail)
                 return
             conn.out.popleft()
             if truth is not None:
-                truth.wrote(started, time.perf_counter(), due)
+                _written(truth, started, due, tail)
         self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
         if not conn.keep and not conn.streaming:
             self._close(conn)
@@ -572,6 +584,14 @@ class LoopRefServer(RefServer):
         with contextlib.suppress(OSError):
             conn.sock.close()
         conn.out.clear()
+
+
+def _written(truth: Truth, started: float, due: float, tail: bool) -> None:
+    """A write's last byte was handed to the kernel now: a token's (`Truth.wrote`) or the answer's end."""
+    if tail:
+        truth.tail_write_start_perf_s, truth.tail_write_perf_s = started, time.perf_counter()
+    else:
+        truth.wrote(started, time.perf_counter(), due)
 
 
 def _http_chunk(payload: bytes) -> bytes:

@@ -32,7 +32,7 @@ from tokwatch.probes import status as status_mod
 from tokwatch.probes.error_bounds import FigureBounds, beyond_tolerance, figure_bounds, latency_checks
 from tokwatch.settings.config import Tolerance
 from tokwatch.streams.collector import StreamCollector
-from tokwatch.streams.events import StreamEvent, StreamParser
+from tokwatch.streams.events import StreamEvent, StreamParser, TextDelta
 from tokwatch.streams.framing import decode_utf8
 from tokwatch.streams.payload import loads_json
 from tokwatch.transport.http import DEFAULT_MAX_BYTES, ConnectionSetup, HttpClient
@@ -87,6 +87,12 @@ class Exchange:
     kernel_stamped: bool = False  # each read carries the kernel's receive time of its newest segment
     # Kernel stamps (seconds from `sent_at`) of reads that held exactly one whole event: its arrival, exact.
     exact_stamps: set[float] = field(default_factory=set)
+    # Kernel stamps of reads that held two or more whole events -> how many text deltas the last of them
+    # gave: those arrived at the stamp (its newest segment), exact; the deltas before them in the read not.
+    exact_tail: dict[float, int] = field(default_factory=dict)
+    # Kernel stamps of the other reads -> the kernel stamp of the read before them (the response head's, or 0:
+    # the send): every byte a read holds arrived after the read before it, which took all the socket held.
+    arrived_after: dict[float, float] = field(default_factory=dict)
     send_delay_s: float | None = None
     reused: bool | None = None
     processing_s: float | None = None
@@ -187,13 +193,20 @@ async def run_exchange(
                 parser = dialect.parser()
                 # Only the kernel's stamps alone are exact for a whole-event read (a watcher splits reads).
                 separator = dialect.event_separator if ex.kernel_stamped and not ex.watched else None
+                # A read's bytes all arrived after the read before it (the head's, when it came apart from
+                # the body); for a coded body a piece is not a read, so only the send is known to be before.
+                coded = bool(resp.headers.get("Content-Encoding"))
+                after: float | None = None
+                if resp.response_at is not None and not coded:
+                    after = resp.response_at - ex.sent_at
                 async for batch in resp.batches():
                     if on_answer is not None:
                         on_answer(batch[-1][0])
                     for t, data in batch:
-                        col.add(parser.feed(data, t))
-                        if separator is not None and data.endswith(separator) and data.count(separator) == 1:
-                            ex.exact_stamps.add(t - ex.sent_at)  # as the token events' times
+                        if separator is None:
+                            col.add(parser.feed(data, t))
+                        else:
+                            after = _read_kernel_stamped(ex, parser, separator, t, data, after, coded)
                         if token_limit is not None and col.client_tokens > token_limit:
                             ex.cut = True
                             break
@@ -222,6 +235,47 @@ async def run_exchange(
         ex.max_stall_s = stalls.max_stall(ex.sent_at, ex.end)
     fill_figures(ex, dialect, ex.end, stamps)
     return ex
+
+
+# A piece at most this long came from a read that took all the socket held: the transport reads 64 KiB, and
+# HTTP chunk framing adds at most 5 bytes to each byte of payload.
+WHOLE_READ_BYTES = 8 * 1024
+
+
+def _read_kernel_stamped(
+    ex: Exchange,
+    parser: StreamParser,
+    separator: bytes,
+    t: float,
+    data: bytes,
+    after: float | None,
+    coded: bool = False,
+) -> float | None:
+    """Parse one kernel-stamped read into the collector and note what its stamp says of its events'
+    arrivals (`exact_stamps`, `exact_tail`, `arrived_after`); `after`: the kernel stamp of the read before,
+    if it took all the socket held; `coded`: the body is compressed (a piece is no read). Returns the next
+    read's `after`."""
+    rel = t - ex.sent_at  # as the token events' times
+    # Two reads with one stamp (the transport keeps stamps ascending) cannot be told apart: then the send.
+    floor = after if after is not None and after < rel else 0.0
+    ended = data.count(separator) if data.endswith(separator) else 0
+    if ended == 1:
+        ex.collector.add(parser.feed(data, t))
+        ex.exact_stamps.add(rel)
+    elif ended > 1:
+        # The last event apart, to know which deltas it gave: they arrived in the read's newest segment.
+        cut = data.rindex(separator, 0, len(data) - len(separator)) + len(separator)
+        events = parser.feed(data[:cut], t)
+        last = parser.feed(data[cut:], t)
+        ex.collector.add([*events, *last])
+        deltas = sum(1 for ev in last if isinstance(ev, TextDelta))
+        if deltas:
+            ex.exact_tail[rel] = deltas
+        ex.arrived_after[rel] = floor
+    else:
+        ex.collector.add(parser.feed(data, t))
+        ex.arrived_after[rel] = floor
+    return None if coded or len(data) > WHOLE_READ_BYTES else rel
 
 
 def _failed(ex: Exchange, failure: status_mod.Classification | None) -> Exchange:
@@ -265,14 +319,52 @@ def fill_figures(ex: Exchange, dialect: Dialect, end: float, stamps: StampLatene
     ex.client_wall_tps = client_wall_tps(n, ex.e2e_s)
     if stamps is not None:
         late = stamps.lateness([*(sent_at + e.t for e in events), end], watched=ex.watched)
+        # Nothing of the answer arrived before the request went out: no stamp is later than its own time.
+        late = [min(lat, max(e.t, 0.0)) for e, lat in zip(events, late, strict=False)] + [
+            min(late[-1], max(ex.e2e_s, 0.0))
+        ]
         if ex.kernel_stamped and not ex.watched:
             # The kernel stamps a read with its newest segment's arrival: exact for the last byte, and for
-            # an event that is all a read held (docs/methodology.md, "Disturbance").
-            exact = ex.exact_stamps
-            late = [0.0 if e.t in exact else lat for e, lat in zip(events, late, strict=False)]
+            # the deltas of the last event a read held; the others arrived after the read before
+            # (docs/methodology.md, "Disturbance").
+            late = _kernel_lateness(ex, events, late[:-1])
             late.append(0.0)
         ex.bounds = figure_bounds(events, ex.e2e_s, n, late[:-1], late[-1])
         ex.stamp_lateness_s = max(late)
+
+
+def _kernel_lateness(ex: Exchange, events: Sequence[TokenEvent], late: Sequence[float]) -> list[float]:
+    """Each event's lateness with kernel stamps: 0 where its read's stamp is its arrival (`exact_stamps`,
+    the last `exact_tail` deltas of a read when every delta of that read is an event). An event a later
+    token followed in its read arrived after the read before (`arrived_after`) and that is its bound: the
+    loop came late for it, by what its heartbeat may not have seen (it sees no lateness under one period
+    plus its floor). Any other event keeps the loop's bound `late[i]`, capped by that time."""
+    exact, after = ex.exact_stamps, ex.arrived_after
+    out = list(late)
+    for i, e in enumerate(events):
+        if e.t in exact:
+            out[i] = 0.0
+        elif e.t in after:
+            since = e.t - after[e.t]
+            merged = i + 1 < len(events) and events[i + 1].t == e.t
+            out[i] = since if merged else min(late[i], since)
+    if ex.exact_tail:
+        sent_at = ex.sent_at
+        deltas: dict[float, int] = {}
+        for d in ex.collector.deltas:
+            rel = d.t - sent_at
+            if rel in ex.exact_tail:
+                deltas[rel] = deltas.get(rel, 0) + 1
+        in_read: dict[float, list[int]] = {}
+        for i, e in enumerate(events):
+            if e.t in ex.exact_tail:
+                in_read.setdefault(e.t, []).append(i)
+        for rel, indices in in_read.items():
+            # Deltas that gave no token are no events: then which events are the last deltas is not known.
+            if len(indices) == deltas.get(rel):
+                for i in indices[-ex.exact_tail[rel] :]:
+                    out[i] = 0.0
+    return out
 
 
 def _text_bytes(col: StreamCollector) -> int:
