@@ -216,6 +216,7 @@ async def _start(processes: Any, tmp_path: Path, prometheus_bin: str, dsn: str) 
             "--number", "6", "--concurrency", "2", "--output-tokens", "8", "--input-tokens", "16",
             "--no-server-metrics", "--live-interval", "60", "--output-dir", str(tmp_path / "bench"),
         ],
+        one_shot=True,
     )  # fmt: skip
     await stack.start_tokwatch("site-b", ports[1], endpoints, "2s", storage=dsn, site="b", extra=extra)
     await asyncio.to_thread(bench.wait, 60)
