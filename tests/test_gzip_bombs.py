@@ -123,6 +123,7 @@ def _set_aside(body: str, figure: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_gzip_bombs_cost_little_memory_and_leave_a_healthy_neighbours_figures(
     tmp_path: Path, free_port: Callable[[], int], sim_url: str, bomb: bytes
 ) -> None:

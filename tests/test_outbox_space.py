@@ -43,6 +43,7 @@ def _wait(check: Callable[[], bool], limit_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_runs_held_in_memory_reach_the_outbox_when_space_returns_and_survive_kill_9(
     sim_url: str, tmp_path: Path, free_port: Callable[[], int], pg_server: LocalPostgres, pg_dsn: str
 ) -> None:

@@ -113,6 +113,7 @@ def _probe_runs(url: str, watch: bool) -> list[tuple[Status, str | None, float]]
         return runner.run(body())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("watch", WATCHER, ids=["watcher_off", "watcher_on"])
 def test_a_reset_mid_stream_is_a_reset_within_a_second_in_every_probe(
     server: ResettingServer, watch: bool

@@ -9,6 +9,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.sim import StartSim
@@ -145,6 +146,7 @@ async def test_default_series_fit_the_budget_and_the_opt_ins_add_theirs(start_si
     assert sum(opted_families.values()) / cells > 3 * per_cell
 
 
+@pytest.mark.slow
 async def test_no_series_churns_over_ten_rounds(start_sim: StartSim) -> None:
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     rankings = set()

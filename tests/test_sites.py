@@ -170,6 +170,7 @@ def test_each_site_takes_its_own_fraction_of_the_interval() -> None:
     assert own.round_schedule(short) == (600.0, 60.0)
 
 
+@pytest.mark.slow
 async def test_two_sites_never_share_the_servers_counter_window() -> None:
     """Exporters at sites a and b probe one vLLM-dialect server every 2 s: at their own offsets their
     runs never overlap, so the counter window is usable (source vllm_metrics, not a fallback) in at least

@@ -85,6 +85,7 @@ def test_two_state_locks_on_one_file_exclude_each_other_and_name_the_holder(tmp_
     second.release()
 
 
+@pytest.mark.slow
 def test_two_exporters_in_one_working_directory_one_refuses_kill_9_leaves_no_stale_lock(
     sim_url: str, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:

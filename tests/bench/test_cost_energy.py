@@ -65,6 +65,7 @@ def _cmd(argv: list[str]) -> int:
     return int(args.func(args))
 
 
+@pytest.mark.slow
 async def test_run_energy_matches_the_simulators_truth_within_one_percent_with_the_idle_baseline(
     tmp_path: Path,
 ) -> None:

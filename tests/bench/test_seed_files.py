@@ -164,6 +164,7 @@ async def _seed_run(tmp_path: Path, url: str, name: str, stream_metrics: bool) -
     return text.getvalue()
 
 
+@pytest.mark.slow
 async def test_stream_metrics_print_the_seeds_live_line(start_sim, tmp_path: Path) -> None:
     sim = await start_sim(SIM)
     printed = await _seed_run(tmp_path, f"{sim.url}/exact/v1", "on", stream_metrics=True)

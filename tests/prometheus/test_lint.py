@@ -124,6 +124,7 @@ def _priced_and_powered(st: Any) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow
 async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
     lint: ModuleType, kit: SimpleNamespace, stack: Any, tmp_path: Path
 ) -> None:
