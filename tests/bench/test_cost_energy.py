@@ -32,7 +32,7 @@ from tokwatch.bench.run_report import report
 from tokwatch.bench.session import run_bench
 from tokwatch.bench.storing import run_row, store_outcome
 from tokwatch.figures.cost import MTOK, TokenPrice
-from tokwatch.settings.config import Config, EndpointSettings, load_config
+from tokwatch.settings.config import load_config
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.sim.config import SimConfig
@@ -272,9 +272,6 @@ def test_bench_report_of_a_stored_run_shows_its_cost(make_record: Any, tmp_path:
     assert json.loads(doc)["cost"]["hosted"]["run_cost"] == pytest.approx(5 * (100 * 1.0 + 20 * 4.0) / MTOK)
 
 
-@pytest.mark.skipif(
-    "pricing" not in Config.model_fields, reason="the config's pricing: lands with the exporter's cost branch"
-)
 def test_an_endpoints_pricing_in_the_config_prices_the_run_and_options_win_field_by_field(
     tmp_path: Path,
 ) -> None:
@@ -297,10 +294,6 @@ def test_an_endpoints_pricing_in_the_config_prices_the_run_and_options_win_field
     assert mixed.pricing.token_price() == TokenPrice(1.0, 5.0, 0.25)
 
 
-@pytest.mark.skipif(
-    "power_metrics_url" not in EndpointSettings.model_fields,
-    reason="the config's power_metrics_url lands with the exporter's cost branch",
-)
 async def test_the_endpoints_power_metrics_url_in_the_config_is_read_by_default(tmp_path: Path) -> None:
     async with run_sim(sim_config()) as sim:
         cfg = tmp_path / "tokwatch.yml"

@@ -36,7 +36,7 @@ from dashboards.lint import iter_panels, iter_queries, metrics_from_exposition, 
 from tests.bench.processes import bench_ran
 from tests.support.grafana_sql import expand_sql
 from tests.support.postgres import LocalPostgres
-from tokwatch.settings.config import Config, EndpointSettings
+from tokwatch.settings.config import Config
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -90,22 +90,9 @@ SIM = {
 }
 
 
-# The cost and energy families the "Cost and energy" row reads (docs/metrics.md, "Cost and energy").
-COST_FAMILIES = (
-    "tokwatch_cost_per_million_tokens",
-    "tokwatch_probe_cost_total",
-    "tokwatch_pricing_info",
-    "tokwatch_energy_joules_per_output_token",
-    "tokwatch_energy_idle_watts",
-)
-
-
 def _cost_on(stack: Any) -> dict[str, dict[str, object]]:
-    """Prices and a power source per endpoint name where the exporter has them (`pricing:`,
-    `power_metrics_url`), so the "Cost and energy" panels are checked: `plain` hosted, `busy` self-hosted with
-    the simulator's DCGM series; nothing where the exporter has no such settings."""
-    if "pricing" not in EndpointSettings.model_fields:
-        return {}
+    """Prices and a power source per endpoint name (`pricing:`, `power_metrics_url`), so the "Cost and
+    energy" panels are checked: `plain` hosted, `busy` self-hosted with the simulator's DCGM series."""
     return {
         "plain": {"pricing": {"input_per_mtok": 0.5, "output_per_mtok": 2.0, "cached_input_per_mtok": 0.1}},
         "busy": {
@@ -425,10 +412,7 @@ async def test_every_promql_query_runs_and_every_panel_shows_data(fleet: Fleet) 
         text = await _metrics(session, fleet.exporters[0])
         live = metrics_from_exposition(text)
         for name in ("tokwatch-overview.json", "tokwatch-health.json"):
-            unknown = unknown_metrics(_dashboard(name), live)
-            if "pricing" not in EndpointSettings.model_fields:  # an exporter without prices or power
-                unknown = [u for u in unknown if not any(f"'{f}'" in u for f in COST_FAMILIES)]
-            assert unknown == []
+            assert unknown_metrics(_dashboard(name), live) == []
 
 
 async def _metrics(session: aiohttp.ClientSession, url: str) -> str:

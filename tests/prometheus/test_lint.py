@@ -13,7 +13,6 @@ import pytest
 
 from tests.support.pki import make_pki, server_ssl
 from tests.support.tls_front import tls_front
-from tokwatch.settings.config import EndpointSettings
 
 EXPOSITION = """\
 # TYPE tokwatch_probe_runs counter
@@ -112,11 +111,9 @@ COST_SERIES = ("tokwatch_cost_per_million_tokens{", "tokwatch_energy_joules_per_
 
 
 def _priced_and_powered(st: Any) -> dict[str, object]:
-    """Self-hosted prices and the simulator's DCGM series for the `gpu` endpoint, where the exporter has
-    those settings (`pricing:`, `power_metrics_url`): the cost and energy alerts' series are then exposed.
-    Power is read every 250 ms so that idle readings fall between the 2-s probe rounds (the idle baseline)."""
-    if "pricing" not in EndpointSettings.model_fields:
-        return {}
+    """Self-hosted prices and the simulator's DCGM series for the `gpu` endpoint (`pricing:`,
+    `power_metrics_url`): the cost and energy alerts' series are then exposed. Power is read every 250 ms so
+    that idle readings fall between the 2-s probe rounds (the idle baseline)."""
     return {
         "pricing": {"gpu_hour": 2.0, "gpus": 1},
         "power_metrics_url": f"{st.sim_url}/gpu/dcgm/metrics",
@@ -185,7 +182,7 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
             ),
             f"http://127.0.0.1:{memory_port}": (
                 "tokwatch_window_decode_tokens_per_second_cv_ratio{",
-                *(COST_SERIES if _priced_and_powered(st) else ()),
+                *COST_SERIES,
             ),
         }
         async with aiohttp.ClientSession() as session:
@@ -201,8 +198,6 @@ async def test_shipped_rules_only_read_metrics_tokwatch_exposes(
                 await kit.wait_until(complete, 30, "server counters, storage and window figures")
             )
     bad = lint.unknown_uses(kit.rule_files, exposition)
-    if not _priced_and_powered(st):  # an exporter without prices or power: the cost alerts' series are absent
-        bad = [u for u in bad if f"{u.metric}{{" not in COST_SERIES]
     assert not bad, "rules read metrics tokwatch does not expose:\n" + "\n".join(
         f"{u.file}: {u.rule}: {u.metric}" for u in bad
     )

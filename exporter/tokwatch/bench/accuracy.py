@@ -122,11 +122,6 @@ def shipped_task_config(name: str) -> dict[str, Any] | None:
     return config
 
 
-def shipped_tasks() -> list[str]:
-    """Names of the tasks tokwatch ships."""
-    return sorted(p.name for p in SHIPPED_TASKS_DIR.iterdir() if (p / f"{p.name}.yaml").is_file())
-
-
 def request_spec(context: Any, gen_kwargs: dict[str, Any], *, chat_json: bool) -> RequestSpec:
     """One lm-eval `generate_until` request as a bench request: the context as one user message (or, with a
     chat template applied, the JSON message list tokwatch's `apply_chat_template` made), `max_gen_toks` as

@@ -202,7 +202,7 @@ def _connect_time(setup: ConnectionSetup | None, reused: bool) -> float | None:
     """Set-up time of the connection a request opened (seed 002's connect time); None over a reused one."""
     if reused or setup is None:
         return None
-    return setup.resolve_s + setup.connect_s + setup.tls_s + setup.proxy_connect_s
+    return setup.set_up_s
 
 
 def thinking(record: RequestRecord) -> dict[str, Any]:

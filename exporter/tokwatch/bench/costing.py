@@ -26,14 +26,8 @@ from tokwatch.figures.cost import (
     run_cost,
 )
 from tokwatch.settings.config import load_config
-from tokwatch.settings.pricing import (
-    Pricing,
-    PricingSettings,
-    read_openrouter_models,
-    read_price_table,
-    resolve_pricing,
-)
-from tokwatch.settings.strict_yaml import ConfigError, read_config_file
+from tokwatch.settings.pricing import Pricing, PricingSettings, read_price_files, resolve_priced
+from tokwatch.settings.strict_yaml import ConfigError
 
 # BenchOptions field -> Pricing field.
 _FLAG_FIELDS = {
@@ -78,15 +72,10 @@ def endpoint_pricing(opts: BenchOptions, model: str) -> tuple[Pricing | None, Pr
     ep = config.endpoint(opts.endpoint)
     own = ep.pricing if ep is not None else None
     settings = config.pricing
-    # The files as the exporter reads them (paths as written); an OpenRouter list by URL is not fetched here.
-    sources: list[Mapping[str, Pricing]] = []
-    if settings.table:
-        text, name = read_config_file(settings.table)
-        sources.append(read_price_table(text, name))
-    if settings.openrouter_file:
-        text, name = read_config_file(settings.openrouter_file)
-        sources.append(read_openrouter_models(text, name))
-    return resolve_pricing(own, model, settings, *sources), settings
+    # The files and the layering the exporter uses; an OpenRouter list by URL is not fetched here.
+    files = read_price_files(settings)
+    priced = resolve_priced(own, model, settings, files.get("table", {}), files.get("openrouter", {}))
+    return (priced[0] if priced is not None else None), settings
 
 
 def bench_pricing(opts: BenchOptions, model: str) -> BenchPricing | None:

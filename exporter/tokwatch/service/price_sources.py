@@ -17,11 +17,11 @@ from tokwatch.settings.pricing import (
     Pricing,
     PricingSettings,
     read_openrouter_models,
-    read_price_table,
+    read_price_files,
     resolve_priced,
 )
 from tokwatch.settings.redact import redact
-from tokwatch.settings.strict_yaml import ConfigError, read_config_file
+from tokwatch.settings.strict_yaml import ConfigError
 from tokwatch.transport.http import HttpClient, HttpStatusError, TransportError
 
 log = logging.getLogger("tokwatch")
@@ -61,15 +61,11 @@ class PriceSources:
 
     def load(self, settings: PricingSettings) -> dict[str, SourceState]:
         """Read the configured files (not the URL); ConfigError naming the file and line of a bad one."""
-        states: dict[str, SourceState] = {}
         now = time.time()
-        if settings.table:
-            text, name = read_config_file(settings.table)
-            states["table"] = SourceState(read_price_table(text, name), now)
-        if settings.openrouter_file:
-            text, name = read_config_file(settings.openrouter_file)
-            states["openrouter"] = SourceState(read_openrouter_models(text, name), now)
-        elif settings.openrouter_url:
+        states: dict[str, SourceState] = {
+            source: SourceState(prices, now) for source, prices in read_price_files(settings).items()
+        }
+        if not settings.openrouter_file and settings.openrouter_url:
             old = self._states.get("openrouter")
             same = old is not None and self._settings.openrouter_url == settings.openrouter_url
             states["openrouter"] = old if same and old is not None else SourceState()

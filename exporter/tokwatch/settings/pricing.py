@@ -16,7 +16,13 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 
 from tokwatch.figures.cost import DEFAULT_BLEND, TokenPrice, parse_blend
 from tokwatch.settings.setting_values import check_http_url, positive_duration_fields
-from tokwatch.settings.strict_yaml import ConfigError, StrictModel, format_validation_error, parse_yaml_doc
+from tokwatch.settings.strict_yaml import (
+    ConfigError,
+    StrictModel,
+    format_validation_error,
+    parse_yaml_doc,
+    read_config_file,
+)
 
 _PRICE_FIELDS = (
     "input_per_mtok",
@@ -231,6 +237,19 @@ def resolve_pricing(
 
 
 PriceSource = Literal["config", "table", "openrouter"]
+
+
+def read_price_files(settings: PricingSettings) -> dict[PriceSource, dict[str, Pricing]]:
+    """The configured price files by source (`table`, `openrouter` from `openrouter_file`; a URL is fetched
+    by the exporter only); ConfigError naming the file and line of a bad one."""
+    found: dict[PriceSource, dict[str, Pricing]] = {}
+    if settings.table:
+        text, name = read_config_file(settings.table)
+        found["table"] = read_price_table(text, name)
+    if settings.openrouter_file:
+        text, name = read_config_file(settings.openrouter_file)
+        found["openrouter"] = read_openrouter_models(text, name)
+    return found
 
 
 def resolve_priced(

@@ -58,6 +58,11 @@ class ConnectionSetup:
     proxied: bool = False
     peer_chain: tuple[bytes, ...] = ()
 
+    @property
+    def set_up_s(self) -> float:
+        """The whole set-up: lookup, TCP connect, TLS handshake and any proxy tunnel."""
+        return self.resolve_s + self.connect_s + self.tls_s + self.proxy_connect_s
+
 
 class TimedProtocol(asyncio.Protocol):
     """A connection protocol that notes when `connection_made` ran (after any TLS handshake): subclasses
