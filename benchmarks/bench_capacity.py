@@ -614,22 +614,33 @@ def timing_figures(t: TimingTruth) -> dict[str, Any]:
         "itl_abs_err_p99_ms": _percentile(itl_abs, 99) * 1e3 if itl_abs else None,
         "stamp_short": t.stamp_short,
         "stamp_excess_max_ms": None if t.stamp_excess_max_s is None else t.stamp_excess_max_s * 1e3,
+        "published_beyond": t.published_beyond,
+        "published_real": t.published_real,
+        "published_missed": t.published_missed,
     }
+
+
+def _names(names: list[str] | None) -> str:
+    """`ttft p99, tbt p50`, `0` for none, `-` when not judged."""
+    return "-" if names is None else ", ".join(names) or "0"
 
 
 def render_timing(results: list[Result]) -> str:
     """tokwatch's `client timing` verdict per rung beside the real errors (timing_truth.py)."""
     lines = [
-        "| rung | client | client timing | requests flagged (per figure) | flagged and really beyond "
+        "| rung | client | client timing | published figures beyond tolerance: bound / real / missed "
+        "| requests flagged (per figure) | flagged and really beyond "
         "| missed | TTFT err p50 / p99 ms | ITL err p50 / abs p99 ms | stamp short (worst excess ms) |",
-        "|---|---|:---:|---|---|---|---:|---:|---:|",
+        "|---|---|:---:|---|---|---|---|---:|---:|---:|",
     ]
     for r in results:
         if r.timing is None:
             continue
         f = timing_figures(r.timing)
         lines.append(
-            f"| {r.rung.name} | {r.client} | {f['verdict']} | {f['flagged_requests']}/{f['joined']} "
+            f"| {r.rung.name} | {r.client} | {f['verdict']} | {_names(f['published_beyond'])} / "
+            f"{_names(f['published_real'])} / {_names(f['published_missed'])} "
+            f"| {f['flagged_requests']}/{f['joined']} "
             f"({counts(f['flagged'])}) | {counts(f['real'])} | {counts(f['missed'])} "
             f"| {_f(f['ttft_err_p50_ms'])} / {_f(f['ttft_err_p99_ms'])} "
             f"| {_f(f['itl_err_p50_ms'], '.3f')} / {_f(f['itl_abs_err_p99_ms'], '.3f')} "
@@ -786,7 +797,9 @@ def main(argv: list[str] | None = None) -> int:
                 if r.timing is not None:
                     tf = timing_figures(r.timing)
                     timing = (
-                        f"client timing {tf['verdict']} flagged {tf['flagged_requests']} "
+                        f"client timing {tf['verdict']} published beyond {_names(tf['published_beyond'])} "
+                        f"(really {_names(tf['published_real'])}; missed {_names(tf['published_missed'])}) "
+                        f"flagged {tf['flagged_requests']} "
                         f"({counts(tf['flagged'])}; really {counts(tf['real'])}; "
                         f"missed {counts(tf['missed'])})  ITL err p50 "
                         f"{_f(tf['itl_err_p50_ms'], '.3f')} |p99| {_f(tf['itl_abs_err_p99_ms'], '.3f')} ms  "

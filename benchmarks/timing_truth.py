@@ -19,6 +19,12 @@ and the stamp error (client receive stamp - the server's write), against the req
 (the largest lateness the bounds allow any of its stamps): **stamp short** counts requests with a stamp later
 than that by more than DELIVERY_SLACK_S (what loopback delivery and the server's own stamp after `send`
 take, which no client bound counts).
+
+The check's verdict is about the run's published figures (tokwatch.bench.run_bounds: the mean and
+p50/p90/p95/p99 of TTFT, TBT, TPOT and E2E over the joined requests): **published beyond** names those whose
+bound exceeds their tolerance (the check FAILs on any), **published really** those whose real error (the
+figure of the client's values - the figure of the true ones) is beyond tolerance, **published missed** those
+whose real error exceeds their bound by more than DELIVERY_SLACK_S (must be none).
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokwatch.bench.aggregate import metric_values, summarize
+from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.run_bounds import run_figure_bounds
+from tokwatch.figures.result import Status
 from tokwatch.figures.stats import percentiles
 from tokwatch.settings.config import Tolerance
 
@@ -51,6 +61,11 @@ class TimingTruth:
     missed: dict[str, int] = field(default_factory=dict)
     stamp_short: int = 0
     stamp_excess_max_s: float | None = None  # the largest (stamp error - stamp_lateness_s) of any request
+    # The published figures (`ttft p99`, ...): bound beyond tolerance, real error beyond it, real error
+    # beyond the bound; None when the records carry no bounds (a tree from before run_bounds).
+    published_beyond: list[str] | None = None
+    published_real: list[str] | None = None
+    published_missed: list[str] | None = None
 
 
 def verdict_of(out_dir: Path) -> str:
@@ -99,6 +114,7 @@ def judge(
     """Join a bench run's records (request_level_metrics.jsonl lines; `origin_s`: summary.json's
     `client.perf_counter_origin_s`) with the server's truth by request id and count as the module says."""
     result = TimingTruth(verdict=verdict_of(out_dir))
+    joined: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for r in records:
         t = truths.get(r.get("server_request_id") or "")
         if r.get("status") != "ok" or r.get("ttft_s") is None or t is None or t["arrival_source"] != "kernel":
@@ -108,6 +124,7 @@ def judge(
         if not t.get("completed") or not writes or len(gaps) + 1 != len(writes):
             continue  # not one token per chunk, or no complete truth: no per-token join
         result.joined += 1
+        joined.append((r, t))
         flagged = list(r.get("beyond_tolerance") or [])
         result.flagged_requests += bool(flagged)
         errors = real_errors(r, t)
@@ -130,7 +147,62 @@ def judge(
         if result.stamp_excess_max_s is None or excess > result.stamp_excess_max_s:
             result.stamp_excess_max_s = excess
         result.stamp_short += excess > DELIVERY_SLACK_S
+    if joined and any("ttft_error_s" in r for r, _ in joined):
+        _judge_published(result, joined)
     return result
+
+
+_BOUNDED = ("ttft_error_s", "tpot_error_s", "ttot_error_s", "e2e_error_s", "tbt_down_s", "tbt_up_s")
+
+
+def _as_record(line: dict[str, Any]) -> RequestRecord:
+    """The figures and bounds of a request_level_metrics.jsonl line on a RequestRecord."""
+    r = RequestRecord(int(line.get("request_id") or 0), "chat", status=Status.OK)
+    for name in ("ttft_s", "tpot_s", "ttot_s", "e2e_s", "tbt_s", "max_stall_s", *_BOUNDED):
+        if line.get(name) is not None:
+            setattr(r, name, line[name])
+    return r
+
+
+def _true_record(line: dict[str, Any], truth: dict[str, Any], writes_key: str) -> RequestRecord:
+    """The same request with the server's true figures (tokens' times from `writes_key`)."""
+    arrival, writes = truth["arrival_perf_s"], truth[writes_key]
+    end = truth.get("tail_write_start_perf_s" if writes_key == "write_start_perf_s" else "tail_write_perf_s")
+    r = RequestRecord(int(line.get("request_id") or 0), "chat", status=Status.OK)
+    r.ttft_s = writes[0] - arrival
+    r.tbt_s = [b - a for a, b in itertools.pairwise(writes)]
+    if end is not None:
+        r.e2e_s = end - arrival
+        r.tpot_s = (end - writes[0]) / (len(writes) - 1) if len(writes) >= 2 else None
+    return r
+
+
+def _judge_published(result: TimingTruth, joined: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """The published figures' bounds against their real errors over the joined requests."""
+    measured = [_as_record(r) for r, _ in joined]
+    after = [_true_record(r, t, "write_perf_s") for r, t in joined]
+    before = [
+        _true_record(r, t, "write_start_perf_s" if t.get("write_start_perf_s") else "write_perf_s")
+        for r, t in joined
+    ]
+    true_after: dict[str, dict[str, Any]] = {}
+    true_before: dict[str, dict[str, Any]] = {}
+    result.published_beyond, result.published_real, result.published_missed = [], [], []
+    for b in run_figure_bounds(measured, TOLERANCE):
+        if b.metric not in true_after:
+            true_after[b.metric] = summarize(metric_values(after, b.metric))
+            true_before[b.metric] = summarize(metric_values(before, b.metric))
+        truths = (true_after[b.metric][b.stat], true_before[b.metric][b.stat])
+        errs = [b.value - t for t in truths if t is not None]
+        if not errs:
+            continue
+        if b.beyond:
+            result.published_beyond.append(b.name)
+        # Against both truths, as the requests' figures: the server's own stamp brackets each write.
+        if all(abs(e) > b.limit for e in errs):
+            result.published_real.append(b.name)
+        if all(abs(e) > b.bound + DELIVERY_SLACK_S for e in errs):
+            result.published_missed.append(b.name)
 
 
 def counts(by_figure: dict[str, int]) -> str:

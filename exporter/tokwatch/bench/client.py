@@ -14,6 +14,7 @@ from typing import Any
 
 from tokwatch.bench.fluidity import FluidityMode, fluidity_index
 from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.run_bounds import CLIENT_TOLERANCE
 from tokwatch.bench.workload import Message
 from tokwatch.figures import timing
 from tokwatch.probes import probe_class
@@ -28,7 +29,7 @@ from tokwatch.probes.exchange import (
 )
 from tokwatch.probes.http import ChatRequest, HttpProbe
 from tokwatch.settings.access import with_query
-from tokwatch.settings.config import Tolerance, server_key
+from tokwatch.settings.config import server_key
 from tokwatch.settings.redact import Redactor
 from tokwatch.tracing.context import RequestTrace, traced_headers
 from tokwatch.transport.http import ConnectionSetup, HttpClient
@@ -128,10 +129,6 @@ class Deadlines:
     mode: FluidityMode = "etalon"
 
 
-# The error a request's latency figures may carry from the client's own lateness: the probe's default
-# `probe.tolerance` (the larger of 1 ms and 5 % of a figure): the bench judges a request as the probe a run.
-CLIENT_TOLERANCE = Tolerance()
-
 
 def _runaway_limit(max_tokens: int) -> int:
     """Client-counted tokens after which a stream is cut: the server is ignoring max_tokens."""
@@ -190,6 +187,11 @@ async def execute(
     record.stamp_lateness_s = ex.stamp_lateness_s
     _fill_figures(record, ex, deadlines)
     record.beyond_tolerance = latencies_beyond_tolerance(ex, CLIENT_TOLERANCE)
+    if ex.bounds is not None:
+        b = ex.bounds
+        record.ttft_error_s, record.tpot_error_s = b.ttft_s, b.tpot_s
+        record.ttot_error_s, record.e2e_error_s = b.ttot_s, b.e2e_s
+        record.tbt_down_s, record.tbt_up_s = list(b.gap_down_s), list(b.gap_up_s)
     verdict = answer_verdict(
         ex, max_tokens=max_tokens, configured_model=target.model, model_aliases=target.model_aliases
     )

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tokwatch.bench.client import CLIENT_TOLERANCE
-from tokwatch.bench.outcome import DISTURBED_SHARE_FAIL, BenchOutcome
+from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.run_bounds import CLIENT_TOLERANCE, FigureBound, run_figure_bounds
 from tokwatch.figures.stats import median, percentile
 from tokwatch.figures.wording import counted
 
@@ -86,7 +86,8 @@ def run_checks(outcome: BenchOutcome) -> list[Check]:
                 f"(limit p99 {LAG_P99_LIMIT_S * 1e3:.0f} ms; higher means the client could not keep pace)",
             )
         )
-    checks.extend(_client_timing(measured, str(outcome.client.get("receive_stamps", "event_loop"))))
+    stamps = str(outcome.client.get("receive_stamps", "event_loop"))
+    checks.extend(_client_timing(measured, stamps, outcome.figure_bounds()))
     queues = [r.queue_time_s for r in measured]
     if queues and max(queues) > 0:
         checks.append(
@@ -192,53 +193,77 @@ _STAMPED_BY = {
 }
 
 
-def _client_timing(measured: Sequence[RequestRecord], receive_stamps: str = "event_loop") -> list[Check]:
-    """Whether the client's own lateness moved the requests' figures beyond tolerance, judged per request by
-    the probe's error bounds (docs/methodology.md, "Disturbance"), with the stamps' worst lateness, the
-    loop's stalls and merged reads beside it.
+def _client_timing(
+    measured: Sequence[RequestRecord],
+    receive_stamps: str = "event_loop",
+    bounds: Sequence[FigureBound] | None = None,
+) -> list[Check]:
+    """Whether the client's own lateness moved the run's published latency figures beyond tolerance
+    (docs/methodology.md, "Disturbance"): each figure's bound from its requests' bounds
+    (`tokwatch.bench.run_bounds`), FAIL (exit 6) when one exceeds the larger of 1 ms and 5 % of the figure.
+    Beside it: the requests with a figure of their own beyond tolerance (a WARN when no published figure is),
+    the stamps' worst lateness, the loop's stalls and merged reads.
 
     A stall counts only where it could have moved a stamp a figure uses, and only by what it could have moved
     that figure: one between two tokens moves neither TTFT nor E2E, and with the receive watcher (`watcher`)
-    a loop stall delays the reading, not the stamp, so only the watcher's own lateness counts. A request is
-    beyond tolerance when a latency figure's bound (TTFT, ITL p50/p95/p99, TPOT, TTOT, E2E) exceeds the
-    larger of 1 ms and 5 % of the figure; FAIL (exit 6) above DISTURBED_SHARE_FAIL of the requests.
-    `receive_stamps` is summary.json's `client.receive_stamps`."""
+    a loop stall delays the reading, not the stamp, so only the watcher's own lateness counts.
+    `receive_stamps` is summary.json's `client.receive_stamps`; `bounds` the run's `run_figure_bounds` when
+    already worked out."""
     watcher = "watcher_thread" in receive_stamps
     watched = [r for r in measured if r.max_stall_s is not None]
     if not watched:
         return []
+    if bounds is None:
+        bounds = run_figure_bounds(measured)
+    wrong = [b for b in bounds if b.beyond]
     beyond = [r for r in watched if r.beyond_tolerance]
     stalled = [r for r in watched if (r.max_stall_s or 0.0) >= STALL_LIMIT_S]
-    share = len(beyond) / len(watched)
     worst = max(_stamp_lateness(r) for r in watched)
     worst_stall = max(r.max_stall_s or 0.0 for r in watched)
     merged = sum(r.merged_reads or 0 for r in measured)
     with_merged = sum(1 for r in measured if r.merged_reads)
-    verdict: Literal["PASS", "WARN", "FAIL"] = (
-        "FAIL" if share > DISTURBED_SHARE_FAIL else "WARN" if beyond else "PASS"
-    )
+    verdict: Literal["PASS", "WARN", "FAIL"] = "FAIL" if wrong else "WARN" if beyond else "PASS"
     figures: dict[str, int] = {}
     for r in beyond:
         for figure in r.beyond_tolerance:
             figures[figure] = figures.get(figure, 0) + 1
     which = ", ".join(f"{f} {n}" for f, n in figures.items())
     stamps = _STAMPED_BY.get(receive_stamps, receive_stamps)
+    tolerance = (
+        f"the larger of {CLIENT_TOLERANCE.latency_floor * 1e3:.0f} ms and {CLIENT_TOLERANCE.latency:.0%} of "
+        "the figure, as the probe"
+    )
     return [
         Check(
             "client timing",
             verdict,
-            f"{len(beyond)}/{len(watched)} requests have a figure the client's own lateness could have "
-            f"moved beyond its tolerance{f' ({which})' if which else ''} (the larger of "
-            f"{CLIENT_TOLERANCE.latency_floor * 1e3:.0f} ms and {CLIENT_TOLERANCE.latency:.0%} of the "
-            f"figure, as the probe; FAIL above {DISTURBED_SHARE_FAIL:.0%} of requests: the run's figures "
-            f"carry the client's lateness, exit 6); worst stamp lateness {worst * 1e3:.1f} ms; "
-            f"stamps taken by {stamps}; the event loop stalled >= {STALL_LIMIT_S * 1e3:.0f} ms while "
-            f"{counted(len(stalled), 'request')} streamed (worst {worst_stall * 1e3:.1f} ms"
+            _published(bounds, wrong)
+            + f" ({tolerance}; FAIL when one is: the run's figures carry the client's lateness, exit 6); "
+            f"{len(beyond)}/{len(watched)} requests have a figure of their own the client's lateness could "
+            f"have moved beyond its tolerance{f' ({which})' if which else ''}; worst stamp lateness "
+            f"{worst * 1e3:.1f} ms; stamps taken by {stamps}; the event loop stalled >= "
+            f"{STALL_LIMIT_S * 1e3:.0f} ms while {counted(len(stalled), 'request')} streamed (worst "
+            f"{worst_stall * 1e3:.1f} ms"
             + ("; a loop stall delays the reading, not the watcher's stamps)" if watcher else ")")
             + f"; {counted(merged, 'merged read')} in {counted(with_merged, 'request')} (several chunks in "
             "one read: client lateness, or batching by the server or a proxy)",
         )
     ]
+
+
+def _published(bounds: Sequence[FigureBound], wrong: Sequence[FigureBound]) -> str:
+    """What the check says of the published figures: those beyond tolerance, else the closest to it."""
+    if wrong:
+        shown = ", ".join(f"{b.name} ± {b.bound * 1e3:.2f} ms > {b.limit * 1e3:.2f} ms" for b in wrong[:4])
+        more = f" and {len(wrong) - 4} more" if len(wrong) > 4 else ""
+        return f"{counted(len(wrong), 'published figure')} of {len(bounds)} beyond tolerance: {shown}{more}"
+    if not bounds:
+        return "no latency figure published"
+    near = max(bounds, key=lambda b: b.bound / b.limit)
+    return (
+        f"0 of {len(bounds)} published figures beyond tolerance (closest: {near.name} ± "
+        f"{near.bound * 1e3:.2f} ms of {near.limit * 1e3:.2f} ms)"
+    )
 
 
 def _stamp_lateness(r: RequestRecord) -> float:

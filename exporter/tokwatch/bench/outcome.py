@@ -14,6 +14,7 @@ from tokwatch.bench.power_watch import EnergyMeasure
 from tokwatch.bench.prompt_cache import cache_figures
 from tokwatch.bench.reasoning import reasoning_summary
 from tokwatch.bench.request_metrics import RequestRecord
+from tokwatch.bench.run_bounds import FigureBound, beyond_tolerance, bounds_summary, run_figure_bounds
 from tokwatch.bench.slo import Slo, evaluate, goodput
 from tokwatch.bench.stop_policy import failure_share, too_many_failures
 from tokwatch.figures.result import RunResult
@@ -32,10 +33,6 @@ class ExitCode(IntEnum):
     ERRORS = 5  # run complete, but more than --max-error-rate of its requests failed
     CLIENT_TIMING = 6  # run complete, but its client-timed figures are wrong beyond tolerance (busy client)
 
-
-# Above this share of the measured requests with a latency figure beyond its tolerance (the client's own
-# lateness), the run's client-timed figures are not trusted: `[FAIL] client timing` and exit 6.
-DISTURBED_SHARE_FAIL = 0.05
 
 
 @dataclass(slots=True)
@@ -62,6 +59,7 @@ class BenchOutcome:
     max_error_rate: float | None = None  # --max-error-rate; None: failures never fail the run
     pricing: BenchPricing | None = None  # prices the run is costed at (summary `cost`)
     energy: EnergyMeasure | None = None  # the devices' energy over the run (summary `energy`)
+    _bounds: tuple[int, list[FigureBound]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def timed_requests(self) -> list[RequestRecord]:
@@ -74,11 +72,18 @@ class BenchOutcome:
         timed = self.timed_requests
         return sum(1 for r in timed if r.beyond_tolerance) / len(timed) if timed else None
 
+    def figure_bounds(self) -> list[FigureBound]:
+        """Each published latency figure's bound from the client's own lateness (`tokwatch.bench.run_bounds`);
+        [] when no request watched its lateness. Worked out once for the records the run has."""
+        if self._bounds is None or self._bounds[0] != len(self.records):
+            self._bounds = (len(self.records), run_figure_bounds(self.records))
+        return self._bounds[1]
+
     @property
     def client_timing_failed(self) -> bool:
-        """More than DISTURBED_SHARE_FAIL of the timed requests have a figure beyond its tolerance."""
-        share = self.beyond_tolerance_share
-        return share is not None and share > DISTURBED_SHARE_FAIL
+        """A latency figure the run publishes may be wrong beyond its tolerance from the client's own
+        lateness: `[FAIL] client timing` and exit 6."""
+        return bool(beyond_tolerance(self.figure_bounds()))
 
     @property
     def failure_share(self) -> float | None:
@@ -144,6 +149,9 @@ class BenchOutcome:
         }
         if self.multi_turn:
             out["multi_turn"] = conversations.turn_summary(self.records)
+        bounds = self.figure_bounds()
+        if bounds:
+            out["client_timing"] = bounds_summary(bounds)
         reasoning = reasoning_summary(self.records)
         if reasoning is not None:
             out["reasoning"] = reasoning

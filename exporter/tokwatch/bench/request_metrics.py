@@ -100,6 +100,16 @@ class RequestRecord:
     # The latency figures (ttft, itl, tpot, ttot, e2e) whose error bound from the client's own lateness
     # exceeds the probe's default tolerance (docs/methodology.md, "Disturbance"): the `client timing` check.
     beyond_tolerance: list[str] = field(default_factory=list)
+    # The error bound of each latency figure from the client's own lateness (seconds; None where the figure
+    # or the bound is): TTFT and E2E can only be late (the true value is within [value - bound, value]),
+    # TPOT and TTOT either way. Each `tbt_s` gap lies in [gap - tbt_down_s[i], gap + tbt_up_s[i]], both
+    # empty when no stamp was late. The run's published figures are bounded by them (bench/run_bounds.py).
+    ttft_error_s: float | None = None
+    tpot_error_s: float | None = None
+    ttot_error_s: float | None = None
+    e2e_error_s: float | None = None
+    tbt_down_s: list[float] = field(default_factory=list)
+    tbt_up_s: list[float] = field(default_factory=list)
     # Multi-turn (seed 003): user turns carried in the prompt (turn + 1), the conversation's user turns,
     # tokens of the prompt the previous turn already sent (its prompt plus the model's reply; server-counted
     # when reported, else client-counted), and the client pause before this turn (trace replay `wait_s`;

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tokwatch.figures.result import SERVER_SOURCES, RunResult, TimingSource, TokenEvent
 from tokwatch.figures.stats import percentiles
+from tokwatch.figures.timing import itl
 from tokwatch.settings.config import Tolerance
 
 ITL_PERCENTILES = (50.0, 95.0, 99.0)  # the ITL percentiles a run stores (itl_p50_s, itl_p95_s, itl_p99_s)
@@ -42,6 +43,10 @@ class FigureBounds:
     e2e_s: float | None = None
     client_stream: float | None = None
     client_wall: float | None = None
+    # Each per-token gap (in `timing.itl`'s order) lies in [gap - gap_down_s[i], gap + gap_up_s[i]]; both
+    # empty when no stamp is late (every gap exact). A bench run bounds its pooled gaps' percentiles by them.
+    gap_down_s: tuple[float, ...] = ()
+    gap_up_s: tuple[float, ...] = ()
 
     def tps(self) -> dict[TimingSource, float]:
         """Relative bounds of the client tok/s candidates; server sources are never moved (0)."""
@@ -65,16 +70,19 @@ def figure_bounds(
         return _zero_bounds(events, e2e_s, n_tokens)
     first, last = late[0], late[-1]
     window = events[-1].t - events[0].t
+    down, up = gap_bounds(events, late)
     # TPOT and client_stream's window run between two stamps: each end moves one way only, so the error is at
     # most the larger of the two ends' lateness (the width of the interval the true value lies in).
     return FigureBounds(
         ttft_s=first,
-        itl_s=_itl_bounds(events, late),
+        itl_s=_itl_bounds(events, down, up),
         tpot_s=max(first, late_end) / (n_tokens - 1) if n_tokens >= 2 else None,
         ttot_s=_ttot_bound(events, late),
         e2e_s=late_end if e2e_s is not None else None,
         client_stream=max(first, last) / window if len(events) >= 2 and window > 0 else None,
         client_wall=late_end / e2e_s if e2e_s else None,
+        gap_down_s=tuple(down),
+        gap_up_s=tuple(up),
     )
 
 
@@ -93,31 +101,39 @@ def _zero_bounds(events: Sequence[TokenEvent], e2e_s: float | None, n_tokens: in
     )
 
 
-def _itl_bounds(events: Sequence[TokenEvent], late: Sequence[float]) -> tuple[float, ...]:
-    """Bounds of the ITL percentiles: each gap lies in [gap - λ(its end), gap + λ(its start)], and a
-    percentile is monotone in every value, so the true one lies between those of the two shifted lists."""
-    if not any(late):  # the common case, without building the lists
-        has_gaps = len(events) > 1 or any(e.tokens > 1 for e in events)
-        return tuple(0.0 for _ in ITL_PERCENTILES) if has_gaps else ()
-    gaps: list[float] = []
-    low: list[float] = []
-    high: list[float] = []
+def gap_bounds(events: Sequence[TokenEvent], late: Sequence[float]) -> tuple[list[float], list[float]]:
+    """How far each per-token gap (in `timing.itl`'s order) can be below and above its value: a gap lies in
+    [gap - λ(its end), gap + λ(its start)] and is never negative; a chunk's extra tokens arrived with it, so
+    their zero gaps are the server's chunking, not a stamp (0 both ways)."""
+    down: list[float] = []
+    up: list[float] = []
     for i, e in enumerate(events):
         if i:
-            gap = e.t - events[i - 1].t
-            gaps.append(gap)
-            low.append(max(0.0, gap - late[i]))
-            high.append(gap + late[i - 1])
-        # A chunk's extra tokens arrived with it: their zero gaps are the server's chunking, not a stamp.
-        gaps.extend([0.0] * (e.tokens - 1))
-        low.extend([0.0] * (e.tokens - 1))
-        high.extend([0.0] * (e.tokens - 1))
-    if not gaps:
+            down.append(min(e.t - events[i - 1].t, late[i]))
+            up.append(late[i - 1])
+        down.extend([0.0] * (e.tokens - 1))
+        up.extend([0.0] * (e.tokens - 1))
+    return down, up
+
+
+def shifted_percentiles(
+    values: Sequence[float], down: Sequence[float], up: Sequence[float], qs: Sequence[float]
+) -> list[float]:
+    """The bound of each percentile `qs` of `values` when each value lies in [value - down, value + up]: a
+    percentile is monotone in every value, so the true one lies between those of the two shifted lists."""
+    mid = percentiles(values, qs)
+    lows = percentiles([v - d for v, d in zip(values, down, strict=True)], qs)
+    highs = percentiles([v + u for v, u in zip(values, up, strict=True)], qs)
+    return [max(m - lo, hi - m) for m, lo, hi in zip(mid, lows, highs, strict=True)]
+
+
+def _itl_bounds(
+    events: Sequence[TokenEvent], down: Sequence[float], up: Sequence[float]
+) -> tuple[float, ...]:
+    """Bounds of the ITL percentiles: `shifted_percentiles` of the gaps within their `gap_bounds`."""
+    if not down:
         return ()
-    mid = percentiles(gaps, ITL_PERCENTILES)
-    lows = percentiles(low, ITL_PERCENTILES)
-    highs = percentiles(high, ITL_PERCENTILES)
-    return tuple(max(m - lo, hi - m) for m, lo, hi in zip(mid, lows, highs, strict=True))
+    return tuple(shifted_percentiles(itl(events), down, up, ITL_PERCENTILES))
 
 
 def _ttot_bound(events: Sequence[TokenEvent], late: Sequence[float]) -> float | None:
