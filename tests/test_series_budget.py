@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,6 +42,9 @@ SIM = {
         {"name": f"m{i}", "decode_tps": 100, "prefill_tps": 40000, "jitter": 0.3} for i in range(ENDPOINTS)
     ],
 }
+# Where no status is asserted (a burst's `implausible_rate` run adds its series for good, churning none), the
+# ten rounds run four times faster.
+FAST_SIM = {**SIM, "models": [{**m, "decode_tps": 400} for m in SIM["models"]]}
 
 
 def _config(sim_url: str, extra: str = "") -> str:
@@ -97,9 +101,11 @@ def _per_endpoint_workload(series: dict[tuple[str, tuple[tuple[str, str], ...]],
 
 
 @contextlib.asynccontextmanager
-async def _exporter(start_sim: StartSim, extra: str = "") -> AsyncIterator[App]:
+async def _exporter(
+    start_sim: StartSim, extra: str = "", sim_config: dict[str, Any] = SIM
+) -> AsyncIterator[App]:
     """A started exporter (no scheduler: the test runs its rounds) probing the simulator."""
-    sim = await start_sim(SIM)
+    sim = await start_sim(sim_config)
     app = App(load_config_text(_config(sim.url, extra)), instance="budget")
     await app.start(schedule=False)
     try:
@@ -154,7 +160,7 @@ async def test_default_series_fit_the_budget_and_the_opt_ins_add_theirs(start_si
 async def test_no_series_churns_over_ten_rounds(start_sim: StartSim) -> None:
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     rankings = set()
-    async with _exporter(start_sim) as app:
+    async with _exporter(start_sim, sim_config=FAST_SIM) as app:
         for _ in range(10):
             await _round(app)
             live = _series(app)
