@@ -67,9 +67,11 @@ endpoints:
 
 @contextlib.asynccontextmanager
 async def serving(cfg: str) -> AsyncIterator[tuple[App, str, aiohttp.ClientSession]]:
-    """A started exporter of config text `cfg` serving on a free loopback port, and a client session."""
+    """A started exporter of config text `cfg` serving on a free loopback port, and a client session. No
+    scheduler: the tests probe themselves, and a scheduled slot of the wall clock falling inside a test would
+    add a round of its own to what the test counts."""
     app = App(load_config_text(cfg, "tokwatch.yml"))
-    await app.start()
+    await app.start(schedule=False)
     runner, port = await start_site(app, "127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -218,15 +220,15 @@ async def test_a_shard_shows_the_whole_fleet_from_the_shared_store(
 
     apps = [replica(i) for i in range(2)]
     if backend == "sqlite":
-        await apps[0].start()
+        await apps[0].start(schedule=False)
         try:
             with pytest.raises(StateLockedError, match=f"SQLite file {tmp_path}/tw.db is in use"):
-                await apps[1].start()
+                await apps[1].start(schedule=False)
         finally:
             await apps[0].stop()
         return
-    for app in apps:
-        await app.start()
+    for app in apps:  # no scheduler (as `serving`): a slot falling inside the test would add its own round
+        await app.start(schedule=False)
     try:
         owned = [[e.name for e in app.config.endpoints] for app in apps]
         assert sorted(owned[0] + owned[1]) == [f"ep{i}" for i in range(6)] and owned[0] and owned[1]
