@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from tests.counters.test_power import GPUS, MODEL
+from tests.counters.test_power import config as sim_config
 from tokwatch.bench.capacity import Capacity, point_from, result_tokens_per_s
 from tokwatch.bench.commands import add_commands, run_compare
 from tokwatch.bench.compare_store import read_stored_run
@@ -35,27 +37,10 @@ from tokwatch.figures.cost import MTOK, TokenPrice
 from tokwatch.settings.config import load_config
 from tokwatch.settings.pricing import Pricing
 from tokwatch.settings.strict_yaml import ConfigError
-from tokwatch.sim.config import SimConfig
 from tokwatch.sim.testing import run_sim
 
-MODEL = "sim-model"
-GPUS = {"gpus": 2, "idle_watts": 60.0, "watts_per_running": 45.0, "max_watts": 350.0}
+# The simulated GPU server of the exporter's power tests: its DCGM series are the energy truth here too.
 IDLE_W = GPUS["gpus"] * GPUS["idle_watts"]
-
-
-def sim_config() -> SimConfig:
-    return SimConfig.model_validate(
-        {
-            "servers": [
-                {
-                    "name": "gpu",
-                    "dialect": "vllm",
-                    "models": [{"name": MODEL, "decode_tps": 100.0, "prefill_tps": 20000.0}],
-                    "gpu_power": GPUS,
-                }
-            ]
-        }
-    )
 
 
 def _cmd(argv: list[str]) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -32,23 +32,14 @@ class Package:
 
 
 @pytest.fixture
-async def rapl() -> AsyncIterator[tuple[str, Package]]:
+async def rapl(serve: Callable[..., Awaitable[str]]) -> tuple[str, Package]:
     package = Package()
 
     async def metrics(_: web.Request) -> web.Response:
         sample = f'node_rapl_package_joules_total{{index="0",path="x"}} {package.joules():.6f}\n'
         return web.Response(text=sample)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/metrics", package
-    finally:
-        await runner.cleanup()
+    return f"{await serve({'/metrics': metrics})}/metrics", package
 
 
 async def test_the_idle_baseline_leaves_out_a_probes_readings(rapl: tuple[str, Package]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import jsonschema
@@ -145,7 +145,7 @@ OPENROUTER = {
 
 
 @pytest.fixture
-async def models_list() -> AsyncIterator[tuple[str, dict[str, object]]]:
+async def models_list(serve: Callable[..., Awaitable[str]]) -> tuple[str, dict[str, object]]:
     """A real HTTP server on 127.0.0.1 serving OpenRouter's models list; `state["fail"]` makes it answer
     500, `state["hits"]` counts requests."""
     state: dict[str, object] = {"fail": False, "hits": 0}
@@ -156,17 +156,7 @@ async def models_list() -> AsyncIterator[tuple[str, dict[str, object]]]:
             return web.Response(status=500, text="upstream error")
         return web.Response(text=json.dumps(OPENROUTER), content_type="application/json")
 
-    app = web.Application()
-    app.router.add_get("/api/v1/models", models)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}/api/v1/models", state
-    finally:
-        await runner.cleanup()
+    return f"{await serve({'/api/v1/models': models})}/api/v1/models", state
 
 
 async def test_a_hosted_endpoint_is_priced_from_an_openrouter_list_fetched_over_http(

@@ -191,7 +191,7 @@ async def execute(
         b = ex.bounds
         record.ttft_error_s, record.tpot_error_s = b.ttft_s, b.tpot_s
         record.ttot_error_s, record.e2e_error_s = b.ttot_s, b.e2e_s
-        record.tbt_down_s, record.tbt_up_s = list(b.gap_down_s), list(b.gap_up_s)
+        record.tbt_down_s, record.tbt_up_s = b.gap_down_s, b.gap_up_s
     verdict = answer_verdict(
         ex, max_tokens=max_tokens, configured_model=target.model, model_aliases=target.model_aliases
     )

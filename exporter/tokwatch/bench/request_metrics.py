@@ -7,6 +7,7 @@ inside TTFT or E2E.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from itertools import accumulate
 from typing import Any
@@ -108,8 +109,8 @@ class RequestRecord:
     tpot_error_s: float | None = None
     ttot_error_s: float | None = None
     e2e_error_s: float | None = None
-    tbt_down_s: list[float] = field(default_factory=list)
-    tbt_up_s: list[float] = field(default_factory=list)
+    tbt_down_s: Sequence[float] = ()  # the exchange's own tuples, not copied
+    tbt_up_s: Sequence[float] = ()
     # Multi-turn (seed 003): user turns carried in the prompt (turn + 1), the conversation's user turns,
     # tokens of the prompt the previous turn already sent (its prompt plus the model's reply; server-counted
     # when reported, else client-counted), and the client pause before this turn (trace replay `wait_s`;
