@@ -200,6 +200,10 @@ async def test_counters_loop_exports_the_real_server(llama_server: str, http: Ht
     assert registry.get_sample_value("tokwatch_server_scrape_errors_total", labels) == 0
 
 
+# A TTFT p50 this many times below another run's is a prompt-cache hit, not other work on the host.
+CACHE_SIGNATURE = 8.0
+
+
 async def _bench_run(url: str, out: Path, *extra: str, number: int = 16) -> dict[str, Any]:
     """`tokwatch bench` against the real server as a user runs it; returns summary.json."""
     argv = ["--url", f"{url}/v1", "--kind", "llamacpp", "--model", "smollm2", "--concurrency", "1",
@@ -214,28 +218,24 @@ async def test_identical_bench_runs_measure_prefill_not_the_prefix_cache(
     llama_server: str, tmp_path: Path
 ) -> None:
     """Issue 19: the second run with the same seed found 157 of 158 prompt tokens cached and TTFT p50 fell
-    from 527 ms to 23 ms. Two identical default commands now draw fresh prompts and measure prefill alike;
-    `--seed 0 --repeat-prompts` twice still shows the cache, and says so."""
+    from 527 ms to 23 ms. Two identical default commands now draw fresh prompts and measure prefill (nothing
+    cached beyond the chat template); `--seed 0 --repeat-prompts` twice still shows the cache, and says so."""
     await _bench_run(llama_server, tmp_path / "cold", number=2)  # a fresh server pages its model in
-    pairs: list[tuple[float, float]] = []
-    # Each pair is checked for cache reuse every time (deterministic: what the server reports). The TTFT
-    # agreement is timing on a 2-core host shared with other work, so a noisy pair is measured again (at
-    # most 3 pairs); a cached second run would be ~20x faster in every pair, never within 15 %.
-    for attempt in range(3):
-        a = await _bench_run(llama_server, tmp_path / f"a{attempt}")
-        b = await _bench_run(llama_server, tmp_path / f"b{attempt}")
-        for s in (a, b):
-            cache = s["prompt_cache"]
-            print(f"TTFT p50 {s['metrics']['ttft']['p50'] * 1e3:.1f} ms, cached {cache['cached_tokens']}/"
-                  f"{cache['prompt_tokens']} prompt tokens, beyond history and template "
-                  f"{cache['cached_outside_history_share']:.1%}")  # fmt: skip
-            assert cache["requests_reporting_cached_tokens"] == 16  # usage details or timings.cache_n
-            assert cache["cached_outside_history_share"] < 0.05
-        pairs.append((a["metrics"]["ttft"]["p50"], b["metrics"]["ttft"]["p50"]))
-        if abs(pairs[-1][1] / pairs[-1][0] - 1) <= 0.15:
-            break
-    print("TTFT p50 pairs (ms):", [(round(x * 1e3, 1), round(y * 1e3, 1)) for x, y in pairs])
-    assert abs(pairs[-1][1] / pairs[-1][0] - 1) <= 0.15, pairs
+    a = await _bench_run(llama_server, tmp_path / "a")
+    b = await _bench_run(llama_server, tmp_path / "b")
+    # What the server reports is deterministic: every request's cached tokens stop at the chat template.
+    for s in (a, b):
+        cache = s["prompt_cache"]
+        print(f"TTFT p50 {s['metrics']['ttft']['p50'] * 1e3:.1f} ms, cached {cache['cached_tokens']}/"
+              f"{cache['prompt_tokens']} prompt tokens, beyond history and template "
+              f"{cache['cached_outside_history_share']:.1%}")  # fmt: skip
+        assert cache["requests_reporting_cached_tokens"] == 16  # usage details or timings.cache_n
+        assert cache["cached_outside_history_share"] < 0.05
+    # The timing is prefill on a 2-core host shared with other work: identical pairs have differed up to
+    # 4.3x from the other work alone (456 vs 1,955 ms, docs/bench.md), a cached second run is ~20x faster
+    # (issue 19: 527 -> 23 ms). So the check is the cache's signature, not the two runs' agreement.
+    ratio = b["metrics"]["ttft"]["p50"] / a["metrics"]["ttft"]["p50"]
+    assert 1 / CACHE_SIGNATURE < ratio < CACHE_SIGNATURE, f"TTFT p50 second / first run: {ratio:.2f}"
     c = await _bench_run(llama_server, tmp_path / "c", "--seed", "0", "--repeat-prompts")
     d = await _bench_run(llama_server, tmp_path / "d", "--seed", "0", "--repeat-prompts")
     print(f"--repeat-prompts: TTFT p50 {c['metrics']['ttft']['p50'] * 1e3:.1f} then "
