@@ -12,7 +12,8 @@ demo: install
 test-deps:
 	bash scripts/install-test-deps.sh
 
-# Both lanes run on every core (pytest-xdist); a group of tests that shares one server runs in one worker.
+# Both lanes run on pytest-xdist, `auto` meaning one worker more than the cores (tests/conftest.py: the suite
+# mostly waits); a group of tests that shares one server runs in one worker.
 # README ("Tests") says what each lane runs and how long it takes.
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
