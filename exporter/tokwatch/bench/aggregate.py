@@ -40,7 +40,7 @@ def summarize(values: Sequence[float] | Floats) -> dict[str, float | int | None]
     return out
 
 
-def _counted(records: Sequence[RequestRecord], name: str) -> list[RequestRecord]:
+def counted_records(records: Sequence[RequestRecord], name: str) -> list[RequestRecord]:
     """The requests whose values of metric `name` count: measured `ok` ones; for the send-side figures every
     measured one, including those that failed afterwards."""
     if name in SEND_METRICS:
@@ -52,7 +52,7 @@ def _counted(records: Sequence[RequestRecord], name: str) -> list[RequestRecord]
 
 def metric_values(records: Sequence[RequestRecord], name: str) -> list[float]:
     """All observed values of one metric over the measured (non-warm-up) `ok` requests."""
-    counted = _counted(records, name)
+    counted = counted_records(records, name)
     if name in LIST_METRICS:
         return [v for r in counted for v in r.series(name)]
     return [v for r in counted if (v := r.scalar(name)) is not None]
@@ -60,7 +60,7 @@ def metric_values(records: Sequence[RequestRecord], name: str) -> list[float]:
 
 def metric_array(records: Sequence[RequestRecord], name: str) -> Floats:
     """`metric_values` as a numpy array, built without copying each request's per-token list."""
-    counted = _counted(records, name)
+    counted = counted_records(records, name)
     if name in LIST_METRICS:
         attr = f"{name}_s"
         return arrays.flat(getattr(r, attr) for r in counted)

@@ -11,7 +11,7 @@ from typing import Literal
 from tokwatch.bench.outcome import BenchOutcome
 from tokwatch.bench.prompt_cache import OUTSIDE_HISTORY_WARN, cache_figures
 from tokwatch.bench.request_metrics import RequestRecord
-from tokwatch.bench.run_bounds import CLIENT_TOLERANCE, FigureBound, run_figure_bounds
+from tokwatch.bench.run_bounds import CLIENT_TOLERANCE, FigureBound, beyond_tolerance, run_figure_bounds
 from tokwatch.figures.stats import median, percentile
 from tokwatch.figures.wording import counted
 
@@ -215,7 +215,7 @@ def _client_timing(
         return []
     if bounds is None:
         bounds = run_figure_bounds(measured)
-    wrong = [b for b in bounds if b.beyond]
+    wrong = beyond_tolerance(bounds)
     beyond = [r for r in watched if r.beyond_tolerance]
     stalled = [r for r in watched if (r.max_stall_s or 0.0) >= STALL_LIMIT_S]
     worst = max(_stamp_lateness(r) for r in watched)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tokwatch.bench import arrays
+from tokwatch.bench.aggregate import PERCENTILES, counted_records
 from tokwatch.bench.arrays import Floats
 from tokwatch.bench.request_metrics import RequestRecord
 from tokwatch.settings.config import Tolerance
@@ -26,7 +27,6 @@ from tokwatch.settings.config import Tolerance
 # (the larger of 1 ms and 5 % of the figure): the bench judges its figures as the probe judges a run's.
 CLIENT_TOLERANCE = Tolerance()
 JUDGED_METRICS = ("ttft", "tbt", "tpot", "ttot", "e2e")
-JUDGED_PERCENTILES = (50, 90, 95, 99)  # summary.json's (tokwatch.bench.aggregate.PERCENTILES)
 # TTFT and E2E end at a stamp and start at the send: they can only be late. TPOT and TTOT run between stamps.
 _LATE_ONLY = frozenset({"ttft", "e2e"})
 
@@ -57,31 +57,31 @@ def run_figure_bounds(
 ) -> list[FigureBound]:
     """Every judged figure of the run with its bound; [] when no request watched its own lateness (nothing to
     judge: a run read back from the store)."""
-    counted = [r for r in records if r.ok and not r.warmup]
-    if not any(r.max_stall_s is not None for r in counted):
+    if not any(r.max_stall_s is not None for r in counted_records(records, "e2e")):
         return []
     out: list[FigureBound] = []
     for metric in JUDGED_METRICS:
-        values, down, up = _intervals(counted, metric)
+        values, down, up = _intervals(counted_records(records, metric), metric)
         if values.size:
             out.extend(_bounds(metric, values, down, up, tolerance))
     return out
 
 
-def _intervals(records: Sequence[RequestRecord], metric: str) -> tuple[Floats, Floats, Floats]:
-    """The metric's values as summary.json takes them, and how far each can be below and above its value."""
+def _intervals(counted: Sequence[RequestRecord], metric: str) -> tuple[Floats, Floats, Floats]:
+    """The metric's values over the requests summary.json counts for it (`counted_records`), and how far each
+    can be below and above its value."""
     if metric == "tbt":
-        values = arrays.flat(r.tbt_s for r in records)
+        values = arrays.flat(r.tbt_s for r in counted)
         down, up = np.zeros_like(values), np.zeros_like(values)
         at = 0
-        for r in records:  # most requests have every gap exact: only the others are written
+        for r in counted:  # most requests have every gap exact: only the others are written
             n = len(r.tbt_s)
             if r.tbt_down_s:
                 down[at : at + n], up[at : at + n] = r.tbt_down_s, r.tbt_up_s
             at += n
         return values, down, up
     pairs = [
-        (v, getattr(r, f"{metric}_error_s") or 0.0) for r in records if (v := r.scalar(metric)) is not None
+        (v, getattr(r, f"{metric}_error_s") or 0.0) for r in counted if (v := r.scalar(metric)) is not None
     ]
     values = np.fromiter((v for v, _ in pairs), dtype=np.float64, count=len(pairs))
     err = np.fromiter((e for _, e in pairs), dtype=np.float64, count=len(pairs))
@@ -96,10 +96,10 @@ def _bounds(metric: str, values: Floats, down: Floats, up: Floats, tolerance: To
     out = [
         FigureBound(metric, "mean", mean, float(max(down.mean(), up.mean())), tolerance.latency_limit(mean))
     ]
-    mid = arrays.percentiles_sorted(np.sort(values), JUDGED_PERCENTILES)
-    low = arrays.percentiles_sorted(np.sort(values - down), JUDGED_PERCENTILES)
-    high = arrays.percentiles_sorted(np.sort(values + up), JUDGED_PERCENTILES)
-    for q, m, lo, hi in zip(JUDGED_PERCENTILES, mid, low, high, strict=True):
+    mid = arrays.percentiles_sorted(np.sort(values), PERCENTILES)
+    low = arrays.percentiles_sorted(np.sort(values - down), PERCENTILES)
+    high = arrays.percentiles_sorted(np.sort(values + up), PERCENTILES)
+    for q, m, lo, hi in zip(PERCENTILES, mid, low, high, strict=True):
         out.append(FigureBound(metric, f"p{q}", m, max(m - lo, hi - m), tolerance.latency_limit(m)))
     return out
 
@@ -118,5 +118,5 @@ def bounds_summary(bounds: Sequence[FigureBound], tolerance: Tolerance = CLIENT_
     return {
         "tolerance": {"floor_s": tolerance.latency_floor, "share": tolerance.latency},
         "bounds_s": out,
-        "beyond_tolerance": [b.name for b in bounds if b.beyond],
+        "beyond_tolerance": [b.name for b in beyond_tolerance(bounds)],
     }
