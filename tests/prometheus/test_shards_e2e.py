@@ -237,6 +237,19 @@ async def test_prometheus_sees_the_same_dashboard_figures_from_shards_as_from_on
             return True
 
         await kit.wait_until(settled, ROUND_IN_S + 70, "one round everywhere and its window figures", 1.0)
+        settled_at = time.time()
+
+        async def scraped_again() -> bool:
+            """Every exporter scraped again since the round settled: a series the round created (a histogram
+            appears with its first observation) then has two samples in both set-ups, not in one only (CI saw
+            `increase()` of ep5's histogram answer in one Prometheus and not yet in the other)."""
+            for prom in proms.values():
+                oldest = await _scalar(session, prom, "min(timestamp(up))")
+                if oldest is None or oldest < settled_at + 1.5:
+                    return False
+            return True
+
+        await kit.wait_until(scraped_again, 15, "every exporter scraped again after the round", 0.5)
         at = time.time()  # both Prometheus servers hold the settled figures from here on: query this instant
 
         # Every endpoint probed exactly once, in both set-ups.
